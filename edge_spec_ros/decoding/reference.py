@@ -1,0 +1,108 @@
+"""Reference decoders in one process: target-only autoregressive and speculative (draft + verify).
+
+They define what every distributed mode must reproduce: with T = 0 the speculative output equals
+the autoregressive output token for token; with T > 0 it is distributed as the target's.
+
+Legend: γ — draft length; δ — accepted draft tokens; τ — tokens per round; α — acceptance rate;
+p — target distribution; q — draft distribution.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from edge_spec_ros.decoding.metrics import DecodeStats
+from edge_spec_ros.models.drafter import Drafter
+from edge_spec_ros.models.prompt import EncodedPrompt
+from edge_spec_ros.models.verifier import EarlyExitVerifier
+from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose
+from edge_spec_ros.spec.verify import verify
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """max_new_tokens: n; gamma: γ; stop_tokens: ids that end the decode (kept in the output)."""
+
+    max_new_tokens: int = 48
+    gamma: int = 4
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    seed: int = 0
+    stop_tokens: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1 or self.gamma < 1:
+            raise ValueError(f"max_new_tokens and gamma must be >= 1, got {self.max_new_tokens}, {self.gamma}")
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    tokens: list[int]
+    stats: DecodeStats
+
+
+def append_until_stop(out: list[int], new: tuple[int, ...] | list[int], config: DecodeConfig) -> bool:
+    """Append ``new`` to ``out`` up to a stop token or the token budget; True when decoding is done."""
+    for token in new:
+        out.append(token)
+        if token in config.stop_tokens or len(out) >= config.max_new_tokens:
+            return True
+    return False
+
+
+def autoregressive(verifier: EarlyExitVerifier, prompt: EncodedPrompt, config: DecodeConfig) -> DecodeResult:
+    """Target-only decoding: one forward pass of the target per token."""
+    stats = DecodeStats("AR")
+    rng = PositionalRNG(config.seed)
+    t0 = time.perf_counter()
+    kv = verifier.start(prompt)
+    stats.prefill_s = time.perf_counter() - t0
+    seq = prompt.input_ids.tolist()
+    out: list[int] = []
+    done = False
+    while not done:
+        t = time.perf_counter()
+        logits = verifier.logits(kv, seq, len(seq) - 1)[-1]  # (V,)
+        token, _ = choose(logits, config.sampling, rng, Stream.TARGET, len(seq))
+        stats.verify_s += time.perf_counter() - t
+        stats.rounds += 1
+        seq.append(token)
+        done = append_until_stop(out, (token,), config)
+        if len(out) == 1:
+            stats.ttft_s = time.perf_counter() - t0
+    stats.wall_s = time.perf_counter() - t0
+    stats.tokens = len(out)
+    return DecodeResult(out, stats)
+
+
+def speculative(drafter: Drafter, verifier: EarlyExitVerifier, prompt: EncodedPrompt,
+                config: DecodeConfig) -> DecodeResult:
+    """Speculative decoding: the drafter proposes γ tokens, the target verifies them in one pass."""
+    stats = DecodeStats("SD")
+    rng = PositionalRNG(config.seed)
+    t0 = time.perf_counter()
+    draft_kv = drafter.start(prompt)
+    target_kv = verifier.start(prompt)
+    stats.prefill_s = time.perf_counter() - t0
+    seq = prompt.input_ids.tolist()
+    out: list[int] = []
+    done = False
+    while not done:
+        t = time.perf_counter()
+        draft = drafter.draft(draft_kv, seq, config.gamma, config.sampling, rng)
+        t1 = time.perf_counter()
+        logits = verifier.logits(target_kv, seq + list(draft.tokens), len(seq) - 1)  # (γ+1, V)
+        verdict = verify(draft.tokens, logits, draft.q, config.sampling, rng, draft.position)
+        stats.draft_s += t1 - t
+        stats.verify_s += time.perf_counter() - t1
+        stats.rounds += 1
+        stats.drafted += draft.gamma
+        stats.accepted += verdict.accepted
+        seq.extend(verdict.tokens)
+        first = not out
+        done = append_until_stop(out, verdict.tokens, config)
+        if first:
+            stats.ttft_s = time.perf_counter() - t0
+    stats.wall_s = time.perf_counter() - t0
+    stats.tokens = len(out)
+    return DecodeResult(out, stats)

@@ -1,0 +1,83 @@
+"""The robot-side drafter: a small Qwen2-VL, optionally int8-quantized, with a rollback KV cache.
+
+Legend: γ — draft length; x_{t+1..t+γ} — draft tokens; q_i — the exact distribution x_{t+i} was drawn
+from (sent for verification: the draft must sample from exactly the q it sends).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import Qwen2VLForConditionalGeneration
+
+from edge_spec_ros.models.kv_cache import KVCache
+from edge_spec_ros.models.loading import load_qwen2vl
+from edge_spec_ros.models.prompt import EncodedPrompt
+from edge_spec_ros.models.stack import DecoderStack
+from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose
+
+
+@dataclass(frozen=True)
+class DrafterConfig:
+    """model: hub id or local path; quantize_int8: dynamic int8 quantization of every Linear layer
+    (CPU only; the FSD paper's Go2 drafter is a quantized Qwen2-VL-2B)."""
+
+    model: str = "Qwen/Qwen2-VL-2B-Instruct"
+    quantize_int8: bool = False
+    dtype: str = "float32"
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class Draft:
+    """γ draft tokens starting at absolute position ``position``; q: (γ, V) or None when greedy."""
+
+    tokens: tuple[int, ...]
+    q: torch.Tensor | None
+    position: int
+
+    @property
+    def gamma(self) -> int:
+        return len(self.tokens)
+
+
+def quantize_int8(model: nn.Module) -> nn.Module:
+    """Dynamic int8 quantization of nn.Linear weights (activations stay float)."""
+    from torch.ao.quantization import quantize_dynamic
+
+    return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+
+
+class Drafter:
+    """Drafts γ tokens from any committed prefix, reusing and rolling back its KV cache."""
+
+    def __init__(self, model: Qwen2VLForConditionalGeneration, quantize: bool = False) -> None:
+        self.stack = DecoderStack(quantize_int8(model) if quantize else model)
+
+    @classmethod
+    def from_config(cls, config: DrafterConfig) -> "Drafter":
+        return cls(load_qwen2vl(config.model, config.dtype, config.device), config.quantize_int8)
+
+    def start(self, prompt: EncodedPrompt) -> KVCache:
+        return self.stack.prefill(prompt)
+
+    def draft(self, kv: KVCache, prefix: list[int], gamma: int, sampling: SamplingConfig,
+              rng: PositionalRNG) -> Draft:
+        """Draft x_{t+1..t+γ} after ``prefix`` (length t). ``kv`` is rolled back to what it shares with
+        ``prefix`` and extended; token x_j uses the draw u(DRAFT, j), so the same prefix always gives
+        the same draft (SD, FSD pre-drafting and pipelined drafting agree)."""
+        if gamma < 1:
+            raise ValueError(f"γ must be >= 1, got {gamma}")
+        seq = list(prefix)
+        tokens: list[int] = []
+        qs: list[torch.Tensor] = []
+        for i in range(gamma):
+            logits = self.stack.final_logits(kv, seq, len(seq) - 1)[-1]  # (V,)
+            token, q = choose(logits, sampling, rng, Stream.DRAFT, len(seq))
+            tokens.append(token)
+            qs.append(q)
+            seq.append(token)
+        q = None if sampling.greedy else torch.stack(qs)  # (γ, V)
+        return Draft(tuple(tokens), q, len(prefix))

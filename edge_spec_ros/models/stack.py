@@ -1,0 +1,125 @@
+"""Layer-by-layer execution of a Qwen2-VL decoder over a rollback-able KV cache.
+
+HF's forward runs all layers at once; early-exit verification (FSD paper, Fig. 3, eq. 5) needs the
+hidden state after every layer as soon as it exists, so this module drives the decoder layers itself
+with the model's own embedding, vision tower, M-RoPE, causal mask, norm and LM head. With no exit
+adapter the result equals ``model(...).logits`` (checked in ``test/models/test_stack.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, Qwen2VLForConditionalGeneration
+from transformers.masking_utils import create_causal_mask
+
+from edge_spec_ros.models.kv_cache import KVCache, common_prefix
+from edge_spec_ros.models.prompt import EncodedPrompt
+
+
+@dataclass(frozen=True)
+class LayerOutput:
+    """Hidden state after decoder layer ``layer`` (1-based; ``layer == num_layers`` is the last).
+
+    hidden: (m, d) for the m requested positions.
+    """
+
+    layer: int
+    hidden: torch.Tensor
+
+
+class DecoderStack:
+    """Runs a ``Qwen2VLForConditionalGeneration`` one decoder layer at a time."""
+
+    def __init__(self, model: Qwen2VLForConditionalGeneration) -> None:
+        self.model = model.eval()
+        self.text = model.model.language_model
+        self.num_layers = len(self.text.layers)
+        self.vocab_size = model.config.text_config.vocab_size
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.lm_head.weight.dtype
+
+    @torch.inference_mode()
+    def prefill(self, prompt: EncodedPrompt) -> KVCache:
+        """Encode the image and cache every prompt position but the last.
+
+        The last prompt token is fed by the first ``run`` so that its logits (which predict the
+        first generated token) come out of the same code path as every later position.
+        """
+        ids = prompt.input_ids[None, :]  # (1, n)
+        if prompt.pixel_values is not None:
+            positions, delta = self.model.model.get_rope_index(
+                ids, prompt.mm_token_type_ids[None, :], image_grid_thw=prompt.image_grid_thw
+            )  # positions: (3, 1, n)
+            rope_delta = int(delta.item())
+        else:
+            positions, rope_delta = None, 0
+        n = ids.shape[1] - 1
+        embeds = self.text.embed_tokens(ids[:, :n])  # (1, n, d)
+        if prompt.pixel_values is not None:
+            image = self.model.model.get_image_features(
+                prompt.pixel_values.to(self.dtype), prompt.image_grid_thw, return_dict=True
+            ).pooler_output
+            image = torch.cat(image, dim=0).to(embeds.dtype)  # (image tokens, d)
+            mask = (ids[:, :n] == self.model.config.image_token_id)[..., None].expand_as(embeds)
+            embeds = embeds.masked_scatter(mask, image)
+            positions = positions[:, :, :n]
+        else:
+            positions = torch.arange(n)[None, None, :].expand(3, 1, n)
+        kv = KVCache(DynamicCache(config=self.text.config), ids[0, :n].tolist(), rope_delta, floor=n)
+        for _ in self._layers(kv, embeds, positions):
+            pass
+        return kv
+
+    def run(self, kv: KVCache, sequence: list[int], first: int) -> Iterator[LayerOutput]:
+        """Make ``kv`` cover ``sequence`` and yield, after each layer, hidden states of positions
+        ``first .. len(sequence)-1``.
+
+        The cache is rolled back to the longest prefix it shares with ``sequence`` (never past
+        ``first``) and only the remaining positions are computed: rollback, not recompute.
+        """
+        if first < kv.floor or first >= len(sequence):
+            raise ValueError(f"position {first} outside [{kv.floor}, {len(sequence)})")
+        start = min(common_prefix(kv.tokens, sequence), first)
+        kv.truncate(start)
+        new = sequence[start:]
+        ids = torch.tensor([new], dtype=torch.long)  # (1, m')
+        positions = (torch.arange(start, len(sequence)) + kv.rope_delta)[None, None, :].expand(3, 1, len(new))
+        with torch.inference_mode():
+            embeds = self.text.embed_tokens(ids)
+            kv.tokens.extend(new)
+            done = False
+            try:
+                for out in self._layers(kv, embeds, positions):
+                    yield LayerOutput(out.layer, out.hidden[first - start :])
+                done = True
+            finally:
+                if not done:  # interrupted: drop the partial positions from every layer
+                    kv.truncate(start)
+
+    def _layers(self, kv: KVCache, embeds: torch.Tensor, positions: torch.Tensor) -> Iterator[LayerOutput]:
+        text = self.text
+        mask = create_causal_mask(
+            config=text.config, inputs_embeds=embeds, attention_mask=None, past_key_values=kv.cache
+        )
+        rotary = text.rotary_emb(embeds, positions)
+        h = embeds  # (1, m, d)
+        for i, layer in enumerate(text.layers):
+            h = layer(h, attention_mask=mask, position_embeddings=rotary, past_key_values=kv.cache, use_cache=True)
+            yield LayerOutput(i + 1, h[0])
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """LM head over the final norm: (m, d) → (m, V) float32."""
+        with torch.inference_mode():
+            return self.model.lm_head(self.text.norm(hidden)).float()
+
+    def final_logits(self, kv: KVCache, sequence: list[int], first: int) -> torch.Tensor:
+        """Logits (m, V) of the last layer for positions ``first ..`` of ``sequence``."""
+        last = None
+        for last in self.run(kv, sequence, first):
+            pass
+        return self.logits(last.hidden)

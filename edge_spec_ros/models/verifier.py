@@ -1,0 +1,90 @@
+"""The cloud verifier: Qwen2-VL with early-exit adapters, KV cache with rollback.
+
+One forward pass over the uncached part of prefix + draft yields, layer by layer, the logits of
+every exit for the γ+1 verification positions (FSD paper eq. 5); the final exit is the unmodified
+model and the only authority on emitted tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from transformers import Qwen2VLForConditionalGeneration
+
+from edge_spec_ros.models.adapters import ExitAdapters
+from edge_spec_ros.models.kv_cache import KVCache
+from edge_spec_ros.models.loading import load_qwen2vl
+from edge_spec_ros.models.prompt import EncodedPrompt
+from edge_spec_ros.models.stack import DecoderStack
+
+
+@dataclass(frozen=True)
+class VerifierConfig:
+    """model: hub id or local path; adapters: directory of trained exit adapters (None: untrained,
+    i.e. logit-lens exits); exit_layers: 1-based layers with an exit (empty: every layer < L)."""
+
+    model: str = "Qwen/Qwen2-VL-7B-Instruct"
+    adapters: str | None = None
+    exit_layers: tuple[int, ...] = field(default_factory=tuple)
+    dtype: str = "float32"
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class ExitLogits:
+    """Logits z^(l) (m, V) of exit ``layer`` over the requested positions."""
+
+    layer: int
+    logits: torch.Tensor
+    is_final: bool
+
+
+class EarlyExitVerifier:
+    """Target model M with exits at ``adapters.layers`` and the final layer L."""
+
+    def __init__(self, model: Qwen2VLForConditionalGeneration, adapters: ExitAdapters | None = None,
+                 exit_layers: tuple[int, ...] = ()) -> None:
+        self.stack = DecoderStack(model)
+        L = self.stack.num_layers
+        hidden = model.config.text_config.hidden_size
+        if adapters is None:
+            adapters = ExitAdapters(hidden, list(exit_layers) or list(range(1, L)))
+        bad = [l for l in adapters.layers if not 1 <= l < L]
+        if bad:
+            raise ValueError(f"exit layers {bad} outside 1..{L - 1} (layer {L} is the final exit)")
+        self.adapters = adapters.to(self.stack.dtype).eval().requires_grad_(False)
+        self.exit_layers = tuple(l for l in self.adapters.layers if not exit_layers or l in exit_layers)
+
+    @classmethod
+    def from_config(cls, config: VerifierConfig) -> "EarlyExitVerifier":
+        model = load_qwen2vl(config.model, config.dtype, config.device)
+        adapters = ExitAdapters.load(config.adapters) if config.adapters else None
+        return cls(model, adapters, config.exit_layers)
+
+    @property
+    def num_layers(self) -> int:
+        return self.stack.num_layers
+
+    def start(self, prompt: EncodedPrompt) -> KVCache:
+        """Prefill image + prompt once per decision."""
+        return self.stack.prefill(prompt)
+
+    def exit_logits(self, layer: int, hidden: torch.Tensor) -> torch.Tensor:
+        """z^(l) = LMHead(Norm(Adapter_l(h^(l)))): (m, d) → (m, V)."""
+        with torch.inference_mode():
+            return self.stack.logits(self.adapters[layer](hidden))
+
+    def exits(self, kv: KVCache, sequence: list[int], first: int) -> Iterator[ExitLogits]:
+        """Stream every exit's logits for positions ``first ..`` as soon as its layer is done."""
+        L = self.num_layers
+        for out in self.stack.run(kv, sequence, first):
+            if out.layer == L:
+                yield ExitLogits(L, self.stack.logits(out.hidden), True)
+            elif out.layer in self.exit_layers:
+                yield ExitLogits(out.layer, self.exit_logits(out.layer, out.hidden), False)
+
+    def logits(self, kv: KVCache, sequence: list[int], first: int) -> torch.Tensor:
+        """Final-exit logits only (m, V): the plain target model."""
+        return self.stack.final_logits(kv, sequence, first)
