@@ -6,6 +6,7 @@ from (sent for verification: the draft must sample from exactly the q it sends).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -44,10 +45,17 @@ class Draft:
 
 
 def quantize_int8(model: nn.Module) -> nn.Module:
-    """Dynamic int8 quantization of nn.Linear weights (activations stay float)."""
+    """Dynamic int8 quantization of nn.Linear weights (activations stay float).
+
+    torch marks ``torch.ao.quantization`` deprecated (successor: torchao, not a dependency here); it
+    still works in the pinned torch, so those warnings are silenced rather than shown per layer.
+    """
     from torch.ao.quantization import quantize_dynamic
 
-    return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*deprecated")
+        return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
 
 
 class Drafter:

@@ -41,7 +41,7 @@ class DecoderStack:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.model.lm_head.weight.dtype
+        return self.text.embed_tokens.weight.dtype  # never quantized, unlike Linear layers
 
     @torch.inference_mode()
     def prefill(self, prompt: EncodedPrompt) -> KVCache:

@@ -1,0 +1,38 @@
+# Two commands do all the set-up on a fresh machine:  `make demo`  and  `make test`.
+# Both create (or refresh, when requirements change) the project-local virtual environment .venv.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# DDS traffic stays on this machine (shared memory only) in a private domain.
+export FASTDDS_BUILTIN_TRANSPORTS ?= SHM
+export ROS_DOMAIN_ID ?= 77
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test test-slow venv clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt setup.py
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/edge-spec-ros demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,156 @@
+"""``edge-spec-ros``: the project's command line.
+
+  demo              decode one camera image + instruction locally, target-only vs speculative
+  build-tokenizer   retrain the shipped tokenizer from the project's corpus
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_INSTRUCTION = "find the silver bottle"
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _load_pair(args: argparse.Namespace):
+    from edge_spec_ros.models.embedded import ModelPair, embedded_pair
+
+    if not args.verifier:
+        if args.drafter:
+            raise SystemExit("--drafter needs --verifier (the pair must share one tokenizer)")
+        _log("building the embedded small Qwen2-VL pair (no download) ...")
+        return embedded_pair(args.quantize_drafter)
+    from transformers import AutoTokenizer
+
+    from edge_spec_ros.models.drafter import Drafter, DrafterConfig
+    from edge_spec_ros.models.verifier import EarlyExitVerifier, VerifierConfig
+
+    _log(f"loading verifier {args.verifier} and drafter {args.drafter} ...")
+    verifier = EarlyExitVerifier.from_config(VerifierConfig(model=args.verifier, adapters=args.adapters))
+    drafter = Drafter.from_config(DrafterConfig(model=args.drafter or args.verifier,
+                                                quantize_int8=args.quantize_drafter))
+    return ModelPair(drafter, verifier, AutoTokenizer.from_pretrained(args.verifier))
+
+
+def _load_image(path: str | None):
+    import numpy as np
+    from PIL import Image
+
+    from edge_spec_ros.camera.synthetic import synthetic_camera_image
+
+    if path is None:
+        return synthetic_camera_image()
+    try:
+        return np.asarray(Image.open(path).convert("RGB"))
+    except OSError as exc:
+        raise SystemExit(f"cannot read image {path}: {exc}") from None
+
+
+def _stats_table(results: dict) -> str:
+    rows = [
+        ("tokens", "tokens", "{:d}"),
+        ("rounds", "rounds", "{:d}"),
+        ("τ tokens/round", "tau", "{:.2f}"),
+        ("α acceptance", "alpha", "{:.2f}"),
+        ("TTFT ms", "ttft_s", "ms"),
+        ("per token ms", "per_token_s", "ms"),
+        ("draft ms (Σ)", "draft_s", "ms"),
+        ("verify ms (Σ)", "verify_s", "ms"),
+        ("wall ms", "wall_s", "ms"),
+    ]
+    modes = list(results)
+    lines = [f"{'':<16}" + "".join(f"{m:>12}" for m in modes)]
+    for label, key, fmt in rows:
+        cells = []
+        for m in modes:
+            v = results[m].stats.as_dict()[key]
+            cells.append(f"{v * 1e3:12.1f}" if fmt == "ms" else f"{fmt.format(v):>12}")
+        lines.append(f"{label:<16}" + "".join(cells))
+    base = results[modes[0]].stats.wall_s
+    lines.append(f"{'speedup vs ' + modes[0]:<16}" + "".join(f"{base / results[m].stats.wall_s:11.2f}x" for m in modes))
+    return "\n".join(lines)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
+    from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
+    from edge_spec_ros.spec.sampling import SamplingConfig
+
+    pair = _load_pair(args)
+    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=args.max_pixels))
+    image = _load_image(args.image)
+    prompt = encoder.encode(args.instruction, image)
+    config = DecodeConfig(
+        max_new_tokens=args.max_new_tokens, gamma=args.gamma, sampling=SamplingConfig(args.temperature),
+        seed=args.seed, stop_tokens=(pair.tokenizer.eos_token_id,),
+    )
+    _log(f"image {image.shape[1]}x{image.shape[0]}, prompt {len(prompt)} tokens; decoding ...")
+    results = {
+        "target-only": autoregressive(pair.verifier, prompt, config),
+        "speculative": speculative(pair.drafter, pair.verifier, prompt, config),
+    }
+    print(f"instruction: {args.instruction}")
+    if not args.verifier:
+        print("(embedded models have random weights: the text is meaningless, the exactness and statistics are not)")
+    for mode, result in results.items():
+        print(f"[{mode}] {encoder.decode(result.tokens)!r}")
+    same = results["target-only"].tokens == results["speculative"].tokens
+    kind = "greedy: identical token for token" if config.sampling.greedy else "sampled: equal in distribution"
+    print(f"outputs {'match' if same else 'differ'} ({kind})\n")
+    print(_stats_table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps({m: r.stats.as_dict() for m, r in results.items()}, indent=2))
+    if config.sampling.greedy and not same:
+        _log("error: greedy speculative output differs from the target's own greedy output")
+        return 1
+    return 0
+
+
+def cmd_build_tokenizer(args: argparse.Namespace) -> int:
+    from edge_spec_ros.models.tokenizer import TOKENIZER_DIR, save_tokenizer, train_tokenizer
+
+    path = save_tokenizer(train_tokenizer(args.vocab_size), args.out or TOKENIZER_DIR)
+    print(f"wrote {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="edge-spec-ros", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="decode one image + instruction: target-only vs speculative")
+    demo.add_argument("--instruction", default=DEFAULT_INSTRUCTION)
+    demo.add_argument("--image", help="RGB image file (default: a synthetic camera frame)")
+    demo.add_argument("--verifier", help="Qwen2-VL hub id or path (default: embedded small model)")
+    demo.add_argument("--drafter", help="drafter hub id or path sharing the verifier's tokenizer")
+    demo.add_argument("--adapters", help="directory of trained exit adapters for the verifier")
+    demo.add_argument("--quantize-drafter", action="store_true", help="int8 dynamic quantization (CPU)")
+    demo.add_argument("--gamma", type=int, default=4, help="draft length γ (default 4)")
+    demo.add_argument("--max-new-tokens", type=int, default=48)
+    demo.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--max-pixels", type=int, default=112 * 112, help="image pixel budget after resizing")
+    demo.add_argument("--json", help="also write the statistics to this JSON file")
+    demo.set_defaults(func=cmd_demo)
+
+    tok = sub.add_parser("build-tokenizer", help="retrain the shipped BPE tokenizer")
+    tok.add_argument("--vocab-size", type=int, default=2048)
+    tok.add_argument("--out", help="output directory (default: the package's assets)")
+    tok.set_defaults(func=cmd_build_tokenizer)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

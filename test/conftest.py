@@ -1,0 +1,48 @@
+"""Shared fixtures: the project's tokenizer, small Qwen2-VL models and image + instruction prompts."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in the suite may reach a model hub
+
+import numpy as np
+import pytest
+import torch
+
+from edge_spec_ros.camera.synthetic import synthetic_camera_image
+from edge_spec_ros.models.prompt import PromptEncoder
+from edge_spec_ros.models.tiny import VERIFIER_SPEC, build_tiny_qwen2vl
+from edge_spec_ros.models.tokenizer import load_tokenizer
+
+INSTRUCTIONS = ("find the silver bottle", "go to the red chair", "turn left at the door", "stop")
+
+torch.set_num_threads(1)  # deterministic kernels, and the suite is sized for 2 cores
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def encoder(tokenizer):
+    return PromptEncoder(tokenizer)
+
+
+@pytest.fixture(scope="session")
+def target_model(tokenizer):
+    return build_tiny_qwen2vl(VERIFIER_SPEC, tokenizer, seed=0)
+
+
+@pytest.fixture(scope="session")
+def prompts(encoder):
+    """Image + instruction prompts: synthetic camera frames and noise images of several sizes."""
+    out = []
+    for i, instruction in enumerate(INSTRUCTIONS):
+        if i % 2:
+            image = (np.random.default_rng(i).random((84 + 14 * i, 112, 3)) * 255).astype(np.uint8)
+        else:
+            image = synthetic_camera_image(seed=i)
+        out.append(encoder.encode(instruction, image))
+    return out

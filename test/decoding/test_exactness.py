@@ -1,0 +1,136 @@
+"""The exactness contract for the reference decoders.
+
+Greedy: speculative output equals the target's own greedy output token for token.
+Sampled: speculative output is distributed as the target's (chi-square on a small vocabulary, with a
+negative control that must fail: a drafter that sends a q other than the one it sampled from).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
+from edge_spec_ros.models.drafter import Drafter
+from edge_spec_ros.models.prompt import EncodedPrompt
+from edge_spec_ros.models.tiny import DRAFTER_SPEC, TinyModelSpec, build_tiny_qwen2vl, truncated_copy
+from edge_spec_ros.models.verifier import EarlyExitVerifier
+from edge_spec_ros.spec.sampling import SamplingConfig
+
+
+@pytest.fixture(scope="module")
+def verifier(target_model):
+    return EarlyExitVerifier(target_model)
+
+
+@pytest.fixture(scope="module")
+def drafters(target_model, tokenizer):
+    return {
+        "self-draft (4 of 6 layers)": Drafter(truncated_copy(target_model, 4)),
+        "independent model": Drafter(build_tiny_qwen2vl(DRAFTER_SPEC, tokenizer, seed=1)),
+        "int8 self-draft (2 of 6 layers)": Drafter(truncated_copy(target_model, 2), quantize=True),
+    }
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+def test_greedy_speculative_equals_target_greedy(verifier, drafters, prompts, tokenizer, gamma):
+    accepted = 0
+    for (name, drafter), prompt in itertools.product(drafters.items(), prompts):
+        config = DecodeConfig(max_new_tokens=24, gamma=gamma, stop_tokens=(tokenizer.eos_token_id,))
+        target = autoregressive(verifier, prompt, config)
+        spec = speculative(drafter, verifier, prompt, config)
+        assert spec.tokens == target.tokens, f"{name}, γ={gamma}"
+        assert spec.stats.tokens == len(spec.tokens) and spec.stats.drafted == gamma * spec.stats.rounds
+        accepted += spec.stats.accepted
+    assert accepted > 0  # the accept branches were exercised, not only rejections
+
+
+def test_budget_and_stop_tokens(verifier, drafters, prompts):
+    drafter = drafters["self-draft (4 of 6 layers)"]
+    free = autoregressive(verifier, prompts[0], DecodeConfig(max_new_tokens=10, gamma=4))
+    assert len(free.tokens) == 10
+    stop = free.tokens[3]
+    config = DecodeConfig(max_new_tokens=10, gamma=4, stop_tokens=(stop,))
+    for result in (autoregressive(verifier, prompts[0], config), speculative(drafter, verifier, prompts[0], config)):
+        assert result.tokens == free.tokens[: free.tokens.index(stop) + 1]
+
+
+# --- sampled output follows the target distribution ------------------------------------------------
+
+VOCAB = 8
+SMALL = TinyModelSpec(hidden_size=32, num_layers=3, num_heads=2, num_kv_heads=1, intermediate_size=64,
+                      vision_depth=1, init_std=0.15, vocab_size=VOCAB)
+N_RUNS = 1500
+SAMPLING = SamplingConfig(temperature=1.0)
+
+
+class WrongQDrafter(Drafter):
+    """Negative control: samples from its q but reports a uniform distribution instead."""
+
+    def draft(self, *args, **kwargs):
+        d = super().draft(*args, **kwargs)
+        return dataclasses.replace(d, q=torch.full_like(d.q, 1.0 / d.q.shape[-1]))
+
+
+@pytest.fixture(scope="module")
+def small_pair(tokenizer):
+    target = build_tiny_qwen2vl(SMALL, tokenizer, seed=3)
+    prompt = EncodedPrompt(input_ids=torch.tensor([1, 3, 4, 5]), mm_token_type_ids=torch.zeros(4, dtype=torch.int32))
+    return target, prompt
+
+
+def exact_two_token_distribution(target, prompt) -> np.ndarray:
+    """P(x1, x2) = p(x1 | prompt) p(x2 | prompt, x1) by enumeration: (V·V,)."""
+    with torch.inference_mode():
+        ids = prompt.input_ids[None]
+        p1 = torch.softmax(target(input_ids=ids).logits[0, -1].double(), -1)
+        both = torch.cat([ids.repeat(VOCAB, 1), torch.arange(VOCAB)[:, None]], dim=1)  # (V, n+1)
+        p2 = torch.softmax(target(input_ids=both).logits[:, -1].double(), -1)  # (V, V)
+    return (p1[:, None] * p2).flatten().numpy()
+
+
+def chi_square_pvalue(samples: list[tuple[int, int]], expected_p: np.ndarray) -> float:
+    counts = np.zeros(VOCAB * VOCAB)
+    for a, b in samples:
+        counts[a * VOCAB + b] += 1
+    expected = expected_p * len(samples)
+    keep = expected >= 5  # merge the sparse cells into one bin so the chi-square approximation holds
+    obs = np.append(counts[keep], counts[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return float(chisquare(obs, exp).pvalue)
+
+
+def sample_pairs(decode, n: int) -> list[tuple[int, int]]:
+    out = []
+    for seed in range(n):
+        tokens = decode(DecodeConfig(max_new_tokens=2, gamma=2, sampling=SAMPLING, seed=seed)).tokens
+        out.append((tokens[0], tokens[1]))
+    return out
+
+
+def test_sampled_speculative_follows_the_target_distribution(small_pair):
+    target, prompt = small_pair
+    expected = exact_two_token_distribution(target, prompt)
+    verifier = EarlyExitVerifier(target)
+    drafter = Drafter(truncated_copy(target, 1))
+    spec = sample_pairs(lambda c: speculative(drafter, verifier, prompt, c), N_RUNS)
+    assert chi_square_pvalue(spec, expected) > 1e-3
+    # the draft really differs from the target, otherwise this test could not tell right from wrong
+    wrong = WrongQDrafter(truncated_copy(target, 1))
+    control = sample_pairs(lambda c: speculative(wrong, verifier, prompt, c), N_RUNS)
+    assert chi_square_pvalue(control, expected) < 1e-6
+
+
+def test_sampled_autoregressive_follows_the_target_distribution(small_pair):
+    target, prompt = small_pair
+    expected = exact_two_token_distribution(target, prompt)
+    verifier = EarlyExitVerifier(target)
+    ar = sample_pairs(lambda c: autoregressive(verifier, prompt, c), N_RUNS)
+    assert chi_square_pvalue(ar, expected) > 1e-3

@@ -1,0 +1,89 @@
+"""Drafter: q is exactly the distribution sampled from; drafts depend only on the prefix."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from edge_spec_ros.models.drafter import Drafter
+from edge_spec_ros.models.stack import DecoderStack
+from edge_spec_ros.models.tiny import truncated_copy
+from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, sample
+
+T = SamplingConfig(temperature=0.9)
+
+
+@pytest.fixture(scope="module")
+def drafter(target_model):
+    return Drafter(truncated_copy(target_model, 3))
+
+
+def test_q_is_the_softmax_the_tokens_were_drawn_from(drafter, prompts):
+    prompt = prompts[0]
+    rng = PositionalRNG(7)
+    prefix = prompt.input_ids.tolist()
+    draft = drafter.draft(drafter.start(prompt), prefix, 4, T, rng)
+    assert draft.position == len(prefix) and draft.gamma == 4 and draft.q.shape[0] == 4
+    stack = DecoderStack(drafter.stack.model)
+    kv = stack.prefill(prompt)
+    seq = list(prefix)
+    for i, token in enumerate(draft.tokens):
+        logits = stack.final_logits(kv, seq, len(seq) - 1)[-1]
+        torch.testing.assert_close(draft.q[i], torch.softmax(logits / T.temperature, -1), atol=1e-6, rtol=0)
+        assert token == sample(draft.q[i], rng.uniform(Stream.DRAFT, len(seq)))
+        seq.append(token)
+
+
+def test_greedy_draft_is_argmax_and_carries_no_q(drafter, prompts):
+    prompt = prompts[1]
+    draft = drafter.draft(drafter.start(prompt), prompt.input_ids.tolist(), 3, SamplingConfig(), PositionalRNG())
+    assert draft.q is None
+    stack = DecoderStack(drafter.stack.model)
+    kv = stack.prefill(prompt)
+    seq = prompt.input_ids.tolist()
+    for token in draft.tokens:
+        assert token == int(stack.final_logits(kv, seq, len(seq) - 1)[-1].argmax())
+        seq.append(token)
+
+
+def test_a_fork_drafts_bit_identically(drafter, prompts):
+    """What FSD relies on: a pre-draft worker on a fork of the cache drafts exactly what the drafter
+    itself would draft from the same prefix."""
+    prompt = prompts[2]
+    rng = PositionalRNG(3)
+    prefix = prompt.input_ids.tolist()
+    kv = drafter.start(prompt)
+    first = drafter.draft(kv, prefix, 4, T, rng)
+    new_prefix = prefix + list(first.tokens[:2]) + [40]  # δ = 2 plus a correction
+    fork = kv.fork()
+    a = drafter.draft(fork, new_prefix, 4, T, rng)
+    b = drafter.draft(kv, new_prefix, 4, T, rng)
+    assert a.tokens == b.tokens and torch.equal(a.q, b.q)
+
+
+def test_rolled_back_cache_drafts_like_a_fresh_one(drafter, prompts):
+    prompt = prompts[3]
+    rng = PositionalRNG(5)
+    prefix = prompt.input_ids.tolist()
+    kv = drafter.start(prompt)
+    drafter.draft(kv, prefix + [30, 31], 4, T, rng)
+    reused = drafter.draft(kv, prefix + [30, 44], 4, T, rng)
+    fresh = drafter.draft(drafter.start(prompt), prefix + [30, 44], 4, T, rng)
+    assert reused.tokens == fresh.tokens
+    torch.testing.assert_close(reused.q, fresh.q, atol=1e-5, rtol=0)
+
+
+def test_int8_quantized_drafter(target_model, prompts):
+    quantized = Drafter(truncated_copy(target_model, 3), quantize=True)
+    linear_types = {type(m) for m in quantized.stack.model.modules() if isinstance(m, nn.Module)}
+    assert not any(t is nn.Linear for t in linear_types)
+    prompt = prompts[0]
+    draft = quantized.draft(quantized.start(prompt), prompt.input_ids.tolist(), 4, T, PositionalRNG())
+    assert draft.gamma == 4
+    torch.testing.assert_close(draft.q.sum(-1), torch.ones(4), atol=1e-5, rtol=0)
+
+
+def test_gamma_must_be_positive(drafter, prompts):
+    with pytest.raises(ValueError, match="γ"):
+        drafter.draft(drafter.start(prompts[0]), prompts[0].input_ids.tolist(), 0, T, PositionalRNG())

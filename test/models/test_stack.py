@@ -1,0 +1,100 @@
+"""The layer-by-layer stack reproduces HF's forward, and cache rollback equals recomputation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from edge_spec_ros.models.kv_cache import common_prefix
+from edge_spec_ros.models.stack import DecoderStack
+
+ATOL = 1e-4
+
+
+def hf_logits(model, prompt, extra: list[int]) -> torch.Tensor:
+    """(n + len(extra), V) logits of the plain HF forward with the image."""
+    ids = torch.cat([prompt.input_ids, torch.tensor(extra, dtype=torch.long)])[None]
+    types = torch.cat([prompt.mm_token_type_ids, torch.zeros(len(extra), dtype=torch.int32)])[None]
+    with torch.inference_mode():
+        return model(input_ids=ids, pixel_values=prompt.pixel_values, image_grid_thw=prompt.image_grid_thw,
+                     mm_token_type_ids=types).logits[0].float()
+
+
+def test_final_logits_equal_hf_forward(target_model, prompts):
+    stack = DecoderStack(target_model)
+    for prompt in prompts[:2]:
+        extra = [11, 42, 7, 300]
+        kv = stack.prefill(prompt)
+        seq = prompt.input_ids.tolist() + extra
+        got = stack.final_logits(kv, seq, len(prompt) - 1)
+        torch.testing.assert_close(got, hf_logits(target_model, prompt, extra)[len(prompt) - 1:], atol=ATOL, rtol=0)
+
+
+def test_rollback_gives_the_same_logits_as_recomputing(target_model, prompts):
+    """Extend by a rejected draft, roll back to the accepted prefix, extend differently: the logits
+    equal a fresh prefill + forward of the final sequence."""
+    stack = DecoderStack(target_model)
+    prompt = prompts[0]
+    base = prompt.input_ids.tolist()
+    kv = stack.prefill(prompt)
+    stack.final_logits(kv, base + [25, 26, 27, 28, 29], len(base) - 1)  # a γ = 4 round
+    assert kv.length == len(base) + 5
+    accepted = base + [25, 26, 100]  # δ = 2, then a correction token
+    rolled = stack.final_logits(kv, accepted + [23, 24], len(accepted) - 1)
+    assert kv.tokens == accepted + [23, 24]
+    fresh_kv = stack.prefill(prompt)
+    fresh = stack.final_logits(fresh_kv, accepted + [23, 24], len(base) - 1)[-3:]
+    torch.testing.assert_close(rolled, fresh, atol=ATOL, rtol=0)
+    torch.testing.assert_close(rolled, hf_logits(target_model, prompt, [25, 26, 100, 23, 24])[-3:], atol=ATOL, rtol=0)
+
+
+def test_fork_is_independent(target_model, prompts):
+    stack = DecoderStack(target_model)
+    prompt = prompts[1]
+    base = prompt.input_ids.tolist()
+    kv = stack.prefill(prompt)
+    stack.final_logits(kv, base + [21, 22, 23], len(base))
+    fork = kv.fork(len(base) + 1)
+    a = stack.final_logits(fork, base + [21, 29, 29], len(base) + 1)
+    assert kv.tokens == base + [21, 22, 23]  # the original is untouched
+    b = stack.final_logits(kv, base + [21, 29, 29], len(base) + 1)
+    assert torch.equal(a, b)  # same state, same computation: bit-identical
+
+
+def test_interrupted_pass_leaves_a_consistent_cache(target_model, prompts):
+    stack = DecoderStack(target_model)
+    prompt = prompts[0]
+    base = prompt.input_ids.tolist()
+    kv = stack.prefill(prompt)
+    run = stack.run(kv, base + [21, 22], len(base) - 1)
+    next(run)  # only the first layer ran
+    run.close()
+    assert kv.length == len(base) - 1
+    assert all(layer.keys.shape[-2] == kv.length for layer in kv.cache.layers)
+    got = stack.final_logits(kv, base + [21, 22], len(base) - 1)
+    torch.testing.assert_close(got, hf_logits(target_model, prompt, [21, 22])[len(base) - 1:], atol=ATOL, rtol=0)
+
+
+def test_cannot_roll_back_into_the_image(target_model, prompts):
+    stack = DecoderStack(target_model)
+    prompt = prompts[0]
+    kv = stack.prefill(prompt)
+    with pytest.raises(ValueError, match="outside"):
+        next(stack.run(kv, prompt.input_ids.tolist(), 3))
+    with pytest.raises(ValueError, match="prefilled prompt"):
+        kv.truncate(3)
+
+
+def test_text_only_prompt(target_model, encoder):
+    prompt = encoder.encode("stop")
+    assert prompt.pixel_values is None
+    stack = DecoderStack(target_model)
+    kv = stack.prefill(prompt)
+    got = stack.final_logits(kv, prompt.input_ids.tolist() + [28], len(prompt) - 1)
+    torch.testing.assert_close(got, hf_logits(target_model, prompt, [28])[-2:], atol=ATOL, rtol=0)
+
+
+def test_common_prefix():
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix([1, 2], [1, 2, 3]) == 2
+    assert common_prefix([], [1]) == 0
