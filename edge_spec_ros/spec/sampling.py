@@ -50,8 +50,17 @@ class PositionalRNG:
 
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if not 0 <= self.seed < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got {self.seed}")
+
     def uniform(self, stream: Stream, position: int) -> float:
-        return float(np.random.default_rng([self.seed, int(stream), position]).random())
+        if not 0 <= position < 2**32:
+            raise ValueError(f"position must be in [0, 2**32), got {position}")
+        # Fixed-width words: numpy splits large integers into several words, which could make two
+        # different (seed, stream, position) triples collide.
+        words = [self.seed & 0xFFFFFFFF, self.seed >> 32, int(stream), position]
+        return float(np.random.default_rng(words).random())
 
 
 def probs_from_logits(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:

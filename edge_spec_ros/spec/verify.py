@@ -78,6 +78,8 @@ def verify_sampled(draft: Sequence[int], p: torch.Tensor, q: torch.Tensor, rng: 
 
 def verify_greedy(draft: Sequence[int], target_logits: torch.Tensor) -> Verdict:
     """Greedy verification: target_logits (γ+1, V); accept while the draft equals the target's argmax."""
+    if target_logits.shape[0] != len(draft) + 1:
+        raise ValueError(f"γ={len(draft)} needs γ+1 rows of target logits, got {tuple(target_logits.shape)}")
     best = target_logits.argmax(-1).tolist()  # (γ+1,)
     delta = 0
     while delta < len(draft) and draft[delta] == best[delta]:

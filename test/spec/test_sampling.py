@@ -191,3 +191,14 @@ def test_choose_sampled_uses_the_given_stream_and_position():
         assert token == sample(expected_probs, rng.uniform(Stream.DRAFT, pos))
         tokens.append(token)
     assert len(set(tokens)) > 1  # really sampling, not argmax
+
+
+def test_rng_rejects_out_of_range_seed_and_position():
+    """Seeds are 64-bit and positions 32-bit, so every triple maps to distinct entropy words."""
+    with pytest.raises(ValueError):
+        PositionalRNG(-1)
+    with pytest.raises(ValueError):
+        PositionalRNG(2**64)
+    with pytest.raises(ValueError):
+        PositionalRNG(1).uniform(Stream.DRAFT, 2**32)
+    assert PositionalRNG(2**40).uniform(Stream.DRAFT, 0) != PositionalRNG(0).uniform(Stream.DRAFT, 0)

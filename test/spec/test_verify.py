@@ -328,3 +328,12 @@ def test_statistical_negative_control_wrong_q_is_detected():
     """Verifying with a wrong (uniform) q while drafting from the true q biases the output: chi-square rejects."""
     first = [v.tokens[0] for v in _run_trials(wrong_q=True)]
     assert _chisq_pvalue(first, STAT_P[0].double().numpy()) < 1e-6
+
+
+def test_greedy_rejects_wrong_number_of_target_rows():
+    """verify_greedy needs exactly γ+1 rows of target logits."""
+    logits = torch.zeros(3, 5)
+    with pytest.raises(ValueError, match="γ\\+1"):
+        verify_greedy([1, 2, 3], logits)
+    with pytest.raises(ValueError, match="γ\\+1"):
+        verify_greedy([1], logits)
