@@ -1,6 +1,8 @@
 """Decoding statistics shared by every decoder (FSD paper, Table 3 notation).
 
-τ — tokens emitted per draft–verify round; α — fraction of drafted tokens accepted; γ — draft length.
+τ — tokens emitted per draft–verify round; α — fraction of drafted tokens accepted; γ — draft length;
+r — pre-draft cache miss rate; T_p — one draft forward; T_q — one verification; T_c — one-way
+communication latency (estimated per round as (round trip − T_q) / 2).
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ class DecodeStats:
     ttft_s: float = 0.0  # time to first emitted token
     prefill_s: float = 0.0
     draft_s: float = 0.0  # Σ drafting time (γ·T_p per round)
-    verify_s: float = 0.0  # Σ verification time (T_q per round)
+    verify_s: float = 0.0  # Σ verification time as the robot waits for it (AR: per token)
+    draft_forwards: int = 0  # drafter forward passes on the critical path
+    cache_hits: int = 0  # FSD: rounds whose next draft came from the pre-draft cache
+    cache_misses: int = 0
+    hit_exit_sum: int = 0  # Σ over hits of the earliest exit layer that matched the final output
+    server_s: float = 0.0  # Σ server compute reported per round (T_q)
+    round_trip_s: float = 0.0  # Σ from sending a draft (or request) to its final result
+    bytes_up: int = 0
+    bytes_down: int = 0
 
     @property
     def tau(self) -> float:
@@ -35,5 +45,37 @@ class DecodeStats:
     def per_token_s(self) -> float:
         return self.wall_s / self.tokens if self.tokens else 0.0
 
+    @property
+    def miss_rate(self) -> float:
+        n = self.cache_hits + self.cache_misses
+        return self.cache_misses / n if n else 0.0
+
+    @property
+    def avg_hit_exit(self) -> float:
+        return self.hit_exit_sum / self.cache_hits if self.cache_hits else 0.0
+
+    @property
+    def tp_s(self) -> float:
+        return self.draft_s / self.draft_forwards if self.draft_forwards else 0.0
+
+    @property
+    def tq_s(self) -> float:
+        return self.server_s / self.rounds if self.rounds else 0.0
+
+    @property
+    def tc_s(self) -> float:
+        return max(0.0, self.round_trip_s - self.server_s) / 2 / self.rounds if self.rounds else 0.0
+
+    @property
+    def bytes_up_per_round(self) -> float:
+        return self.bytes_up / self.rounds if self.rounds else 0.0
+
+    @property
+    def bytes_down_per_round(self) -> float:
+        return self.bytes_down / self.rounds if self.rounds else 0.0
+
+    DERIVED = ("tau", "alpha", "per_token_s", "miss_rate", "avg_hit_exit", "tp_s", "tq_s", "tc_s",
+               "bytes_up_per_round", "bytes_down_per_round")
+
     def as_dict(self) -> dict:
-        return {**asdict(self), "tau": self.tau, "alpha": self.alpha, "per_token_s": self.per_token_s}
+        return {**asdict(self), **{name: getattr(self, name) for name in self.DERIVED}}

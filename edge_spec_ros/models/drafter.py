@@ -6,7 +6,9 @@ from (sent for verification: the draft must sample from exactly the q it sends).
 
 from __future__ import annotations
 
+import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -58,6 +60,10 @@ def quantize_int8(model: nn.Module) -> nn.Module:
         return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
 
 
+class DraftCancelled(Exception):
+    """A draft abandoned part-way (its prefix became stale)."""
+
+
 class Drafter:
     """Drafts γ tokens from any committed prefix, reusing and rolling back its KV cache."""
 
@@ -72,18 +78,28 @@ class Drafter:
         return self.stack.prefill(prompt)
 
     def draft(self, kv: KVCache, prefix: list[int], gamma: int, sampling: SamplingConfig,
-              rng: PositionalRNG) -> Draft:
+              rng: PositionalRNG, min_step_s: float = 0.0,
+              cancelled: Callable[[], bool] | None = None) -> Draft:
         """Draft x_{t+1..t+γ} after ``prefix`` (length t). ``kv`` is rolled back to what it shares with
         ``prefix`` and extended; token x_j uses the draw u(DRAFT, j), so the same prefix always gives
-        the same draft (SD, FSD pre-drafting and pipelined drafting agree)."""
+        the same draft (SD, FSD pre-drafting and pipelined drafting agree).
+
+        min_step_s: emulated T_p, each step lasts at least this long (benchmark profiles);
+        cancelled: polled between steps, raises DraftCancelled when it returns True.
+        """
         if gamma < 1:
             raise ValueError(f"γ must be >= 1, got {gamma}")
         seq = list(prefix)
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         for i in range(gamma):
+            if cancelled is not None and cancelled():
+                raise DraftCancelled()
+            t0 = time.perf_counter()
             logits = self.stack.final_logits(kv, seq, len(seq) - 1)[-1]  # (V,)
             token, q = choose(logits, sampling, rng, Stream.DRAFT, len(seq))
+            if min_step_s > 0:
+                time.sleep(max(0.0, t0 + min_step_s - time.perf_counter()))
             tokens.append(token)
             qs.append(q)
             seq.append(token)

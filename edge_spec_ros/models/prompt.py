@@ -9,6 +9,7 @@ needs torchvision. What it adds is one step, done here: each ``<|image_pad|>`` p
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,23 +74,66 @@ class PromptEncoder:
             {"role": "user", "content": content},
         ]
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        pixel_values = grid = None
-        if image is not None:
-            if isinstance(image, np.ndarray):
-                if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-                    raise ValueError(f"expected an RGB uint8 image (H, W, 3), got {image.dtype} {image.shape}")
-                image = Image.fromarray(image)
-            vision = self.image_processor(images=[image.convert("RGB")], return_tensors="pt")
-            pixel_values, grid = vision["pixel_values"], vision["image_grid_thw"]
-            n_tokens = int(grid[0].prod()) // self.image_processor.merge_size**2
-            text = text.replace(self.image_token, self.image_token * n_tokens, 1)
+        vision = self._vision(image)
+        if vision is not None:
+            text = text.replace(self.image_token, self.image_token * self._image_tokens(vision[1]), 1)
         ids = self.tokenizer(text, return_tensors="pt")["input_ids"][0]
+        return self._prompt(ids, vision)
+
+    def from_ids(self, input_ids: np.ndarray | list[int], image: np.ndarray | Image.Image | None) -> EncodedPrompt:
+        """Rebuild a prompt from token ids encoded elsewhere (the robot) and the image it sent.
+
+        Raises ValueError when the ids' image placeholders do not match the image's size.
+        """
+        ids = torch.as_tensor(np.asarray(input_ids, dtype=np.int64))
+        if ids.ndim != 1 or ids.numel() < 2:
+            raise ValueError(f"a prompt needs at least 2 token ids in one dimension, got shape {tuple(ids.shape)}")
+        vision = self._vision(image)
+        placeholders = int((ids == self.image_token_id).sum())
+        expected = self._image_tokens(vision[1]) if vision is not None else 0
+        if placeholders != expected:
+            raise ValueError(f"prompt has {placeholders} image placeholders, the image needs {expected}")
+        return self._prompt(ids, vision)
+
+    def _vision(self, image: np.ndarray | Image.Image | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(pixel_values (patches, C·T·P·P), image_grid_thw (1, 3)) or None."""
+        if image is None:
+            return None
+        if isinstance(image, np.ndarray):
+            if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+                raise ValueError(f"expected an RGB uint8 image (H, W, 3), got {image.dtype} {image.shape}")
+            image = Image.fromarray(image)
+        out = self.image_processor(images=[image.convert("RGB")], return_tensors="pt")
+        return out["pixel_values"], out["image_grid_thw"]
+
+    def _image_tokens(self, grid: torch.Tensor) -> int:
+        return int(grid[0].prod()) // self.image_processor.merge_size**2
+
+    def _prompt(self, ids: torch.Tensor, vision: tuple[torch.Tensor, torch.Tensor] | None) -> EncodedPrompt:
         return EncodedPrompt(
             input_ids=ids,
             mm_token_type_ids=(ids == self.image_token_id).to(torch.int32),
-            pixel_values=pixel_values,
-            image_grid_thw=grid,
+            pixel_values=None if vision is None else vision[0],
+            image_grid_thw=None if vision is None else vision[1],
         )
 
     def decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+def encode_image(image: np.ndarray, codec: str = "jpeg", quality: int = 90) -> bytes:
+    """RGB uint8 (H, W, 3) → JPEG or PNG file bytes (the image travels once per decision)."""
+    if codec not in ("jpeg", "png"):
+        raise ValueError(f"image codec must be jpeg or png, got {codec!r}")
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format=codec.upper(), **({"quality": quality} if codec == "jpeg" else {}))
+    return buf.getvalue()
+
+
+def decode_image(data: bytes) -> np.ndarray:
+    """JPEG/PNG bytes → RGB uint8 (H, W, 3); ValueError for anything else."""
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            return np.asarray(img.convert("RGB"))
+    except (OSError, Image.DecompressionBombError) as exc:
+        raise ValueError(f"undecodable image ({len(data)} bytes): {exc}") from None

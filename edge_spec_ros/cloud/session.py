@@ -1,0 +1,143 @@
+"""One decision on the verifier: the committed sequence, its KV cache and the verification rounds.
+
+No sockets here: the server hands in decoded messages and an ``emit`` callback. Algorithm 2 of the
+FSD paper (LISTENER): verify the draft at every exit (eq. 5), emit each exit's output with its
+confidence (eq. 4) as soon as its layer is done, and the final exit marked final.
+
+Legend: γ — draft length; δ^(l) — accepted by exit l; L — final layer; T_q — verification time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from edge_spec_ros.models.prompt import PromptEncoder, decode_image
+from edge_spec_ros.models.verifier import EarlyExitVerifier
+from edge_spec_ros.spec.exits import verify_exit
+from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose
+from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Generate, Open, Opened, Tokens
+
+MAX_GAMMA = 64
+MAX_PROMPT_TOKENS = 16384
+MAX_NEW_TOKENS = 4096
+
+
+class RequestError(ValueError):
+    """A request that decodes but cannot be served (answered with ErrorCode.BAD_REQUEST)."""
+
+
+@dataclass(frozen=True)
+class ComputeProfile:
+    """Emulated verifier compute: each forward pass takes at least ``tq_s`` (0: real time only).
+    Exit l of L is released at t0 + T_q·l/L, so early exits stream out as they would on real
+    hardware where layers take equal time."""
+
+    tq_s: float = 0.0
+
+    def wait_for_layer(self, t0: float, layer: int, num_layers: int) -> None:
+        if self.tq_s > 0:
+            delay = t0 + self.tq_s * layer / num_layers - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+
+
+class VerifySession:
+    """State of one open decision."""
+
+    def __init__(self, verifier: EarlyExitVerifier, encoder: PromptEncoder, request: Open) -> None:
+        ids = np.asarray(request.input_ids)
+        vocab = verifier.stack.vocab_size
+        if ids.ndim != 1 or not 2 <= ids.size <= MAX_PROMPT_TOKENS:
+            raise RequestError(f"prompt must be 2..{MAX_PROMPT_TOKENS} ids, got shape {ids.shape}")
+        if ids.min() < 0 or ids.max() >= vocab:
+            raise RequestError(f"prompt ids must be in [0, {vocab})")
+        if not (np.isfinite(request.temperature) and request.temperature >= 0):
+            raise RequestError(f"temperature must be finite and >= 0, got {request.temperature}")
+        try:
+            image = decode_image(request.image) if request.image else None
+            self.prompt = encoder.from_ids(ids, image)
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+        self.verifier = verifier
+        self.sampling = SamplingConfig(request.temperature)
+        self.rng = PositionalRNG(request.seed)
+        self.want_exits = request.want_exits
+        self.compute = ComputeProfile(request.compute_tq_s)
+        self.committed: list[int] = self.prompt.input_ids.tolist()
+        self.next_round = 0
+        self.kv = None
+
+    def prefill(self) -> Opened:
+        t0 = time.perf_counter()
+        self.kv = self.verifier.start(self.prompt)
+        return Opened(self.verifier.num_layers, self.verifier.exit_layers, time.perf_counter() - t0)
+
+    def check_draft(self, draft: DraftBlock) -> None:
+        """Validate a draft block before queueing it (cheap; runs on the I/O thread)."""
+        tokens = np.asarray(draft.tokens)
+        vocab = self.verifier.stack.vocab_size
+        if tokens.ndim != 1 or not 1 <= tokens.size <= MAX_GAMMA:
+            raise RequestError(f"a draft has 1..{MAX_GAMMA} tokens, got shape {tokens.shape}")
+        if tokens.min() < 0 or tokens.max() >= vocab:
+            raise RequestError(f"draft ids must be in [0, {vocab})")
+        if not self.sampling.greedy:
+            q = draft.q
+            if q is None or q.shape != (tokens.size, vocab) or q.dtype != np.float32:
+                raise RequestError(f"sampled verification needs q of shape ({tokens.size}, {vocab}) float32")
+            if not np.isfinite(q).all() or (q < 0).any():
+                raise RequestError("q must be finite and non-negative")
+
+    def verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> None:
+        """Verify at every exit, streaming results; the final exit commits its tokens."""
+        if draft.position != len(self.committed):
+            raise RequestError(f"draft at position {draft.position}, the committed prefix has {len(self.committed)}")
+        t0 = time.perf_counter()
+        tokens = [int(t) for t in draft.tokens]
+        q = None if draft.q is None else torch.from_numpy(np.array(draft.q))
+        seq = self.committed + tokens
+        first = len(self.committed) - 1
+        L = self.verifier.num_layers
+        if self.want_exits:
+            outputs = self.verifier.exits(self.kv, seq, first)
+        else:
+            outputs = iter([_Final(L, self.verifier.logits(self.kv, seq, first))])
+        for out in outputs:
+            result = verify_exit(out.layer, out.logits, tokens, q, self.sampling, self.rng, draft.position,
+                                 out.is_final)
+            self.compute.wait_for_layer(t0, out.layer, L)
+            if out.is_final:
+                self.committed.extend(result.verdict.tokens)
+            emit(ExitResult(round=draft.round, layer=out.layer, accepted=result.verdict.accepted,
+                            tokens=np.asarray(result.verdict.tokens, dtype=np.int32),
+                            confidence=result.confidence, is_final=out.is_final,
+                            compute_s=time.perf_counter() - t0))
+
+    def generate(self, request: Generate, emit: Callable[[Tokens], None]) -> None:
+        """Cloud-only autoregressive decoding (the baseline): one target forward per token, each token
+        streamed as soon as it exists."""
+        if not 1 <= request.max_new_tokens <= MAX_NEW_TOKENS:
+            raise RequestError(f"max_new_tokens must be in 1..{MAX_NEW_TOKENS}")
+        stop = set(request.stop_tokens)
+        for i in range(request.max_new_tokens):
+            t0 = time.perf_counter()
+            logits = self.verifier.logits(self.kv, self.committed, len(self.committed) - 1)[-1]
+            token, _ = choose(logits, self.sampling, self.rng, Stream.TARGET, len(self.committed))
+            self.compute.wait_for_layer(t0, 1, 1)
+            self.committed.append(token)
+            final = token in stop or i == request.max_new_tokens - 1
+            emit(Tokens(tokens=np.asarray([token], dtype=np.int32), is_final=final,
+                        compute_s=time.perf_counter() - t0))
+            if final:
+                return
+
+
+@dataclass(frozen=True)
+class _Final:
+    layer: int
+    logits: torch.Tensor
+    is_final: bool = True

@@ -1,0 +1,170 @@
+"""The robot's connection to the verifier: a DEALER socket, sessions, timeouts and byte counters.
+
+Every reply wait is bounded: a dead or silent verifier surfaces as ``VerifierTimeout`` within the
+configured time, an error reply as ``VerifierError`` carrying the server's code and message.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+
+import zmq
+
+from edge_spec_ros.wire.codec import WireError, decode, encode
+from edge_spec_ros.wire.emulator import LinkShape
+from edge_spec_ros.wire.link import CurveKeys, IOThread
+from edge_spec_ros.wire.messages import Close, Envelope, Error, ErrorCode, Message, Open, Opened
+
+log = logging.getLogger(__name__)
+
+OPEN_TIMEOUT_S = 30.0  # image encoding + prefill on the verifier
+REPLY_TIMEOUT_S = 10.0  # one verification round or one cloud token
+
+
+class VerifierError(RuntimeError):
+    def __init__(self, code: int, message: str) -> None:
+        name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
+        super().__init__(f"verifier error {name}: {message}")
+        self.code = code
+
+
+class VerifierTimeout(VerifierError):
+    def __init__(self, message: str) -> None:
+        RuntimeError.__init__(self, message)
+        self.code = -1
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """endpoint: the verifier's ZeroMQ endpoint; uplink: emulated robot → cloud link (None: real link);
+    downlink: emulated cloud → robot link, applied by the server on this robot's sessions."""
+
+    endpoint: str = "tcp://127.0.0.1:5555"
+    open_timeout_s: float = OPEN_TIMEOUT_S
+    reply_timeout_s: float = REPLY_TIMEOUT_S
+    uplink: LinkShape | None = None
+    downlink: LinkShape | None = None
+    curve: CurveKeys | None = None
+
+
+@dataclass
+class Traffic:
+    """Bytes and messages of one session, both directions."""
+
+    up_bytes: int = 0
+    down_bytes: int = 0
+    up_msgs: int = 0
+    down_msgs: int = 0
+
+
+class VerifierClient:
+    """Thread-safe: any thread may send; each session's replies go to that session's queue."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.counters: Counter[str] = Counter()
+        self._ctx = zmq.Context()
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        if config.curve is not None:
+            sock.curve_publickey = config.curve.public
+            sock.curve_secretkey = config.curve.secret
+            sock.curve_serverkey = config.curve.server_public
+        sock.connect(config.endpoint)
+        self._inbox: dict[bytes, queue.Queue] = {}
+        self.traffic: dict[bytes, Traffic] = {}
+        self._lock = threading.Lock()
+        self._io = IOThread(sock, self._on_frames, "verifier-client-io")
+        self._io.start()
+
+    def close(self) -> None:
+        self._io.stop()
+        self._ctx.term()
+
+    def __enter__(self) -> "VerifierClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- sessions ----------------------------------------------------------------------------
+    def open(self, request: Open) -> tuple[bytes, Opened]:
+        """Open a decision; returns its session id and the server's acknowledgement."""
+        sid = uuid.uuid4().bytes
+        with self._lock:
+            self._inbox[sid] = queue.Queue()
+            self.traffic[sid] = Traffic()
+        down = self.config.downlink
+        if down is not None:
+            request = _with_downlink(request, down)
+        self.send(sid, request)
+        reply = self.receive(sid, self.config.open_timeout_s)
+        if not isinstance(reply, Opened):
+            raise VerifierError(int(ErrorCode.INTERNAL), f"expected Opened, got {type(reply).__name__}")
+        return sid, reply
+
+    def end(self, sid: bytes) -> None:
+        """Tell the server the decision is over and forget the session."""
+        self.send(sid, Close())
+        with self._lock:
+            self._inbox.pop(sid, None)
+
+    def send(self, sid: bytes, message: Message) -> None:
+        frames = encode(Envelope(sid, message))
+        with self._lock:
+            t = self.traffic.get(sid)
+            if t is not None:
+                t.up_bytes += sum(len(f) for f in frames)
+                t.up_msgs += 1
+        self._io.submit("up", frames, shape=self.config.uplink)
+
+    def receive(self, sid: bytes, timeout_s: float | None = None) -> Message:
+        """The session's next message; raises VerifierError for an error reply, VerifierTimeout when
+        nothing arrives within ``timeout_s`` (default: the reply timeout)."""
+        timeout_s = self.config.reply_timeout_s if timeout_s is None else timeout_s
+        with self._lock:
+            box = self._inbox.get(sid)
+        if box is None:
+            raise KeyError("unknown or ended session")
+        try:
+            msg = box.get(timeout=timeout_s)
+        except queue.Empty:
+            malformed = self.counters["malformed"]
+            raise VerifierTimeout(f"no reply from the verifier at {self.config.endpoint} within {timeout_s:.1f} s"
+                                  + (f" ({malformed} malformed frames received)" if malformed else "")) from None
+        if isinstance(msg, Error):
+            raise VerifierError(msg.code, msg.message)
+        return msg
+
+    # --- I/O thread --------------------------------------------------------------------------
+    def _on_frames(self, frames: list[bytes]) -> None:
+        try:
+            env = decode(frames)
+        except WireError as exc:
+            self.counters["malformed"] += 1
+            log.warning("dropped a malformed frame set from the verifier: %s", exc)
+            return
+        with self._lock:
+            box = self._inbox.get(env.session)
+            t = self.traffic.get(env.session)
+            if t is not None:
+                t.down_bytes += sum(len(f) for f in frames)
+                t.down_msgs += 1
+        if box is None:
+            self.counters["unknown_session"] += 1
+            if env.session == bytes(16) and isinstance(env.message, Error):
+                log.warning("verifier: %s", env.message.message)
+            return
+        box.put(env.message)
+
+
+def _with_downlink(request: Open, down: LinkShape) -> Open:
+    from dataclasses import replace
+
+    return replace(request, down_delay_s=down.delay_s, down_jitter_s=down.jitter_s,
+                   down_bandwidth_bps=down.bandwidth_bps, down_loss=down.loss)

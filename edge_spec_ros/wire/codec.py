@@ -1,0 +1,172 @@
+"""Pure encode/decode of messages to and from ZeroMQ frames (``list[bytes]``). No sockets, no pickle.
+
+Frame 0, the header: ``MAGIC`` (2 bytes) | version (u8) | type (u8) | session (16 bytes) | JSON
+metadata (UTF-8). The metadata holds the scalar fields and, under ``"arrays"``, one descriptor per
+buffer frame: ``[name, dtype, shape, codec, nbytes]``. Frames 1.. are the buffers, raw or LZ4 block
+compressed when that saves at least ``LZ4_MIN_SAVING`` of a buffer of ``LZ4_MIN_BYTES`` or more.
+
+Decoding validates everything (magic, version, type, JSON, field names and types, dtypes, shapes,
+sizes, decompressed lengths) and raises ``WireError`` with a clear message on the first problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+import types
+import typing
+
+import lz4.block
+import numpy as np
+
+from edge_spec_ros.wire.messages import MESSAGE_TYPES, Envelope, ErrorCode, Message, MsgType
+
+MAGIC = b"ES"
+VERSION = 1
+SESSION_BYTES = 16
+HEADER = struct.Struct("!2sBB16s")  # magic, version, type, session
+MAX_META_BYTES = 64 * 1024
+MAX_ARRAY_BYTES = 64 * 1024 * 1024  # one (γ, V) float32 block at V = 151,657 is 2.4 MB per γ=4
+LZ4_MIN_BYTES = 1024
+LZ4_MIN_SAVING = 0.1
+ALLOWED_DTYPES = {"int32": np.int32, "int64": np.int64, "float32": np.float32, "float16": np.float16,
+                  "uint8": np.uint8}
+
+
+class WireError(ValueError):
+    """A frame set that cannot be decoded; ``code`` is the ErrorCode to reply with."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.MALFORMED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def encode(envelope: Envelope) -> list[bytes]:
+    """Envelope → frames."""
+    msg = envelope.message
+    if len(envelope.session) != SESSION_BYTES:
+        raise ValueError(f"session ids are {SESSION_BYTES} bytes, got {len(envelope.session)}")
+    meta: dict[str, typing.Any] = {}
+    arrays: list[list] = []
+    buffers: list[bytes] = []
+    for f in dataclasses.fields(msg):
+        value = getattr(msg, f.name)
+        if isinstance(value, bytes):
+            value = np.frombuffer(value, dtype=np.uint8)
+        if isinstance(value, np.ndarray):
+            raw = np.ascontiguousarray(value).tobytes()
+            codec, data = "raw", raw
+            if len(raw) >= LZ4_MIN_BYTES:
+                packed = lz4.block.compress(raw, store_size=False)
+                if len(packed) <= (1 - LZ4_MIN_SAVING) * len(raw):
+                    codec, data = "lz4", packed
+            arrays.append([f.name, value.dtype.name, list(value.shape), codec, len(raw)])
+            buffers.append(data)
+        elif isinstance(value, tuple):
+            meta[f.name] = list(value)
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            meta[f.name] = value
+        else:
+            raise TypeError(f"{type(msg).__name__}.{f.name}: cannot encode {type(value).__name__}")
+    meta["arrays"] = arrays
+    head = HEADER.pack(MAGIC, VERSION, int(msg.TYPE), envelope.session)
+    return [head + json.dumps(meta, separators=(",", ":")).encode(), *buffers]
+
+
+def decode(frames: list[bytes]) -> Envelope:
+    """Frames → Envelope, or ``WireError``."""
+    if not frames or len(frames[0]) < HEADER.size:
+        raise WireError("missing or short header frame")
+    magic, version, mtype, session = HEADER.unpack_from(frames[0])
+    if magic != MAGIC:
+        raise WireError(f"bad magic {magic!r}: not an edge_spec_ros frame")
+    if version != VERSION:
+        raise WireError(f"unsupported protocol version {version} (this side speaks {VERSION})",
+                        ErrorCode.UNSUPPORTED_VERSION)
+    try:
+        cls = MESSAGE_TYPES[MsgType(mtype)]
+    except ValueError:
+        raise WireError(f"unknown message type {mtype}") from None
+    raw_meta = frames[0][HEADER.size:]
+    if len(raw_meta) > MAX_META_BYTES:
+        raise WireError(f"metadata of {len(raw_meta)} bytes exceeds {MAX_META_BYTES}")
+    try:
+        meta = json.loads(raw_meta.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WireError(f"metadata is not JSON: {exc}") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("arrays"), list):
+        raise WireError("metadata must be an object with an 'arrays' list")
+    descriptors = meta.pop("arrays")
+    if len(descriptors) != len(frames) - 1:
+        raise WireError(f"{len(descriptors)} arrays described but {len(frames) - 1} buffer frames")
+    values = dict(meta)
+    for desc, data in zip(descriptors, frames[1:]):
+        name, array = _decode_array(desc, data)
+        values[name] = array
+    return Envelope(session, _build(cls, values))
+
+
+def _decode_array(desc: typing.Any, data: bytes) -> tuple[str, np.ndarray]:
+    if not (isinstance(desc, list) and len(desc) == 5):
+        raise WireError(f"bad array descriptor {desc!r}")
+    name, dtype, shape, codec, nbytes = desc
+    if not isinstance(name, str) or dtype not in ALLOWED_DTYPES:
+        raise WireError(f"array {name!r}: dtype {dtype!r} not allowed")
+    if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape) and len(shape) <= 4):
+        raise WireError(f"array {name!r}: bad shape {shape!r}")
+    np_dtype = np.dtype(ALLOWED_DTYPES[dtype])
+    expected = int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
+    if not isinstance(nbytes, int) or nbytes != expected or nbytes > MAX_ARRAY_BYTES:
+        raise WireError(f"array {name!r}: size {nbytes!r} does not match shape {shape} {dtype} "
+                        f"or exceeds {MAX_ARRAY_BYTES}")
+    if codec == "lz4":
+        try:
+            data = lz4.block.decompress(data, uncompressed_size=nbytes)
+        except lz4.block.LZ4BlockError as exc:
+            raise WireError(f"array {name!r}: LZ4 data corrupt: {exc}") from None
+    elif codec != "raw":
+        raise WireError(f"array {name!r}: unknown codec {codec!r}")
+    if len(data) != nbytes:
+        raise WireError(f"array {name!r}: {len(data)} bytes, expected {nbytes}")
+    return name, np.frombuffer(data, dtype=np_dtype).reshape(shape)
+
+
+def _build(cls: type, values: dict[str, typing.Any]) -> Message:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(values) - set(fields)
+    if unknown:
+        raise WireError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in values:
+            if f.default is dataclasses.MISSING:
+                raise WireError(f"{cls.__name__}: missing field {name!r}")
+            continue
+        kwargs[name] = _check(cls.__name__, name, values[name], hints[name])
+    return cls(**kwargs)
+
+
+def _check(owner: str, name: str, value: typing.Any, hint: typing.Any) -> typing.Any:
+    """Coerce/validate one field value against its annotation."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    for option in options:
+        if option is type(None) and value is None:
+            return None
+        if option is np.ndarray and isinstance(value, np.ndarray):
+            return value
+        if option is bytes and isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 1:
+            return value.tobytes()
+        if option is bool and isinstance(value, bool):
+            return value
+        if option is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if option is str and isinstance(value, str):
+            return value
+        if typing.get_origin(option) is tuple and isinstance(value, list) \
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return tuple(value)
+    raise WireError(f"{owner}.{name}: {type(value).__name__} does not fit {hint}")

@@ -1,0 +1,138 @@
+"""Messages between the robot bridge (ZeroMQ DEALER) and the cloud verifier (ROUTER).
+
+Each message is a frozen dataclass; ``wire/codec.py`` turns it into ``list[bytes]`` and back.
+Field kinds: int, float, str, bool, tuple[int, ...] and None travel in the header's JSON metadata;
+numpy arrays and bytes travel as raw (optionally LZ4-compressed) buffers in their own frames.
+
+Legend: γ — draft length; δ — accepted draft tokens; q — draft distribution; L — final exit layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+
+class MsgType(IntEnum):
+    OPEN = 1  # robot → cloud: start a decision (prompt ids + image once)
+    OPENED = 2  # cloud → robot: prefill done
+    DRAFT = 3  # robot → cloud: a γ-token draft block for verification
+    EXIT = 4  # cloud → robot: one exit's verification result (the final one is the authority)
+    GENERATE = 5  # robot → cloud: cloud-only autoregressive decoding of the open decision
+    TOKENS = 6  # cloud → robot: tokens decoded by the cloud alone
+    CLOSE = 7  # robot → cloud: the decision is over, free its state
+    ERROR = 8  # cloud → robot: a request was refused
+    STATS = 9  # robot → cloud: ask for the server's counters
+    STATS_REPLY = 10  # cloud → robot: the counters
+
+
+class ErrorCode(IntEnum):
+    MALFORMED = 1  # frames that do not decode
+    UNSUPPORTED_VERSION = 2
+    UNKNOWN_SESSION = 3
+    OUT_OF_ORDER = 4  # a draft for a round other than the next one
+    BAD_REQUEST = 5  # decodes, but its content is invalid (ids out of vocabulary, bad image, ...)
+    INTERNAL = 6  # the server failed while serving a valid request
+    BUSY = 7  # too many sessions
+
+
+@dataclass(frozen=True)
+class Open:
+    input_ids: np.ndarray  # (n,) int32, image placeholders expanded
+    image: bytes = b""  # JPEG/PNG file bytes; empty for a text-only prompt
+    temperature: float = 0.0
+    seed: int = 0
+    want_exits: bool = True  # stream early exits (FSD) or only the final one (SD)
+    queue_policy: str = "priority"  # server early-exit queue: priority | fifo | random
+    compute_tq_s: float = 0.0  # emulated verification time per forward (0: none), see ComputeProfile
+    down_delay_s: float = 0.0  # emulated downlink (wire.emulator.LinkShape), benches and tests only
+    down_jitter_s: float = 0.0
+    down_bandwidth_bps: float = 0.0
+    down_loss: float = 0.0
+    TYPE = MsgType.OPEN
+
+
+@dataclass(frozen=True)
+class Opened:
+    num_layers: int
+    exit_layers: tuple[int, ...]
+    prefill_s: float
+    TYPE = MsgType.OPENED
+
+
+@dataclass(frozen=True)
+class DraftBlock:
+    round: int  # 0, 1, 2, ... within the decision
+    position: int  # absolute index of tokens[0]
+    tokens: np.ndarray  # (γ,) int32
+    q: np.ndarray | None = None  # (γ, V) float32: the exact distributions sampled from; None when greedy
+    TYPE = MsgType.DRAFT
+
+
+@dataclass(frozen=True)
+class ExitResult:
+    round: int
+    layer: int
+    accepted: int  # δ^(l)
+    tokens: np.ndarray  # (δ+1,) int32
+    confidence: float  # S^(l), FSD eq. 4
+    is_final: bool
+    compute_s: float = 0.0  # server time from receiving the draft to this exit
+    TYPE = MsgType.EXIT
+
+
+@dataclass(frozen=True)
+class Generate:
+    max_new_tokens: int
+    stop_tokens: tuple[int, ...] = ()
+    TYPE = MsgType.GENERATE
+
+
+@dataclass(frozen=True)
+class Tokens:
+    tokens: np.ndarray  # (k,) int32
+    is_final: bool
+    compute_s: float = 0.0
+    TYPE = MsgType.TOKENS
+
+
+@dataclass(frozen=True)
+class Close:
+    TYPE = MsgType.CLOSE
+
+
+@dataclass(frozen=True)
+class Error:
+    code: int
+    message: str
+    round: int = -1
+    TYPE = MsgType.ERROR
+
+
+@dataclass(frozen=True)
+class Stats:
+    TYPE = MsgType.STATS
+
+
+@dataclass(frozen=True)
+class StatsReply:
+    counters: str  # JSON object of counter name → value
+    TYPE = MsgType.STATS_REPLY
+
+
+MESSAGE_TYPES: dict[MsgType, type] = {
+    cls.TYPE: cls
+    for cls in (Open, Opened, DraftBlock, ExitResult, Generate, Tokens, Close, Error, Stats, StatsReply)
+}
+
+Message = Open | Opened | DraftBlock | ExitResult | Generate | Tokens | Close | Error | Stats | StatsReply
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A message with its routing fields: the session it belongs to (16 bytes)."""
+
+    session: bytes
+    message: Message = field(repr=False)
