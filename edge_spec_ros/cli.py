@@ -1,6 +1,9 @@
 """``edge-spec-ros``: the project's command line.
 
   demo              decode one camera image + instruction locally, target-only vs speculative
+  serve             run the cloud verifier (ZeroMQ ROUTER)
+  bench             AR, SD and FSD side by side over an emulated link
+  keys              make CURVE key pairs for the verifier and robots
   build-tokenizer   retrain the shipped tokenizer from the project's corpus
 """
 
@@ -112,6 +115,62 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_verifier(args: argparse.Namespace):
+    """(verifier, tokenizer) from --verifier/--adapters; ``embedded`` is the embedded small model."""
+    if args.verifier == "embedded":
+        if args.adapters:
+            raise SystemExit("--adapters needs --verifier ID_OR_PATH")
+        from edge_spec_ros.models.embedded import embedded_pair
+
+        pair = embedded_pair()
+        return pair.verifier, pair.tokenizer
+    from transformers import AutoTokenizer
+
+    from edge_spec_ros.models.verifier import EarlyExitVerifier, VerifierConfig
+
+    verifier = EarlyExitVerifier.from_config(VerifierConfig(model=args.verifier, adapters=args.adapters,
+                                                            dtype=args.dtype, device=args.device))
+    return verifier, AutoTokenizer.from_pretrained(args.verifier)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
+    from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
+    from edge_spec_ros.wire.curve import server_keys
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    curve = server_keys(Path(args.curve_keys) / "server.key_secret", Path(args.curve_keys) / "authorized") \
+        if args.curve_keys else None
+    _log(f"loading verifier {args.verifier} ...")
+    verifier, tokenizer = _load_verifier(args)
+    config = ServerConfig(bind=args.bind, workers=args.workers, session_timeout_s=args.session_timeout,
+                          max_sessions=args.max_sessions, max_requests=args.max_requests,
+                          idle_exit_s=args.idle_exit, curve=curve)
+    server = VerifierServer(verifier, PromptEncoder(tokenizer, PromptConfig(max_pixels=args.max_pixels)), config)
+    endpoint = server.start()
+    print(f"listening on {endpoint}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: server._done.set())
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        _log(f"stopped; counters: {json.dumps(server.stats())}")
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from edge_spec_ros.wire.curve import make_keys
+
+    for path in make_keys(args.out, args.robot):
+        print(path)
+    return 0
+
+
 def cmd_build_tokenizer(args: argparse.Namespace) -> int:
     from edge_spec_ros.models.tokenizer import TOKENIZER_DIR, save_tokenizer, train_tokenizer
 
@@ -140,6 +199,27 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", help="also write the statistics to this JSON file")
     demo.set_defaults(func=cmd_demo)
 
+    serve = sub.add_parser("serve", help="run the cloud verifier")
+    serve.add_argument("--verifier", default="embedded", help="Qwen2-VL hub id or path, or 'embedded'")
+    serve.add_argument("--adapters", help="directory of trained exit adapters")
+    serve.add_argument("--dtype", default="bfloat16", help="weights dtype for a real checkpoint")
+    serve.add_argument("--device", default="cuda", help="torch device for a real checkpoint")
+    serve.add_argument("--bind", default="tcp://127.0.0.1:5555",
+                       help="ZeroMQ endpoint; tcp://0.0.0.0:5555 to accept robots from the network")
+    serve.add_argument("--workers", type=int, default=1, help="verification threads")
+    serve.add_argument("--session-timeout", type=float, default=60.0, help="drop sessions idle this long (s)")
+    serve.add_argument("--max-sessions", type=int, default=64)
+    serve.add_argument("--max-requests", type=int, default=0, help="stop after this many requests (0: never)")
+    serve.add_argument("--idle-exit", type=float, default=0.0, help="stop after this long without requests (s)")
+    serve.add_argument("--curve-keys", help="directory made by `edge-spec-ros keys` (enables CURVE)")
+    serve.add_argument("--max-pixels", type=int, default=112 * 112, help="image pixel budget after resizing")
+    serve.set_defaults(func=cmd_serve)
+
+    keys = sub.add_parser("keys", help="make CURVE key pairs (server + robots)")
+    keys.add_argument("--out", required=True, help="output directory")
+    keys.add_argument("--robot", action="append", default=None, help="robot name (repeatable; default robot)")
+    keys.set_defaults(func=cmd_keys)
+
     tok = sub.add_parser("build-tokenizer", help="retrain the shipped BPE tokenizer")
     tok.add_argument("--vocab-size", type=int, default=2048)
     tok.add_argument("--out", help="output directory (default: the package's assets)")
@@ -149,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "robot", 0) is None:
+        args.robot = ["robot"]
     return args.func(args)
 
 

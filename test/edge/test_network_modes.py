@@ -1,0 +1,84 @@
+"""AR, SD and FSD against a real verifier process on 127.0.0.1.
+
+Greedy: every mode's output equals the target's own greedy output token for token.
+Sampled: FSD equals SD at the same seed (and both equal the in-process speculative reference).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edge_spec_ros.camera.synthetic import synthetic_camera_image
+from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
+from edge_spec_ros.edge.client import ClientConfig, VerifierClient
+from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
+from edge_spec_ros.models.embedded import embedded_pair
+from edge_spec_ros.models.prompt import PromptEncoder, decode_image, encode_image
+from edge_spec_ros.spec.sampling import SamplingConfig
+from edge_spec_ros.wire.emulator import LinkShape
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return embedded_pair()  # the same weights the server process builds
+
+
+def pair_prompt(pair, instruction, image):
+    return PromptEncoder(pair.tokenizer).encode(instruction, image)
+
+
+@pytest.fixture(scope="module")
+def images():
+    """(jpeg bytes, what the verifier decodes from them) for a few camera frames."""
+    frames = [synthetic_camera_image(seed=s) for s in range(2)]
+    frames.append((np.random.default_rng(5).random((112, 140, 3)) * 255).astype(np.uint8))
+    return [(jpg, decode_image(jpg)) for jpg in (encode_image(f) for f in frames)]
+
+
+def run_modes(endpoint, pair, prompt, jpg, decode: DecodeConfig, **edge) -> dict:
+    with VerifierClient(ClientConfig(endpoint=endpoint)) as client:
+        decoder = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=decode, **edge))
+        return {mode: decoder.decode(mode, prompt, jpg) for mode in ("ar", "sd", "fsd")}
+
+
+def test_greedy_over_the_network_equals_target_greedy(server_endpoint, pair, images):
+    eos = pair.tokenizer.eos_token_id
+    for (jpg, seen), instruction in zip(images, ("find the silver bottle", "go to the red chair", "stop")):
+        prompt = pair_prompt(pair, instruction, seen)
+        config = DecodeConfig(max_new_tokens=32, gamma=4, stop_tokens=(eos,))
+        target = autoregressive(pair.verifier, prompt, config)
+        results = run_modes(server_endpoint, pair, prompt, jpg, config, threads=3)
+        for mode, result in results.items():
+            assert result.tokens == target.tokens, mode
+        fsd = results["fsd"].stats
+        assert fsd.cache_hits + fsd.cache_misses == fsd.rounds - 1  # every round but the last needed a draft
+        assert results["sd"].stats.rounds == fsd.rounds and fsd.bytes_up > 0 and fsd.bytes_down > 0
+
+
+@pytest.mark.parametrize("policies", [("priority", "priority"), ("fifo", "random")])
+def test_sampled_fsd_equals_sd_at_the_same_seed(server_endpoint, pair, images, policies):
+    jpg, seen = images[0]
+    prompt = pair_prompt(pair, "find the silver bottle", seen)
+    for seed in (0, 1):
+        config = DecodeConfig(max_new_tokens=32, gamma=3, sampling=SamplingConfig(0.9), seed=seed,
+                              stop_tokens=(pair.tokenizer.eos_token_id,))
+        reference = speculative(pair.drafter, pair.verifier, prompt, config)
+        results = run_modes(server_endpoint, pair, prompt, jpg, config, threads=2,
+                            client_policy=policies[0], server_policy=policies[1])
+        assert results["sd"].tokens == reference.tokens
+        assert results["fsd"].tokens == results["sd"].tokens
+        assert results["fsd"].stats.accepted == results["sd"].stats.accepted
+
+
+def test_emulated_link_delays_rounds_but_not_tokens(server_endpoint, pair, images):
+    """A shaped link (delay, jitter, bandwidth, loss) changes timing only."""
+    jpg, seen = images[1]
+    prompt = pair_prompt(pair, "go to the red chair", seen)
+    config = DecodeConfig(max_new_tokens=12, gamma=4, stop_tokens=(pair.tokenizer.eos_token_id,))
+    target = autoregressive(pair.verifier, prompt, config)
+    shape = LinkShape(delay_s=0.02, jitter_s=0.005, bandwidth_bps=20e6, loss=0.05)
+    with VerifierClient(ClientConfig(endpoint=server_endpoint, uplink=shape, downlink=shape)) as client:
+        result = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config)).decode("sd", prompt, jpg)
+    assert result.tokens == target.tokens
+    assert result.stats.round_trip_s / result.stats.rounds >= 0.04  # at least two one-way delays
