@@ -142,6 +142,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from edge_spec_ros.wire.curve import server_keys
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     curve = server_keys(Path(args.curve_keys) / "server.key_secret", Path(args.curve_keys) / "authorized") \
         if args.curve_keys else None
     _log(f"loading verifier {args.verifier} ...")
@@ -161,6 +165,42 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server.stop()
         _log(f"stopped; counters: {json.dumps(server.stats())}")
     return 0
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from contextlib import nullcontext
+
+    from edge_spec_ros.bench import report as bench_report
+    from edge_spec_ros.bench.runner import Bench, BenchConfig
+    from edge_spec_ros.cloud.process import verifier_process
+    from edge_spec_ros.models.embedded import embedded_pair
+
+    config = BenchConfig(profile=args.profile, modes=tuple(args.modes.split(",")), prompts=args.prompts,
+                         max_new_tokens=args.max_new_tokens, gamma=args.gamma, threads=args.threads,
+                         temperature=args.temperature, seed=args.seed, client_policy=args.client_policy,
+                         server_policy=args.server_policy, sweep_threads=args.sweep_threads,
+                         sweep_gamma=args.sweep_gamma, sweep_policies=args.sweep_policies)
+    import torch
+
+    # robot and verifier share this machine's cores: one compute thread each, no oversubscription
+    torch.set_num_threads(1)
+    _log("building the embedded small Qwen2-VL pair ...")
+    pair = embedded_pair()
+    server = nullcontext(args.endpoint) if args.endpoint else verifier_process("--threads", "1")
+    with server as endpoint:
+        _log(f"verifier at {endpoint}; profile {config.profile}")
+        report = Bench(pair, endpoint, config, progress=lambda s: _log(f"  {s}")).run()
+    print(bench_report.table(report))
+    json_path, png_path = bench_report.write(report, args.out)
+    print(f"wrote {json_path} and {png_path}")
+    return 0 if "DIFFERENT" not in report["exact"] else 1
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
@@ -213,7 +253,26 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--idle-exit", type=float, default=0.0, help="stop after this long without requests (s)")
     serve.add_argument("--curve-keys", help="directory made by `edge-spec-ros keys` (enables CURVE)")
     serve.add_argument("--max-pixels", type=int, default=112 * 112, help="image pixel budget after resizing")
+    serve.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     serve.set_defaults(func=cmd_serve)
+
+    bench = sub.add_parser("bench", help="AR, SD and FSD side by side over an emulated link")
+    bench.add_argument("--profile", default="loopback", choices=["loopback", "wifi", "go2-paper"])
+    bench.add_argument("--modes", default="ar,sd,fsd", help="comma-separated subset of ar,sd,fsd")
+    bench.add_argument("--prompts", type=int, default=3, help="number of image + instruction prompts")
+    bench.add_argument("--max-new-tokens", type=int, default=24)
+    bench.add_argument("--gamma", type=int, default=4, help="draft length γ")
+    bench.add_argument("--threads", type=int, default=6, help="FSD pre-draft threads N")
+    bench.add_argument("--temperature", type=float, default=0.0)
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--client-policy", default="priority", choices=["priority", "fifo", "random"])
+    bench.add_argument("--server-policy", default="priority", choices=["priority", "fifo", "random"])
+    bench.add_argument("--sweep-threads", type=_ints, default=(), help="e.g. 1,2,4,6 (FSD Fig. 4a)")
+    bench.add_argument("--sweep-gamma", type=_ints, default=(), help="e.g. 2,4,6,8 (FSD Fig. 4b)")
+    bench.add_argument("--sweep-policies", action="store_true", help="client × server queue policies (Table 7)")
+    bench.add_argument("--endpoint", help="use a running verifier instead of starting one on loopback")
+    bench.add_argument("--out", default="artifacts/bench", help="directory for the JSON and PNG")
+    bench.set_defaults(func=cmd_bench)
 
     keys = sub.add_parser("keys", help="make CURVE key pairs (server + robots)")
     keys.add_argument("--out", required=True, help="output directory")

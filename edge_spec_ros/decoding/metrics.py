@@ -7,7 +7,8 @@ communication latency (estimated per round as (round trip − T_q) / 2).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import statistics
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -32,6 +33,7 @@ class DecodeStats:
     round_trip_s: float = 0.0  # Σ from sending a draft (or request) to its final result
     bytes_up: int = 0
     bytes_down: int = 0
+    round_overheads_s: list[float] = field(default_factory=list)  # per round: round trip − server T_q
 
     @property
     def tau(self) -> float:
@@ -74,8 +76,14 @@ class DecodeStats:
     def bytes_down_per_round(self) -> float:
         return self.bytes_down / self.rounds if self.rounds else 0.0
 
-    DERIVED = ("tau", "alpha", "per_token_s", "miss_rate", "avg_hit_exit", "tp_s", "tq_s", "tc_s",
+    @property
+    def overhead_median_s(self) -> float:
+        return statistics.median(self.round_overheads_s) if self.round_overheads_s else 0.0
+
+    DERIVED = ("overhead_median_s", "tau", "alpha", "per_token_s", "miss_rate", "avg_hit_exit", "tp_s", "tq_s", "tc_s",
                "bytes_up_per_round", "bytes_down_per_round")
 
     def as_dict(self) -> dict:
-        return {**asdict(self), **{name: getattr(self, name) for name in self.DERIVED}}
+        out = {**asdict(self), **{name: getattr(self, name) for name in self.DERIVED}}
+        del out["round_overheads_s"]
+        return out

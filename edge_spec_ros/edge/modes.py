@@ -127,8 +127,10 @@ class EdgeDecoder:
                 if predrafter is not None:
                     predrafter.begin_round(round_, seq, kv.fork())
                 final, earliest = self._await_final(sid, round_, predrafter)
-                stats.round_trip_s += time.perf_counter() - sent
+                round_trip = time.perf_counter() - sent
+                stats.round_trip_s += round_trip
                 stats.server_s += final.compute_s
+                stats.round_overheads_s.append(round_trip - final.compute_s)
                 tokens = tuple(int(t) for t in final.tokens)
                 stats.accepted += final.accepted
                 seq.extend(tokens)

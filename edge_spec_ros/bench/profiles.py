@@ -1,0 +1,51 @@
+"""Link and compute profiles for the side-by-side benchmark.
+
+The FSD paper's Go2 deployment (Table 8): drafting γT_p = 288 ms at γ = 4 (T_p = 72 ms on the Jetson
+Orin), verification T_q = 620 ms (Qwen2-VL-7B with 27 exits on an A100), communication
+T_c = 120 ms over Wi-Fi 6. Table 4 charges 2T_c per round, so ``go2-paper`` emulates T_c as the
+one-way delay of each direction. ``wifi`` keeps this machine's real compute and emulates a Wi-Fi
+link of about 120 ms round trip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edge_spec_ros.wire.emulator import LinkShape
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    uplink: LinkShape | None
+    downlink: LinkShape | None
+    tp_s: float = 0.0  # emulated draft forward (0: this machine's real drafter time)
+    tq_s: float = 0.0  # emulated verification forward (0: real)
+    description: str = ""
+
+    def emulated(self) -> list[str]:
+        """Plain statements of what this profile emulates."""
+        lines = []
+        for name, shape in (("uplink", self.uplink), ("downlink", self.downlink)):
+            if shape is None or shape.ideal:
+                lines.append(f"{name}: real loopback, not emulated")
+            else:
+                lines.append(f"{name}: emulated one-way delay {shape.delay_s * 1e3:.0f} ms, jitter "
+                             f"0-{shape.jitter_s * 1e3:.0f} ms, {shape.bandwidth_bps / 1e6:.0f} Mbit/s, "
+                             f"{shape.loss:.1%} loss (each loss costs a {shape.rto_s * 1e3:.0f} ms retransmission)")
+        lines.append(f"draft forward T_p: emulated {self.tp_s * 1e3:.0f} ms" if self.tp_s
+                     else "draft forward T_p: real, this machine")
+        lines.append(f"verification T_q: emulated {self.tq_s * 1e3:.0f} ms (exit l of L at l/L of it)"
+                     if self.tq_s else "verification T_q: real, this machine")
+        return lines
+
+
+WIFI = LinkShape(delay_s=0.060, jitter_s=0.010, bandwidth_bps=50e6, loss=0.005)
+GO2_PAPER_LINK = LinkShape(delay_s=0.120, jitter_s=0.0, bandwidth_bps=100e6, loss=0.0)
+
+PROFILES = {
+    "loopback": Profile("loopback", None, None, description="real compute, real loopback"),
+    "wifi": Profile("wifi", WIFI, WIFI, description="real compute, Wi-Fi-like link (~120 ms RTT)"),
+    "go2-paper": Profile("go2-paper", GO2_PAPER_LINK, GO2_PAPER_LINK, tp_s=0.288 / 4, tq_s=0.620,
+                         description="the FSD paper's Go2 conditions (Table 8) on the real code paths"),
+}

@@ -1,0 +1,98 @@
+"""The benchmark report: a text table, JSON and a PNG plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROWS = (
+    ("tokens", "tokens", "{:.0f}"),
+    ("rounds", "rounds", "{:.0f}"),
+    ("τ tokens/round", "tau", "{:.2f}"),
+    ("α acceptance", "alpha", "{:.2f}"),
+    ("r cache miss", "miss_rate", "{:.1%}"),
+    ("avg hit exit", "avg_hit_exit", "{:.1f}"),
+    ("TTFT ms", "ttft_s", "ms"),
+    ("per token ms", "per_token_s", "ms"),
+    ("T_p ms", "tp_s", "ms"),
+    ("T_q ms", "tq_s", "ms"),
+    ("T_c ms", "tc_s", "ms"),
+    ("up B/round", "bytes_up_per_round", "{:.0f}"),
+    ("down B/round", "bytes_down_per_round", "{:.0f}"),
+    ("overhead ms (median)", "overhead_median_s", "ms"),
+    ("wall s", "wall_s", "{:.2f}"),
+)
+
+
+def table(report: dict) -> str:
+    modes = list(report["modes"])
+    lines = [f"profile {report['profile']}: {report['description']}"]
+    lines += [f"  {line}" for line in report["emulated"]]
+    lines.append(f"{'':<22}" + "".join(f"{m.upper():>12}" for m in modes))
+    for label, key, fmt in ROWS:
+        cells = []
+        for m in modes:
+            v = report["modes"][m][key]
+            cells.append(f"{v * 1e3:12.1f}" if fmt == "ms" else f"{fmt.format(v):>12}")
+        lines.append(f"{label:<22}" + "".join(cells))
+    for name, value in report["speedups"].items():
+        a, b = name.split("_")[1:]
+        lines.append(f"speedup {a.upper()} → {b.upper()}: {value:.2f}x")
+    lines.append(f"exactness: {report['exact']}")
+    for name, rows in report["sweeps"].items():
+        lines.append(f"sweep over {name}:")
+        for row in rows:
+            lines.append("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                                          for k, v in row.items()))
+    return "\n".join(lines)
+
+
+def write(report: dict, out_dir: str | Path) -> tuple[Path, Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"bench_{report['profile']}"
+    json_path = out / f"{stem}.json"
+    json_path.write_text(json.dumps(report, indent=2))
+
+    panels = 1 + ("threads" in report["sweeps"]) + ("gamma" in report["sweeps"])
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), squeeze=False)
+    ax = axes[0][0]
+    modes = list(report["modes"])
+    ax.bar([m.upper() for m in modes], [report["modes"][m]["per_token_s"] * 1e3 for m in modes],
+           color=["#888", "#4a7", "#37c"][: len(modes)])
+    ax.set_ylabel("latency per token (ms)")
+    ax.set_title(f"{report['profile']}")
+    i = 1
+    if "threads" in report["sweeps"]:
+        rows = report["sweeps"]["threads"]
+        ax = axes[0][i]
+        i += 1
+        ax.plot([r["threads"] for r in rows], [r["speedup_sd_fsd"] for r in rows], "o-", label="speedup SD→FSD")
+        ax.set_xlabel("pre-draft threads N")
+        ax.set_ylabel("speedup")
+        ax2 = ax.twinx()
+        ax2.plot([r["threads"] for r in rows], [r["miss_rate"] * 100 for r in rows], "s--", color="#c53",
+                 label="cache miss %")
+        ax2.set_ylabel("cache miss rate (%)")
+        ax.set_title("effect of threads (cf. FSD Fig. 4a)")
+    if "gamma" in report["sweeps"]:
+        rows = report["sweeps"]["gamma"]
+        ax = axes[0][i]
+        g = [r["gamma"] for r in rows]
+        ax.plot(g, [r.get("speedup_sd_fsd", 0) for r in rows], "o-", label="SD→FSD")
+        ax.plot(g, [r.get("speedup_ar_sd", 0) for r in rows], "s-", label="AR→SD")
+        ax.axhline(1.0, color="#999", lw=0.8)
+        ax.set_xlabel("draft length γ")
+        ax.set_ylabel("speedup")
+        ax.legend()
+        ax.set_title("effect of γ (cf. FSD Fig. 4b)")
+    fig.tight_layout()
+    png_path = out / f"{stem}.png"
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+    return json_path, png_path

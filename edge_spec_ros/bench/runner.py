@@ -1,0 +1,162 @@
+"""AR, SD and FSD side by side on the same prompts, models and link, in one run.
+
+Timing ratios are taken within one run because these machines are noisy; exactness is checked on
+the way (greedy outputs must be identical across modes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from edge_spec_ros.bench.profiles import PROFILES, Profile
+from edge_spec_ros.camera.synthetic import synthetic_camera_image
+from edge_spec_ros.decoding.metrics import DecodeStats
+from edge_spec_ros.decoding.reference import DecodeConfig
+from edge_spec_ros.edge.client import ClientConfig, VerifierClient
+from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
+from edge_spec_ros.models.embedded import ModelPair
+from edge_spec_ros.models.prompt import EncodedPrompt, PromptEncoder, decode_image, encode_image
+from edge_spec_ros.spec.sampling import SamplingConfig
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = ("find the silver bottle", "go to the red chair", "turn left at the door",
+                "walk to the green plant", "stop at the blue box", "look for the yellow ball")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    profile: str = "loopback"
+    modes: tuple[str, ...] = ("ar", "sd", "fsd")
+    prompts: int = 3
+    max_new_tokens: int = 24
+    gamma: int = 4
+    threads: int = 6  # the paper's Go2 ran 6 early-exit threads (Table 8)
+    temperature: float = 0.0
+    seed: int = 0
+    client_policy: str = "priority"
+    server_policy: str = "priority"
+    sweep_threads: tuple[int, ...] = ()
+    sweep_gamma: tuple[int, ...] = ()
+    sweep_policies: bool = False
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise ValueError(f"unknown profile {self.profile!r}; choose one of {sorted(PROFILES)}")
+
+
+@dataclass
+class ModeResult:
+    stats: DecodeStats
+    outputs: list[list[int]] = field(default_factory=list)
+
+
+def bench_prompts(encoder: PromptEncoder, n: int) -> list[tuple[EncodedPrompt, bytes]]:
+    """n fixed (prompt, JPEG) pairs; the prompt is encoded from the decoded JPEG the verifier sees."""
+    out = []
+    for i in range(n):
+        jpg = encode_image(synthetic_camera_image(seed=i))
+        out.append((encoder.encode(INSTRUCTIONS[i % len(INSTRUCTIONS)], decode_image(jpg)), jpg))
+    return out
+
+
+def merge(stats: list[DecodeStats]) -> DecodeStats:
+    """Sum counters and times over decodes (lists concatenate; the TTFT becomes a mean)."""
+    total = DecodeStats(stats[0].mode)
+    for s in stats:
+        for f in dataclasses.fields(DecodeStats):
+            if f.name != "mode":
+                setattr(total, f.name, getattr(total, f.name) + getattr(s, f.name))
+    total.ttft_s /= len(stats)
+    return total
+
+
+class Bench:
+    def __init__(self, pair: ModelPair, endpoint: str, config: BenchConfig,
+                 progress: Callable[[str], None] = lambda s: None) -> None:
+        self.pair = pair
+        self.endpoint = endpoint
+        self.config = config
+        self.profile: Profile = PROFILES[config.profile]
+        self.progress = progress
+        self.prompts = bench_prompts(PromptEncoder(pair.tokenizer), config.prompts)
+
+    def run_modes(self, modes: tuple[str, ...], **overrides) -> dict[str, ModeResult]:
+        c = self.config
+        decode = DecodeConfig(max_new_tokens=c.max_new_tokens, gamma=overrides.pop("gamma", c.gamma),
+                              sampling=SamplingConfig(c.temperature), seed=c.seed,
+                              stop_tokens=(self.pair.tokenizer.eos_token_id,))
+        edge = EdgeConfig(decode=decode, threads=c.threads, client_policy=c.client_policy,
+                          server_policy=c.server_policy, tp_s=self.profile.tp_s, tq_s=self.profile.tq_s)
+        edge = dataclasses.replace(edge, **overrides)
+        client_config = ClientConfig(endpoint=self.endpoint, uplink=self.profile.uplink,
+                                     downlink=self.profile.downlink, reply_timeout_s=60.0)
+        results: dict[str, ModeResult] = {}
+        with VerifierClient(client_config) as client:
+            decoder = EdgeDecoder(client, self.pair.drafter, edge)
+            for mode in modes:
+                warm = dataclasses.replace(edge, decode=dataclasses.replace(decode, max_new_tokens=4))
+                EdgeDecoder(client, self.pair.drafter, warm).decode(mode, *self.prompts[0])  # untimed warm-up
+                runs = []
+                for i, (prompt, jpg) in enumerate(self.prompts):
+                    self.progress(f"{mode} γ={decode.gamma} N={edge.threads} prompt {i + 1}/{len(self.prompts)}")
+                    runs.append(decoder.decode(mode, prompt, jpg))
+                results[mode] = ModeResult(merge([r.stats for r in runs]), [r.tokens for r in runs])
+        return results
+
+    def run(self) -> dict:
+        c = self.config
+        main = self.run_modes(c.modes)
+        report: dict = {
+            "profile": self.profile.name,
+            "description": self.profile.description,
+            "emulated": self.profile.emulated(),
+            "config": dataclasses.asdict(c),
+            "modes": {m: r.stats.as_dict() for m, r in main.items()},
+            "speedups": speedups({m: r.stats for m, r in main.items()}),
+            "exact": exactness(main, c.temperature),
+            "sweeps": {},
+        }
+        if c.sweep_threads:
+            base = main["sd"].stats if "sd" in main else self.run_modes(("sd",))["sd"].stats
+            rows = []
+            for n in c.sweep_threads:
+                fsd = self.run_modes(("fsd",), threads=n)["fsd"].stats
+                rows.append({"threads": n, "speedup_sd_fsd": base.wall_s / fsd.wall_s, "miss_rate": fsd.miss_rate})
+            report["sweeps"]["threads"] = rows
+        if c.sweep_gamma:
+            rows = []
+            for g in c.sweep_gamma:
+                res = self.run_modes(("ar", "sd", "fsd"), gamma=g)
+                rows.append({"gamma": g, **speedups({m: r.stats for m, r in res.items()}),
+                             "tau": res["sd"].stats.tau, "miss_rate": res["fsd"].stats.miss_rate})
+            report["sweeps"]["gamma"] = rows
+        if c.sweep_policies:
+            rows = []
+            for client, server in itertools.product(("priority", "random", "fifo"), ("priority", "fifo")):
+                for n in c.sweep_threads or (c.threads,):
+                    fsd = self.run_modes(("fsd",), threads=n, client_policy=client, server_policy=server)["fsd"]
+                    rows.append({"client": client, "server": server, "threads": n, "miss_rate": fsd.stats.miss_rate})
+            report["sweeps"]["policies"] = rows
+        return report
+
+
+def speedups(stats: dict[str, DecodeStats]) -> dict[str, float]:
+    out = {}
+    for a, b in (("ar", "sd"), ("sd", "fsd"), ("ar", "fsd")):
+        if a in stats and b in stats and stats[b].wall_s > 0:
+            out[f"speedup_{a}_{b}"] = stats[a].wall_s / stats[b].wall_s
+    return out
+
+
+def exactness(results: dict[str, ModeResult], temperature: float) -> str:
+    """Greedy: every mode must produce the same tokens. Sampled: SD and FSD must (same seed)."""
+    modes = list(results) if temperature == 0 else [m for m in results if m in ("sd", "fsd")]
+    if len(modes) < 2:
+        return "not checked"
+    same = all(results[m].outputs == results[modes[0]].outputs for m in modes)
+    return f"{'identical' if same else 'DIFFERENT'} outputs across {', '.join(modes)}"
