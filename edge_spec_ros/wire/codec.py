@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import struct
 import types
 import typing
@@ -32,6 +33,9 @@ LZ4_MIN_BYTES = 1024
 LZ4_MIN_SAVING = 0.1
 ALLOWED_DTYPES = {"int32": np.int32, "int64": np.int64, "float32": np.float32, "float16": np.float16,
                   "uint8": np.uint8}
+MAX_NDIM = 4
+# Arrays whose dtype is fixed by the protocol (others: any allowed dtype).
+FIELD_DTYPES = {"input_ids": "int32", "tokens": "int32", "image": "uint8"}
 
 
 class WireError(ValueError):
@@ -55,6 +59,8 @@ def encode(envelope: Envelope) -> list[bytes]:
         if isinstance(value, bytes):
             value = np.frombuffer(value, dtype=np.uint8)
         if isinstance(value, np.ndarray):
+            if value.dtype.name not in ALLOWED_DTYPES or value.ndim > MAX_NDIM:
+                raise TypeError(f"{type(msg).__name__}.{f.name}: cannot encode a {value.ndim}-D {value.dtype} array")
             raw = np.ascontiguousarray(value).tobytes()
             codec, data = "raw", raw
             if len(raw) >= LZ4_MIN_BYTES:
@@ -93,8 +99,8 @@ def decode(frames: list[bytes]) -> Envelope:
         raise WireError(f"metadata of {len(raw_meta)} bytes exceeds {MAX_META_BYTES}")
     try:
         meta = json.loads(raw_meta.decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise WireError(f"metadata is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, too deep, too many digits
+        raise WireError(f"metadata is not valid JSON: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("arrays"), list):
         raise WireError("metadata must be an object with an 'arrays' list")
     descriptors = meta.pop("arrays")
@@ -111,12 +117,14 @@ def _decode_array(desc: typing.Any, data: bytes) -> tuple[str, np.ndarray]:
     if not (isinstance(desc, list) and len(desc) == 5):
         raise WireError(f"bad array descriptor {desc!r}")
     name, dtype, shape, codec, nbytes = desc
-    if not isinstance(name, str) or dtype not in ALLOWED_DTYPES:
+    if not isinstance(name, str) or not isinstance(dtype, str) or dtype not in ALLOWED_DTYPES:
         raise WireError(f"array {name!r}: dtype {dtype!r} not allowed")
-    if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape) and len(shape) <= 4):
+    if FIELD_DTYPES.get(name, dtype) != dtype:
+        raise WireError(f"array {name!r} must be {FIELD_DTYPES[name]}, got {dtype}")
+    if not (isinstance(shape, list) and len(shape) <= MAX_NDIM and all(type(d) is int and d >= 0 for d in shape)):
         raise WireError(f"array {name!r}: bad shape {shape!r}")
     np_dtype = np.dtype(ALLOWED_DTYPES[dtype])
-    expected = int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
+    expected = math.prod(shape) * np_dtype.itemsize  # Python ints: no overflow
     if not isinstance(nbytes, int) or nbytes != expected or nbytes > MAX_ARRAY_BYTES:
         raise WireError(f"array {name!r}: size {nbytes!r} does not match shape {shape} {dtype} "
                         f"or exceeds {MAX_ARRAY_BYTES}")
@@ -163,7 +171,10 @@ def _check(owner: str, name: str, value: typing.Any, hint: typing.Any) -> typing
         if option is int and isinstance(value, int) and not isinstance(value, bool):
             return value
         if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:
+                raise WireError(f"{owner}.{name}: {str(value)[:20]}... does not fit a float") from None
         if option is str and isinstance(value, str):
             return value
         if typing.get_origin(option) is tuple and isinstance(value, list) \

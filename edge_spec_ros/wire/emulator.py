@@ -9,6 +9,7 @@ retransmission timeout late. Arrivals keep their sending order (a TCP stream doe
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -22,8 +23,10 @@ class LinkShape:
     rto_s: float = 0.2  # retransmission timeout
 
     def __post_init__(self) -> None:
-        if min(self.delay_s, self.jitter_s, self.bandwidth_bps, self.rto_s) < 0 or not 0 <= self.loss < 1:
-            raise ValueError(f"invalid link shape {self}")
+        values = (self.delay_s, self.jitter_s, self.bandwidth_bps, self.rto_s)
+        if not all(math.isfinite(v) and v >= 0 for v in values) or not 0 <= self.loss < 1:
+            raise ValueError(f"invalid link shape {self}: times and bandwidth must be finite and >= 0, "
+                             "loss in [0, 1)")
 
     @property
     def ideal(self) -> bool:

@@ -32,7 +32,7 @@ class Outbox:
 
     def __init__(self, shape: LinkShape | None = None, policy: str = "fifo", seed: int = 0) -> None:
         self.queue: ExitQueue[tuple[Hashable, list[bytes]]] = ExitQueue(policy, seed)
-        self.link = LinkEmulator(shape) if shape is not None and not shape.ideal else None
+        self.link = LinkEmulator(shape, seed) if shape is not None and not shape.ideal else None
         self.in_flight: deque[tuple[float, list[bytes]]] = deque()
 
     def put(self, frames: list[bytes], confidence: float = 0.0, tag: Hashable = None) -> None:

@@ -194,7 +194,8 @@ def test_non_finite_floats_round_trip():
 def test_round_trip_all_allowed_dtypes_and_shapes(dtype, shape):
     """Every allowed dtype, 0- to 4-D shapes and empty arrays keep dtype, shape and values."""
     arr = (np.arange(int(np.prod(shape, dtype=np.int64))) % 97).astype(dtype).reshape(shape)
-    out = decode(encode(Envelope(SESSION, Tokens(tokens=arr, is_final=False)))).message.tokens
+    block = DraftBlock(round=0, position=0, tokens=np.zeros(1, np.int32), q=arr)  # q: no fixed dtype
+    out = decode(encode(Envelope(SESSION, block))).message.q
     assert out.dtype == np.dtype(dtype) and out.shape == shape and np.array_equal(out, arr)
 
 
@@ -203,7 +204,8 @@ def test_non_contiguous_array_round_trips():
     base = np.arange(200, dtype=np.float32).reshape(10, 20)
     view = base.T[::2]
     assert not view.flags["C_CONTIGUOUS"]
-    out = decode(encode(Envelope(SESSION, Tokens(tokens=view, is_final=True)))).message.tokens
+    block = DraftBlock(round=0, position=0, tokens=np.zeros(1, np.int32), q=view)
+    out = decode(encode(Envelope(SESSION, block))).message.q
     assert np.array_equal(out, view) and out.shape == view.shape
 
 
@@ -311,7 +313,7 @@ def test_decode_unknown_message_type(mtype):
                          ids=["empty", "text", "truncated", "not-utf8", "trailing-not-utf8"])
 def test_decode_metadata_not_json(body):
     """Metadata that is not UTF-8 JSON is MALFORMED."""
-    expect_wire_error(raw_frames(MsgType.CLOSE, body), "metadata is not JSON")
+    expect_wire_error(raw_frames(MsgType.CLOSE, body), "metadata is not valid JSON")
 
 
 @pytest.mark.parametrize("meta", [[], 3, "x", None, {}, {"arrays": None}, {"arrays": {}}, {"arrays": "[]"}])
@@ -466,7 +468,7 @@ def test_decode_wrong_field_type(cls, field, value):
 
 
 @pytest.mark.parametrize("desc,data", [
-    (["image", "int32", [2], "raw", 8], bytes(8)),  # bytes field from a non-uint8 array
+    (["image", "int32", [2], "raw", 8], bytes(8)),  # the protocol fixes image to uint8
     (["image", "uint8", [2, 2], "raw", 4], bytes(4)),  # bytes field from a 2-D array
     (["temperature", "float32", [1], "raw", 4], bytes(4)),  # scalar field sent as an array
 ])
@@ -477,7 +479,7 @@ def test_decode_array_for_wrong_kind_of_field(desc, data):
     meta.pop(desc[0], None)
     meta["arrays"] = [meta["arrays"][0], desc]
     expect_wire_error([frames[0][:HEADER.size] + json.dumps(meta).encode(), frames[1], data],
-                      f"Open.{desc[0]}: ndarray does not fit")
+                      f"(Open.{desc[0]}: ndarray does not fit|array 'image' must be uint8)")
 
 
 def test_decode_unknown_scalar_field():
@@ -607,7 +609,7 @@ def test_fuzz_mutated_valid_encodings_only_raise_wire_error():
     assert errors > 1000  # the mutations really do break most frame sets
 
 
-# --------------------------------------------------------------------------- known bugs (see reasons)
+# --------------------------------------------------------------------------- hostile descriptors and metadata
 
 
 def _huge_shape_frames(shape, nbytes, codec_name="raw", data=b""):
@@ -615,47 +617,51 @@ def _huge_shape_frames(shape, nbytes, codec_name="raw", data=b""):
                       data)
 
 
-@pytest.mark.xfail(strict=True, raises=(TypeError,),
-                   reason="BUG: _decode_array tests `dtype not in ALLOWED_DTYPES` on an unhashable JSON value")
 @pytest.mark.parametrize("dtype", [[], {}], ids=["list", "object"])
-def test_bug_unhashable_dtype_raises_type_error(dtype):
-    """An unhashable dtype in a descriptor must raise WireError (currently TypeError)."""
+def test_rejects_unhashable_dtype_raises_type_error(dtype):
+    """An unhashable dtype in a descriptor must raise WireError."""
     expect_wire_error(rewrite(tokens_frames(), set_desc(1, dtype)), "not allowed")
 
 
-@pytest.mark.xfail(strict=True, raises=(ValueError, OverflowError),
-                   reason="BUG: np.prod(shape, dtype=int64) wraps or overflows, so huge shapes pass the size check")
 @pytest.mark.parametrize("shape,nbytes", [([2**32, 2**32], 0), ([2**62 + 1, 4], 16), ([2**70], 0)],
                          ids=["wraps-to-zero", "wraps-to-small", "beyond-int64"])
-def test_bug_shape_product_overflow(shape, nbytes):
-    """Shapes whose element count overflows int64 must raise WireError (currently ValueError/OverflowError)."""
+def test_rejects_shape_product_overflow(shape, nbytes):
+    """Shapes whose element count overflows int64 must raise WireError."""
     expect_wire_error(_huge_shape_frames(shape, nbytes, data=bytes(nbytes)), None)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="BUG: bool passes `isinstance(d, int)` in the shape check; reshape then raises TypeError")
-def test_bug_bool_in_shape():
-    """A JSON true in a shape must raise WireError (currently TypeError from reshape)."""
+def test_rejects_bool_in_shape():
+    """A JSON true in a shape must raise WireError."""
     expect_wire_error(_huge_shape_frames([True], 4, data=bytes(4)), "bad shape")
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError,
-                   reason="BUG: _check does float(value) on a JSON int too large for a float")
-def test_bug_float_field_with_huge_int():
-    """A float field holding 10**400 must raise WireError (currently OverflowError)."""
+def test_rejects_float_field_with_huge_int():
+    """A float field holding 10**400 must raise WireError."""
     frames = rewrite(encode(Envelope(SESSION, SAMPLES[Opened])), lambda m: m.update(prefill_s=10**400))
     expect_wire_error(frames, "Opened.prefill_s")
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError,
-                   reason="BUG: deeply nested JSON metadata raises RecursionError, which decode does not catch")
-def test_bug_deeply_nested_metadata():
-    """50,000 nested '[' (under MAX_META_BYTES) must raise WireError (currently RecursionError)."""
+def test_rejects_deeply_nested_metadata():
+    """50,000 nested '[' (under MAX_META_BYTES) must raise WireError."""
     expect_wire_error(raw_frames(MsgType.CLOSE, b"[" * 50_000), None)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="BUG: json.loads raises a plain ValueError for ints over sys.get_int_max_str_digits()")
-def test_bug_integer_with_too_many_digits():
-    """An int literal of 5,000 digits must raise WireError (currently a plain ValueError)."""
+def test_rejects_integer_with_too_many_digits():
+    """An int literal of 5,000 digits must raise WireError."""
     expect_wire_error(raw_frames(MsgType.ERROR, b'{"arrays":[],"message":"m","code":' + b"9" * 5000 + b"}"), None)
+
+
+def test_encode_refuses_arrays_the_other_side_cannot_decode():
+    """float64, bool and 5-D arrays are refused at encode time, not by the receiver."""
+    for arr in (np.zeros(2, np.float64), np.zeros(2, bool), np.zeros((1,) * 5, np.float32)):
+        with pytest.raises(TypeError, match="cannot encode"):
+            encode(Envelope(SESSION, DraftBlock(round=0, position=0, tokens=np.zeros(1, np.int32), q=arr)))
+
+
+def test_decode_refuses_a_protocol_array_of_the_wrong_dtype():
+    """Token ids are int32 on the wire; a float16 tokens array is MALFORMED."""
+    frames = encode(Envelope(SESSION, Tokens(tokens=np.zeros(3, np.int32), is_final=True)))
+    meta = meta_of(frames)
+    meta["arrays"][0][1] = "float16"
+    meta["arrays"][0][4] = 6
+    expect_wire_error([frames[0][:HEADER.size] + json.dumps(meta).encode(), bytes(6)], "must be int32")
