@@ -16,13 +16,14 @@ export TOKENIZERS_PARALLELISM := false
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt setup.py
+$(STAMP): requirements.txt setup.py CMakeLists.txt package.xml $(wildcard msg/*.msg) scripts/build_interfaces.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -r requirements.txt
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	bash scripts/build_interfaces.sh $(VENV)
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Build the package's ROS 2 interfaces (msg/) with the ROS 2 wheels from PyPI and install them into
+# the virtual environment's prefix, where rclpy finds them without sourcing anything.
+# On a real ROS 2 install use colcon instead: `colcon build --packages-select edge_spec_ros`.
+set -euo pipefail
+VENV=${1:?usage: build_interfaces.sh VENV}
+VENV=$(cd "$VENV" && pwd)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY="$VENV/bin/python"
+
+# The stock message wheels export CMake files naming the include paths of the machine that built
+# them; point them at this Python's headers and this venv's numpy before anything links to them.
+PY_INCLUDE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+NP_INCLUDE=$("$PY" -c 'import numpy; print(numpy.get_include())')
+for f in $(grep -rlE '/opt/python/cp311-cp311' "$VENV/share" --include='*.cmake' 2>/dev/null || true); do
+  sed -i -e "s#/opt/python/cp311-cp311/include/python3.11#$PY_INCLUDE#g" \
+         -e "s#/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include#$NP_INCLUDE#g" "$f"
+done
+
+BUILD="$ROOT/build/interfaces"
+mkdir -p "$BUILD"
+export AMENT_PREFIX_PATH="$VENV"
+export CMAKE_PREFIX_PATH="$VENV"
+export PATH="$VENV/bin:$PATH"
+# The generated Python module edge_spec_ros.msg goes to its own directory, put on sys.path after the
+# project (a .pth file); the project's edge_spec_ros/__init__.py extends its __path__ over both.
+PYDIR=lib/edge_spec_ros_interfaces
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_INSTALL_PREFIX="$VENV" -DEDGE_SPEC_ROS_INTERFACES_ONLY=ON \
+  -DPYTHON_INSTALL_DIR="$PYDIR" \
+  -DPython3_EXECUTABLE="$PY" -DPYTHON_EXECUTABLE="$PY" -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=Release \
+  > "$BUILD/configure.log" 2>&1 || { tail -40 "$BUILD/configure.log"; exit 1; }
+cmake --build "$BUILD" -j 2 > "$BUILD/build.log" 2>&1 || { tail -40 "$BUILD/build.log"; exit 1; }
+cmake --install "$BUILD" > "$BUILD/install.log" 2>&1 || { tail -40 "$BUILD/install.log"; exit 1; }
+SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$VENV/$PYDIR" > "$SITE/zz_edge_spec_ros_interfaces.pth"
+"$PY" -c 'from edge_spec_ros.msg import DraftBlock' || { echo "edge_spec_ros.msg does not import"; exit 1; }
+echo "built edge_spec_ros interfaces into $VENV"
