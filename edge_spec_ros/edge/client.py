@@ -11,7 +11,7 @@ import queue
 import threading
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import zmq
 
@@ -93,16 +93,25 @@ class VerifierClient:
         self.close()
 
     # --- sessions ----------------------------------------------------------------------------
-    def open(self, request: Open) -> tuple[bytes, Opened]:
-        """Open a decision; returns its session id and the server's acknowledgement."""
-        sid = uuid.uuid4().bytes
+    def register(self, sid: bytes) -> None:
+        """Start collecting replies for session ``sid``."""
         with self._lock:
             self._inbox[sid] = queue.Queue()
             self.traffic[sid] = Traffic()
+
+    def with_downlink(self, request: Open) -> Open:
+        """``request`` asking the server to emulate this client's configured downlink."""
         down = self.config.downlink
-        if down is not None:
-            request = _with_downlink(request, down)
-        self.send(sid, request)
+        if down is None:
+            return request
+        return replace(request, down_delay_s=down.delay_s, down_jitter_s=down.jitter_s,
+                       down_bandwidth_bps=down.bandwidth_bps, down_loss=down.loss)
+
+    def open(self, request: Open) -> tuple[bytes, Opened]:
+        """Open a decision; returns its session id and the server's acknowledgement."""
+        sid = uuid.uuid4().bytes
+        self.register(sid)
+        self.send(sid, self.with_downlink(request))
         reply = self.receive(sid, self.config.open_timeout_s)
         if not isinstance(reply, Opened):
             raise VerifierError(int(ErrorCode.INTERNAL), f"expected Opened, got {type(reply).__name__}")
@@ -161,10 +170,3 @@ class VerifierClient:
                 log.warning("verifier: %s", env.message.message)
             return
         box.put(env.message)
-
-
-def _with_downlink(request: Open, down: LinkShape) -> Open:
-    from dataclasses import replace
-
-    return replace(request, down_delay_s=down.delay_s, down_jitter_s=down.jitter_s,
-                   down_bandwidth_bps=down.bandwidth_bps, down_loss=down.loss)

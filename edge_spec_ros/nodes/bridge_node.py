@@ -1,0 +1,171 @@
+"""bridge_node: owns the ZeroMQ link to the cloud verifier.
+
+Subscribes  edge_spec/decision_request (DecisionRequest), edge_spec/draft (DraftBlock)
+Publishes   edge_spec/exit_result (ExitResult, every exit as it arrives), edge_spec/bridge_status
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+
+from edge_spec_ros.edge.client import ClientConfig, VerifierClient, VerifierError, VerifierTimeout
+from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftMsg, ExitResult as ExitMsg
+from edge_spec_ros.nodes.params import declare_config, doc
+from edge_spec_ros.nodes.ros_link import RELIABLE, session_id
+from edge_spec_ros.wire.curve import client_keys
+from edge_spec_ros.wire.emulator import LinkShape
+from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Generate, Open, Tokens
+
+POLL_S = 0.1  # how often a session's receiver checks for shutdown
+
+
+@dataclass(frozen=True)
+class BridgeConfig:
+    verifier_endpoint: str = field(default="tcp://127.0.0.1:5555", metadata=doc("ZeroMQ endpoint of the verifier"))
+    open_timeout_s: float = field(default=30.0, metadata=doc("wait for the verifier's prefill (s)"))
+    reply_timeout_s: float = field(default=10.0, metadata=doc("wait for a verification result (s)"))
+    curve_secret_file: str = field(default="", metadata=doc("robot's CURVE secret key file; empty: no CURVE"))
+    curve_server_key_file: str = field(default="", metadata=doc("verifier's CURVE public key file"))
+    emulate_delay_s: float = field(default=0.0, metadata=doc("emulated one-way delay, both directions (tests)"))
+    emulate_jitter_s: float = field(default=0.0, metadata=doc("emulated jitter, both directions"))
+    emulate_bandwidth_bps: float = field(default=0.0, metadata=doc("emulated bandwidth cap (0: none)"))
+    emulate_loss: float = field(default=0.0, metadata=doc("emulated loss probability (costs a retransmission)"))
+
+
+class _Session:
+    def __init__(self, decision: int, sid: bytes) -> None:
+        self.decision = decision
+        self.sid = sid
+        self.closed = threading.Event()
+        self.waiting_since: float | None = None  # a request is outstanding since then
+
+
+class BridgeNode(Node):
+    def __init__(self) -> None:
+        super().__init__("bridge")
+        self.config = c = declare_config(self, BridgeConfig)
+        shape = LinkShape(c.emulate_delay_s, c.emulate_jitter_s, c.emulate_bandwidth_bps, c.emulate_loss)
+        curve = client_keys(c.curve_secret_file, c.curve_server_key_file) if c.curve_secret_file else None
+        self.client = VerifierClient(ClientConfig(
+            endpoint=c.verifier_endpoint, open_timeout_s=c.open_timeout_s, reply_timeout_s=c.reply_timeout_s,
+            uplink=None if shape.ideal else shape, downlink=None if shape.ideal else shape, curve=curve))
+        self.sessions: dict[int, _Session] = {}
+        self.results = self.create_publisher(ExitMsg, "edge_spec/exit_result", RELIABLE)
+        self.status = self.create_publisher(BridgeStatus, "edge_spec/bridge_status", RELIABLE)
+        self.create_subscription(DecisionRequest, "edge_spec/decision_request", self.on_request, RELIABLE)
+        self.create_subscription(DraftMsg, "edge_spec/draft", self.on_draft, RELIABLE)
+        self.get_logger().info(f"bridging to the verifier at {c.verifier_endpoint}")
+
+    def on_request(self, msg: DecisionRequest) -> None:
+        if msg.command == DecisionRequest.CLOSE:
+            session = self.sessions.pop(msg.decision, None)
+            if session is not None:
+                session.closed.set()
+                self.client.end(session.sid)
+            return
+        sid = session_id(msg.decision)
+        session = self.sessions[msg.decision] = _Session(msg.decision, sid)
+        self.client.register(sid)
+        request = Open(input_ids=np.asarray(msg.input_ids, dtype=np.int32), image=bytes(msg.image),
+                       temperature=msg.temperature, seed=msg.seed, want_exits=msg.want_exits,
+                       queue_policy=msg.queue_policy or "priority")
+        session.waiting_since = time.monotonic()
+        self.client.send(sid, self.client.with_downlink(request))
+        threading.Thread(target=self._forward, args=(session,), name=f"bridge-{msg.decision}", daemon=True).start()
+
+    def on_draft(self, msg: DraftMsg) -> None:
+        session = self.sessions.get(msg.decision)
+        if session is None:
+            self._publish_status(msg.decision, BridgeStatus.ERROR, "draft for a decision that is not open", code=3)
+            return
+        if len(msg.tokens) == 0:
+            out = Generate(max_new_tokens=msg.max_new_tokens, stop_tokens=tuple(msg.stop_tokens))
+        else:
+            gamma = len(msg.tokens)
+            q = np.asarray(msg.q, dtype=np.float32).reshape(gamma, msg.vocab_size) if len(msg.q) else None
+            out = DraftBlock(round=msg.round, position=msg.position,
+                             tokens=np.asarray(msg.tokens, dtype=np.int32), q=q)
+        if session.waiting_since is None:
+            session.waiting_since = time.monotonic()
+        self.client.send(session.sid, out)
+
+    def _forward(self, session: _Session) -> None:
+        """Publish everything the verifier sends for one decision; report a silent verifier."""
+        timeout = self.config.open_timeout_s
+        while not session.closed.is_set():
+            try:
+                msg = self.client.receive(session.sid, POLL_S)
+            except VerifierTimeout:
+                waited = session.waiting_since
+                if waited is not None and time.monotonic() - waited > timeout:
+                    self._publish_status(session.decision, BridgeStatus.LINK_LOST,
+                                         f"no reply from {self.config.verifier_endpoint} within {timeout:.1f} s")
+                    self.get_logger().error(f"decision {session.decision}: verifier silent for {timeout:.1f} s")
+                    session.waiting_since = None
+                continue
+            except VerifierError as exc:
+                self._publish_status(session.decision, BridgeStatus.ERROR, str(exc), code=exc.code)
+                session.waiting_since = None
+                continue
+            except KeyError:  # ended
+                return
+            if isinstance(msg, ExitResult):
+                self._publish_exit(session.decision, msg.round, msg.layer, msg.accepted, msg.tokens,
+                                   msg.confidence, msg.is_final, msg.compute_s)
+                if msg.is_final:
+                    session.waiting_since = None
+            elif isinstance(msg, Tokens):
+                self._publish_exit(session.decision, 0, 0, 0, msg.tokens, 1.0, msg.is_final, msg.compute_s)
+                session.waiting_since = None if msg.is_final else time.monotonic()
+            else:  # Opened
+                timeout = self.config.reply_timeout_s
+                session.waiting_since = None
+                self._publish_status(session.decision, BridgeStatus.OPENED, "", num_layers=msg.num_layers,
+                                     exit_layers=list(msg.exit_layers))
+
+    def _publish_exit(self, decision, round_, layer, accepted, tokens, confidence, is_final, compute_s) -> None:
+        out = ExitMsg()
+        out.header.stamp = self.get_clock().now().to_msg()
+        out.decision, out.round, out.layer, out.accepted = decision, round_, layer, accepted
+        out.tokens = np.asarray(tokens, dtype=np.int32)
+        out.confidence, out.is_final, out.compute_s = float(confidence), bool(is_final), float(compute_s)
+        self.results.publish(out)
+
+    def _publish_status(self, decision: int, state: int, message: str, code: int = 0, num_layers: int = 0,
+                        exit_layers: list[int] | None = None) -> None:
+        out = BridgeStatus()
+        out.header.stamp = self.get_clock().now().to_msg()
+        out.decision, out.state, out.code, out.message = decision, state, code, message
+        out.num_layers, out.exit_layers = num_layers, exit_layers or []
+        self.status.publish(out)
+
+    def destroy_node(self) -> None:
+        for session in self.sessions.values():
+            session.closed.set()
+        self.client.close()
+        super().destroy_node()
+
+
+def main(args: list[str] | None = None) -> None:
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = BridgeNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""The drafter's link to the verifier through the bridge node, over ROS topics.
+
+It offers the same calls as ``edge.client.VerifierClient`` (open / send / receive / end / traffic),
+so ``edge.modes.EdgeDecoder`` runs unchanged whether the robot talks to ZeroMQ directly or through
+the bridge. Wire messages are mirrored by the package's interfaces (msg/).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy
+
+from edge_spec_ros.edge.client import Traffic, VerifierError, VerifierTimeout
+from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftMsg, ExitResult as ExitMsg
+from edge_spec_ros.wire.codec import encode
+from edge_spec_ros.wire.messages import (
+    Close, DraftBlock, Envelope, Error, ErrorCode, ExitResult, Generate, Message, Open, Opened, Tokens,
+)
+
+# Drafts and results must not be dropped or reordered.
+RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+
+
+def session_id(decision: int) -> bytes:
+    return decision.to_bytes(16, "big")
+
+
+def decision_of(sid: bytes) -> int:
+    return int.from_bytes(sid, "big")
+
+
+def wire_size(sid: bytes, msg: Message) -> int:
+    """Bytes the bridge will put on the wire for ``msg``."""
+    return sum(len(f) for f in encode(Envelope(sid, msg)))
+
+
+class RosVerifierLink:
+    def __init__(self, node: Node, open_timeout_s: float, reply_timeout_s: float) -> None:
+        self.node = node
+        self.open_timeout_s = open_timeout_s
+        self.reply_timeout_s = reply_timeout_s
+        self.traffic: dict[bytes, Traffic] = {}
+        self._inbox: dict[int, queue.Queue] = {}
+        self._lock = threading.Lock()
+        self._next = 1
+        self._requests = node.create_publisher(DecisionRequest, "edge_spec/decision_request", RELIABLE)
+        self._drafts = node.create_publisher(DraftMsg, "edge_spec/draft", RELIABLE)
+        node.create_subscription(ExitMsg, "edge_spec/exit_result", self._on_exit, RELIABLE)
+        node.create_subscription(BridgeStatus, "edge_spec/bridge_status", self._on_status, RELIABLE)
+
+    def open(self, request: Open) -> tuple[bytes, Opened]:
+        with self._lock:
+            decision = self._next
+            self._next += 1
+            self._inbox[decision] = queue.Queue()
+        sid = session_id(decision)
+        self.traffic[sid] = Traffic()
+        msg = DecisionRequest()
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        msg.decision = decision
+        msg.command = DecisionRequest.OPEN
+        msg.input_ids = np.asarray(request.input_ids, dtype=np.int32)
+        msg.image = request.image
+        msg.temperature = float(request.temperature)
+        msg.seed = int(request.seed)
+        msg.want_exits = bool(request.want_exits)
+        msg.queue_policy = request.queue_policy
+        self._count_up(sid, request)
+        self._requests.publish(msg)
+        reply = self.receive(sid, self.open_timeout_s)
+        if not isinstance(reply, Opened):
+            raise VerifierError(int(ErrorCode.INTERNAL), f"expected Opened, got {type(reply).__name__}")
+        return sid, reply
+
+    def send(self, sid: bytes, message: Message) -> None:
+        msg = DraftMsg()
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        msg.decision = decision_of(sid)
+        if isinstance(message, DraftBlock):
+            msg.round = message.round
+            msg.position = message.position
+            msg.tokens = np.asarray(message.tokens, dtype=np.int32)
+            if message.q is not None:
+                msg.q = np.ascontiguousarray(message.q, dtype=np.float32).ravel()
+                msg.vocab_size = int(message.q.shape[1])
+        elif isinstance(message, Generate):
+            msg.max_new_tokens = message.max_new_tokens
+            msg.stop_tokens = list(message.stop_tokens)
+        else:
+            raise TypeError(f"the bridge link carries drafts and generation requests, not {type(message).__name__}")
+        self._count_up(sid, message)
+        self._drafts.publish(msg)
+
+    def receive(self, sid: bytes, timeout_s: float | None = None) -> Message:
+        timeout_s = self.reply_timeout_s if timeout_s is None else timeout_s
+        with self._lock:
+            box = self._inbox.get(decision_of(sid))
+        if box is None:
+            raise KeyError("unknown or ended decision")
+        try:
+            msg = box.get(timeout=timeout_s)
+        except queue.Empty:
+            raise VerifierTimeout(f"no reply through the bridge within {timeout_s:.1f} s "
+                                  "(is bridge_node running and the verifier reachable?)") from None
+        if isinstance(msg, Error):
+            raise VerifierError(msg.code, msg.message)
+        t = self.traffic.get(sid)
+        if t is not None:
+            t.down_bytes += wire_size(sid, msg)
+            t.down_msgs += 1
+        return msg
+
+    def end(self, sid: bytes) -> None:
+        msg = DecisionRequest()
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        msg.decision = decision_of(sid)
+        msg.command = DecisionRequest.CLOSE
+        self._requests.publish(msg)
+        self._count_up(sid, Close())
+        with self._lock:
+            self._inbox.pop(decision_of(sid), None)
+
+    def _count_up(self, sid: bytes, message: Message) -> None:
+        t = self.traffic.get(sid)
+        if t is not None:
+            t.up_bytes += wire_size(sid, message)
+            t.up_msgs += 1
+
+    def _deliver(self, decision: int, message: Message) -> None:
+        with self._lock:
+            box = self._inbox.get(decision)
+        if box is not None:
+            box.put(message)
+
+    def _on_exit(self, msg: ExitMsg) -> None:
+        tokens = np.asarray(msg.tokens, dtype=np.int32)
+        if msg.layer == 0:
+            out: Message = Tokens(tokens=tokens, is_final=msg.is_final, compute_s=msg.compute_s)
+        else:
+            out = ExitResult(round=msg.round, layer=msg.layer, accepted=msg.accepted, tokens=tokens,
+                             confidence=msg.confidence, is_final=msg.is_final, compute_s=msg.compute_s)
+        self._deliver(msg.decision, out)
+
+    def _on_status(self, msg: BridgeStatus) -> None:
+        if msg.state == BridgeStatus.OPENED:
+            self._deliver(msg.decision, Opened(msg.num_layers, tuple(msg.exit_layers), 0.0))
+        elif msg.state == BridgeStatus.ERROR:
+            self._deliver(msg.decision, Error(msg.code, msg.message))
+        elif msg.state == BridgeStatus.LINK_LOST:
+            self._deliver(msg.decision, Error(-1, f"link to the verifier lost: {msg.message}"))
