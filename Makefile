@@ -12,7 +12,7 @@ export ROS_DOMAIN_ID ?= 77
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-slow venv clean
+.PHONY: demo compare test test-slow venv clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,9 @@ $(STAMP): requirements.txt setup.py CMakeLists.txt package.xml $(wildcard msg/*.
 	@touch $(STAMP)
 
 demo: $(STAMP)
+	$(BIN)/edge-spec-ros bringup --params config/go2_nav.yaml --serve --instruction "find the silver bottle"
+
+compare: $(STAMP)
 	$(BIN)/edge-spec-ros demo
 
 test: $(STAMP)

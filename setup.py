@@ -7,10 +7,6 @@ setup(
     version="0.1.0",
     packages=find_packages(include=[package_name, f"{package_name}.*"]),
     package_data={package_name: ["assets/tokenizer/*.json"]},
-    data_files=[
-        ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
-        (f"share/{package_name}", ["package.xml"]),
-    ],
     python_requires=">=3.10",
     zip_safe=False,
     maintainer="edge_spec_ros maintainers",
@@ -20,6 +16,11 @@ setup(
     entry_points={
         "console_scripts": [
             "edge-spec-ros = edge_spec_ros.cli:main",
+            "camera_node = edge_spec_ros.nodes.camera_node:main",
+            "drafter_node = edge_spec_ros.nodes.drafter_node:main",
+            "bridge_node = edge_spec_ros.nodes.bridge_node:main",
+            "action_node = edge_spec_ros.nodes.action_node:main",
+            "bag_replay_node = edge_spec_ros.nodes.bag_replay_node:main",
         ],
     },
 )

@@ -3,6 +3,8 @@
   demo              decode one camera image + instruction locally, target-only vs speculative
   serve             run the cloud verifier (ZeroMQ ROUTER)
   bench             AR, SD and FSD side by side over an emulated link
+  bringup           the robot-side ROS 2 nodes in one process, with the launch file's YAML
+  record            record topics of the running graph into a rosbag2
   keys              make CURVE key pairs for the verifier and robots
   build-tokenizer   retrain the shipped tokenizer from the project's corpus
 """
@@ -203,6 +205,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if "DIFFERENT" not in report["exact"] else 1
 
 
+def cmd_bringup(args: argparse.Namespace) -> int:
+    from edge_spec_ros.bringup import BringupConfig, run
+
+    if not Path(args.params).is_file():
+        raise SystemExit(f"no parameters file at {args.params}")
+    monitor = run(BringupConfig(params_file=args.params, serve=args.serve, instruction=args.instruction,
+                                duration_s=args.duration, camera_source=args.camera_source or "", bag=args.bag or ""))
+    print(f"{len(monitor.decisions)} decisions, {len(monitor.actions)} actions, {len(monitor.twists)} cmd_vel messages")
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from edge_spec_ros.nodes.bag_recorder import DEFAULT_TOPICS, record
+
+    topics = DEFAULT_TOPICS
+    if args.topic:
+        unknown = [t for t in args.topic if t not in DEFAULT_TOPICS and ":" not in t]
+        if unknown:
+            raise SystemExit(f"give the type of {unknown[0]} as TOPIC:pkg/msg/Type")
+        topics = {t.split(":")[0]: (t.split(":")[1] if ":" in t else DEFAULT_TOPICS[t]) for t in args.topic}
+    n = record(args.out, topics, args.duration, args.storage)
+    print(f"recorded {n} messages into {args.out}")
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from edge_spec_ros.wire.curve import make_keys
 
@@ -273,6 +300,23 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--endpoint", help="use a running verifier instead of starting one on loopback")
     bench.add_argument("--out", default="artifacts/bench", help="directory for the JSON and PNG")
     bench.set_defaults(func=cmd_bench)
+
+    bringup = sub.add_parser("bringup", help="run the robot-side nodes in one process")
+    bringup.add_argument("--params", default="config/go2_nav.yaml", help="the nodes' YAML parameters")
+    bringup.add_argument("--serve", action="store_true", help="also start a local verifier (embedded model)")
+    bringup.add_argument("--instruction", default="", help="publish this instruction once the stack is up")
+    bringup.add_argument("--duration", type=float, default=120.0, help="stop after this long at most (s)")
+    bringup.add_argument("--camera-source", help="override the camera source")
+    bringup.add_argument("--bag", help="replay this bag instead of running the camera")
+    bringup.set_defaults(func=cmd_bringup)
+
+    rec = sub.add_parser("record", help="record topics into a rosbag2")
+    rec.add_argument("--out", required=True, help="bag directory to create")
+    rec.add_argument("--topic", action="append", help="TOPIC or TOPIC:pkg/msg/Type (default: camera, "
+                     "instruction, cmd_vel and the edge_spec outputs)")
+    rec.add_argument("--duration", type=float, default=0.0, help="seconds (0: until Ctrl-C)")
+    rec.add_argument("--storage", default="sqlite3", choices=["sqlite3", "mcap"])
+    rec.set_defaults(func=cmd_record)
 
     keys = sub.add_parser("keys", help="make CURVE key pairs (server + robots)")
     keys.add_argument("--out", required=True, help="output directory")

@@ -34,6 +34,9 @@ class BagReplayConfig:
             raise ValueError(f"rate must be >= 0, got {self.rate}")
 
 
+PARAMETER_CONFIGS = (BagReplayConfig,)
+
+
 def message_class(msgtype: str):
     """'sensor_msgs/msg/Image' → the rclpy message class."""
     package, _, name = msgtype.split("/")

@@ -39,6 +39,9 @@ class BridgeConfig:
     emulate_loss: float = field(default=0.0, metadata=doc("emulated loss probability (costs a retransmission)"))
 
 
+PARAMETER_CONFIGS = (BridgeConfig,)
+
+
 class _Session:
     def __init__(self, decision: int, sid: bytes) -> None:
         self.decision = decision

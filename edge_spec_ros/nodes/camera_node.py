@@ -38,6 +38,9 @@ class CameraConfig:
             raise ValueError(f"rate_hz must be > 0, got {self.rate_hz}")
 
 
+PARAMETER_CONFIGS = (CameraConfig,)
+
+
 class FrameSource:
     """Frames from one of the supported sources, RGB uint8; ``None`` at the end of a video."""
 

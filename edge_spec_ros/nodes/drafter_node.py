@@ -69,6 +69,9 @@ class DrafterNodeConfig:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
 
 
+PARAMETER_CONFIGS = (DrafterNodeConfig,)
+
+
 def load_drafter(name: str, quantize: bool):
     """(drafter, tokenizer) for ``embedded`` or a checkpoint."""
     if name == "embedded":
