@@ -156,3 +156,15 @@ def test_curve_rejects_an_unauthorised_robot(tmp_path, start_server, text_prompt
         with VerifierClient(plain) as client:
             with pytest.raises(VerifierTimeout):
                 client.open(Open(input_ids=ids))
+
+
+def test_idle_sessions_expire(start_server, text_prompt):
+    """A session idle past --session-timeout is dropped; its next draft is an unknown session."""
+    ids = text_prompt.input_ids.numpy().astype(np.int32)
+    with start_server("--session-timeout", "1") as endpoint, \
+            VerifierClient(ClientConfig(endpoint=endpoint)) as client:
+        sid, _ = client.open(Open(input_ids=ids))
+        time.sleep(2.5)  # timeout 1 s, housekeeping every 0.5 s
+        client.send(sid, DraftBlock(round=0, position=len(ids), tokens=np.array([20], np.int32)))
+        with pytest.raises(VerifierError, match="UNKNOWN_SESSION"):
+            client.receive(sid)

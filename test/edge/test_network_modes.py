@@ -82,3 +82,32 @@ def test_emulated_link_delays_rounds_but_not_tokens(server_endpoint, pair, image
         result = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config)).decode("sd", prompt, jpg)
     assert result.tokens == target.tokens
     assert result.stats.round_trip_s / result.stats.rounds >= 0.04  # at least two one-way delays
+
+
+def test_concurrent_robots(server_endpoint, pair, images):
+    """Several robots decode at once against one server; each gets the target's own greedy output."""
+    import threading
+
+    eos = pair.tokenizer.eos_token_id
+    config = DecodeConfig(max_new_tokens=16, gamma=3, stop_tokens=(eos,))
+    jobs = [(images[i % len(images)], mode) for i, mode in enumerate(("sd", "fsd", "ar", "fsd"))]
+    prompts = [pair_prompt(pair, "find the silver bottle", seen) for (_, seen), _ in jobs]
+    expected = [autoregressive(pair.verifier, p, config).tokens for p in prompts]
+    results: dict[int, list[int]] = {}
+    errors: list[BaseException] = []
+
+    def robot(i: int) -> None:
+        try:
+            with VerifierClient(ClientConfig(endpoint=server_endpoint)) as client:
+                decoder = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config, threads=2))
+                results[i] = decoder.decode(jobs[i][1], prompts[i], jobs[i][0][0]).tokens
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=robot, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert [results[i] for i in range(len(jobs))] == expected
