@@ -41,10 +41,15 @@ def verifier_process(*args: str, idle_exit_s: float = 120.0) -> Iterator[str]:
     try:
         yield endpoint
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         proc.stdout.close()
+
+
+def stop(proc: subprocess.Popen, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM, then SIGKILL if the process has not exited within ``timeout_s``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

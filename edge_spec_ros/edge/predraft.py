@@ -108,7 +108,7 @@ class PreDrafter:
             try:
                 kv = base.fork()
                 draft = self.drafter.draft(kv, prefix, self.gamma, self.sampling, self.rng, self.min_step_s,
-                                           cancelled=lambda: self._round != round_)
+                                           cancelled=lambda r=round_: self._round != r)
                 result = CachedDraft(draft, kv, layer)
             except DraftCancelled:
                 pass

@@ -92,7 +92,7 @@ class Drafter:
         seq = list(prefix)
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
-        for i in range(gamma):
+        for _ in range(gamma):
             if cancelled is not None and cancelled():
                 raise DraftCancelled()
             t0 = time.perf_counter()

@@ -119,7 +119,5 @@ class DecoderStack:
 
     def final_logits(self, kv: KVCache, sequence: list[int], first: int) -> torch.Tensor:
         """Logits (m, V) of the last layer for positions ``first ..`` of ``sequence``."""
-        last = None
-        for last in self.run(kv, sequence, first):
-            pass
+        *_, last = self.run(kv, sequence, first)
         return self.logits(last.hidden)

@@ -18,7 +18,7 @@ def test_bench_side_by_side(server_endpoint, tmp_path):
     report = Bench(embedded_pair(), server_endpoint, config).run()
     assert set(report["modes"]) == {"ar", "sd", "fsd"}
     assert report["exact"] == "identical outputs across ar, sd, fsd"
-    for mode, stats in report["modes"].items():
+    for stats in report["modes"].values():
         assert stats["tokens"] == 6 and stats["wall_s"] > 0 and stats["bytes_up"] > 0 and stats["bytes_down"] > 0
     assert set(report["speedups"]) == {"speedup_ar_sd", "speedup_sd_fsd", "speedup_ar_fsd"}
     assert report["sweeps"]["threads"][0]["threads"] == 1 and report["sweeps"]["gamma"][0]["gamma"] == 2

@@ -13,7 +13,8 @@ from contextlib import contextmanager
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 
-STOP_TIMEOUT_S = 10.0
+from edge_spec_ros.cloud.process import stop
+
 
 
 class RosHarness:
@@ -57,12 +58,7 @@ def process(args: list[str], log_path) -> Iterator[subprocess.Popen]:
         try:
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
 
 
 def node_command(executable: str, *ros_args: str) -> list[str]:
