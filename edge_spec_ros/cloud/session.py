@@ -18,8 +18,10 @@ import torch
 
 from edge_spec_ros.models.prompt import PromptEncoder, decode_image
 from edge_spec_ros.models.verifier import EarlyExitVerifier
-from edge_spec_ros.spec.exits import verify_exit
-from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose
+from edge_spec_ros.spec.exits import exit_confidence, verify_exit
+from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose, probs_from_logits
+from edge_spec_ros.spec.sparse import densify, prune_topk
+from edge_spec_ros.spec.verify import split_verify_server
 from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Generate, Open, Opened, Tokens
 
 MAX_GAMMA = 64
@@ -68,6 +70,10 @@ class VerifySession:
         self.rng = PositionalRNG(request.seed)
         self.want_exits = request.want_exits
         self.compute = ComputeProfile(request.compute_tq_s)
+        if request.p_top_k < 0:
+            raise RequestError(f"p_top_k must be >= 0, got {request.p_top_k}")
+        self.p_top_k = request.p_top_k
+        self.awaiting_resample = False  # DSSD: the robot owes the token it resampled last round
         self.committed: list[int] = self.prompt.input_ids.tolist()
         self.next_round = 0
         self.kv = None
@@ -85,20 +91,48 @@ class VerifySession:
             raise RequestError(f"a draft has 1..{MAX_GAMMA} tokens, got shape {tokens.shape}")
         if tokens.min() < 0 or tokens.max() >= vocab:
             raise RequestError(f"draft ids must be in [0, {vocab})")
-        if not self.sampling.greedy:
-            q = draft.q
-            if q is None or q.shape != (tokens.size, vocab) or q.dtype != np.float32:
+        if draft.resampled >= vocab:
+            raise RequestError(f"resampled token must be in [0, {vocab})")
+        if self.sampling.greedy:
+            return
+        forms = [draft.q is not None, draft.q_ids is not None or draft.q_values is not None, draft.q_draft is not None]
+        if sum(forms) != 1:
+            raise RequestError("sampled verification needs exactly one of q, (q_ids, q_values) or q_draft")
+        if draft.q is not None:
+            if draft.q.shape != (tokens.size, vocab) or draft.q.dtype != np.float32:
                 raise RequestError(f"sampled verification needs q of shape ({tokens.size}, {vocab}) float32")
-            if not np.isfinite(q).all() or (q < 0).any():
-                raise RequestError("q must be finite and non-negative")
+            values = draft.q
+        elif draft.q_draft is not None:
+            if draft.q_draft.shape != (tokens.size,):
+                raise RequestError(f"q_draft must have shape ({tokens.size},)")
+            if self.want_exits:
+                raise RequestError("split verification (q_draft) runs on the final exit only: open with want_exits=False")
+            values = draft.q_draft
+        else:
+            if draft.q_ids is None or draft.q_values is None or draft.q_ids.shape != draft.q_values.shape \
+                    or draft.q_ids.ndim != 2 or draft.q_ids.shape[0] != tokens.size:
+                raise RequestError(f"sparse q needs q_ids and q_values of the same shape ({tokens.size}, K)")
+            if draft.q_ids.size and (draft.q_ids.min() < 0 or draft.q_ids.max() >= vocab):
+                raise RequestError(f"q_ids must be in [0, {vocab})")
+            values = draft.q_values
+        if not np.isfinite(values).all() or (values < 0).any():
+            raise RequestError("q must be finite and non-negative")
 
     def verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> None:
         """Verify at every exit, streaming results; the final exit commits its tokens."""
+        if self.awaiting_resample != (draft.resampled >= 0):
+            raise RequestError("after a DSSD rejection the next draft must carry the resampled token, and only then")
+        if draft.resampled >= 0:
+            self.committed.append(draft.resampled)
+            self.awaiting_resample = False
         if draft.position != len(self.committed):
             raise RequestError(f"draft at position {draft.position}, the committed prefix has {len(self.committed)}")
         t0 = time.perf_counter()
         tokens = [int(t) for t in draft.tokens]
-        q = None if draft.q is None else torch.from_numpy(np.array(draft.q))
+        if draft.q_draft is not None:
+            self._verify_split(draft, tokens, t0, emit)
+            return
+        q = self._dense_q(draft)
         seq = self.committed + tokens
         first = len(self.committed) - 1
         L = self.verifier.num_layers
@@ -116,6 +150,40 @@ class VerifySession:
                             tokens=np.asarray(result.verdict.tokens, dtype=np.int32),
                             confidence=result.confidence, is_final=out.is_final,
                             compute_s=time.perf_counter() - t0))
+
+    def _dense_q(self, draft: DraftBlock) -> torch.Tensor | None:
+        """The draft distributions as (γ, V): sent whole, or rebuilt exactly from TK-SLT's sparse form."""
+        if draft.q is not None:
+            return torch.from_numpy(np.array(draft.q))
+        if draft.q_ids is not None:
+            return densify(torch.from_numpy(np.array(draft.q_ids)), torch.from_numpy(np.array(draft.q_values)),
+                           self.verifier.stack.vocab_size)
+        return None
+
+    def _verify_split(self, draft: DraftBlock, tokens: list[int], t0: float,
+                      emit: Callable[[ExitResult], None]) -> None:
+        """DSSD (Algorithm 2): accept/reject here from q_i(x_i); on a rejection send p_δ down (whole, or
+        pruned to its top K, which is LOSSY) and let the robot resample."""
+        first = len(self.committed) - 1
+        logits = self.verifier.logits(self.kv, self.committed + tokens, first)  # (γ+1, V)
+        p = probs_from_logits(logits, self.sampling)
+        split = split_verify_server(tokens, p, torch.from_numpy(np.array(draft.q_draft)), self.rng, draft.position)
+        self.compute.wait_for_layer(t0, 1, 1)
+        self.committed.extend(split.tokens)
+        row = p_ids = None
+        tv = 0.0
+        if split.resample_p is not None:
+            self.awaiting_resample = True
+            row = split.resample_p
+            if self.p_top_k:
+                pruned, tv = prune_topk(row, self.p_top_k)
+                values, ids = torch.topk(pruned, min(self.p_top_k, row.shape[0]))
+                row, p_ids = values, ids.to(torch.int32).numpy()
+        emit(ExitResult(round=draft.round, layer=self.verifier.num_layers, accepted=split.accepted,
+                        tokens=np.asarray(split.tokens, dtype=np.int32),
+                        confidence=float(exit_confidence(logits[split.accepted])), is_final=True,
+                        compute_s=time.perf_counter() - t0, resample=split.resample_p is not None,
+                        p=None if row is None else row.float().numpy(), p_ids=p_ids, p_tv=tv))
 
     def generate(self, request: Generate, emit: Callable[[Tokens], None]) -> None:
         """Cloud-only autoregressive decoding (the baseline): one target forward per token, each token

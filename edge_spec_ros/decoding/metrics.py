@@ -33,6 +33,8 @@ class DecodeStats:
     round_trip_s: float = 0.0  # Σ from sending a draft (or request) to its final result
     bytes_up: int = 0
     bytes_down: int = 0
+    resamples: int = 0  # DSSD: rejections resampled on the robot
+    tv_sum: float = 0.0  # LOSSY top-K downlink: Σ TV(p_δ, pruned p_δ) over resamples
     round_overheads_s: list[float] = field(default_factory=list)  # per round: round trip − server T_q
 
     @property
@@ -77,10 +79,14 @@ class DecodeStats:
         return self.bytes_down / self.rounds if self.rounds else 0.0
 
     @property
+    def mean_tv(self) -> float:
+        return self.tv_sum / self.resamples if self.resamples else 0.0
+
+    @property
     def overhead_median_s(self) -> float:
         return statistics.median(self.round_overheads_s) if self.round_overheads_s else 0.0
 
-    DERIVED = ("overhead_median_s", "tau", "alpha", "per_token_s", "miss_rate", "avg_hit_exit", "tp_s", "tq_s", "tc_s",
+    DERIVED = ("overhead_median_s", "mean_tv", "tau", "alpha", "per_token_s", "miss_rate", "avg_hit_exit", "tp_s", "tq_s", "tc_s",
                "bytes_up_per_round", "bytes_down_per_round")
 
     def as_dict(self) -> dict:

@@ -17,6 +17,7 @@ from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose
+from edge_spec_ros.spec.sparse import DraftDistribution
 from edge_spec_ros.spec.verify import verify
 
 
@@ -76,8 +77,9 @@ def autoregressive(verifier: EarlyExitVerifier, prompt: EncodedPrompt, config: D
 
 
 def speculative(drafter: Drafter, verifier: EarlyExitVerifier, prompt: EncodedPrompt,
-                config: DecodeConfig) -> DecodeResult:
-    """Speculative decoding: the drafter proposes γ tokens, the target verifies them in one pass."""
+                config: DecodeConfig, distribution: DraftDistribution | None = None) -> DecodeResult:
+    """Speculative decoding: the drafter proposes γ tokens, the target verifies them in one pass.
+    ``distribution``: the drafter samples from a top-K / reduced-precision q (TK-SLT)."""
     stats = DecodeStats("SD")
     rng = PositionalRNG(config.seed)
     t0 = time.perf_counter()
@@ -89,7 +91,7 @@ def speculative(drafter: Drafter, verifier: EarlyExitVerifier, prompt: EncodedPr
     done = False
     while not done:
         t = time.perf_counter()
-        draft = drafter.draft(draft_kv, seq, config.gamma, config.sampling, rng)
+        draft = drafter.draft(draft_kv, seq, config.gamma, config.sampling, rng, distribution=distribution)
         t1 = time.perf_counter()
         logits = verifier.logits(target_kv, seq + list(draft.tokens), len(seq) - 1)  # (γ+1, V)
         verdict = verify(draft.tokens, logits, draft.q, config.sampling, rng, draft.position)

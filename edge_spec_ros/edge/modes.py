@@ -1,4 +1,21 @@
-"""Robot-side decoding over the network: cloud-only AR (the baseline), edge-cloud SD and FSD.
+"""Robot-side decoding over the network: cloud-only AR (the baseline), edge-cloud SD and FSD, and the
+other papers' protocols.
+
+Modes and what crosses the link per round (γ draft tokens, vocabulary V, K kept entries):
+  ar     — cloud-only autoregressive decoding, tokens streamed down;
+  sd     — γ ids + γ×V q up, verdict down;
+  fsd    — as sd, plus every early exit's verdict down, pre-drafting on the robot (FSD paper);
+  dssd   — γ ids + γ values q_i(x_i) up; on a rejection p_δ (V values) down and the robot
+           resamples (DSSD, Algorithm 2);
+  tkslt  — the drafter samples from its top-K (K = ``tkslt_k``), γ×K ids + values up, verdict down
+           (TK-SLT, Solution 1);
+  lowpay — exact low-payload mode: TK-SLT's sparse uplink at a small K with float16 values that the
+           drafter samples from exactly, the server forms norm(max(0, p − q)) itself, only the verdict
+           comes down: a few dozen bytes each way;
+  dssd-topk-lossy — LOSSY: DSSD with PicoSpec's top-K pruning of p_δ on the downlink; its TV error
+           is reported (``DecodeStats.mean_tv``).
+All but the lossy mode are exact: greedy output equals the target's greedy output, sampled output
+follows the target distribution.
 
 Latency models (FSD paper, Table 4): AR 2T_c + nT_q; SD (n/τ)(2T_c + γT_p + T_q);
 FSD (n/τ)(2T_c + rγT_p + (1 − r)T_r + T_q). SD and FSD emit exactly the same tokens for the same
@@ -11,9 +28,10 @@ draft forward, verification, one-way communication; T_r — waiting for a pre-dr
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+import torch
 
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig, DecodeResult, append_until_stop
@@ -24,9 +42,12 @@ from edge_spec_ros.models.kv_cache import KVCache
 from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.spec.queues import POLICIES
 from edge_spec_ros.spec.sampling import PositionalRNG
+from edge_spec_ros.spec.sparse import DraftDistribution, densify, to_sparse
+from edge_spec_ros.spec.verify import SplitVerdict, split_verify_device
 from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Generate, Open, Tokens
 
-MODES = ("ar", "sd", "fsd")
+MODES = ("ar", "sd", "fsd", "dssd", "tkslt", "lowpay", "dssd-topk-lossy")
+LOSSY_MODES = ("dssd-topk-lossy",)
 
 
 @dataclass(frozen=True)
@@ -40,6 +61,17 @@ class EdgeConfig:
     server_policy: str = "priority"
     tp_s: float = 0.0
     tq_s: float = 0.0
+    tkslt_k: int = 20  # TK-SLT's K
+    lowpay_k: int = 4  # the low-payload mode's K (float16 values)
+    lossy_p_k: int = 10  # PicoSpec's K for the pruned downlink of p_δ (LOSSY)
+
+    def draft_distribution(self, mode: str) -> DraftDistribution | None:
+        """The q the drafter samples from in ``mode`` (None: its full softmax)."""
+        if mode == "tkslt":
+            return DraftDistribution(self.tkslt_k, "float32")
+        if mode == "lowpay":
+            return DraftDistribution(self.lowpay_k, "float16")
+        return None
 
     def __post_init__(self) -> None:
         for policy in (self.client_policy, self.server_policy):
@@ -67,14 +99,15 @@ class EdgeDecoder:
         t0 = time.perf_counter()
         request = Open(input_ids=prompt.input_ids.numpy().astype(np.int32), image=image,
                        temperature=c.decode.sampling.temperature, seed=c.decode.seed, want_exits=mode == "fsd",
-                       queue_policy=c.server_policy, compute_tq_s=c.tq_s)
+                       queue_policy=c.server_policy, compute_tq_s=c.tq_s,
+                       p_top_k=c.lossy_p_k if mode in LOSSY_MODES else 0)
         sid, opened = self.client.open(request)
         stats.prefill_s = time.perf_counter() - t0
         try:
             if mode == "ar":
                 tokens = self._cloud_ar(sid, stats, t0)
             else:
-                tokens = self._speculative(sid, prompt, stats, t0, pre_draft=mode == "fsd")
+                tokens = self._speculative(sid, prompt, stats, t0, mode)
         finally:
             self.client.end(sid)
         traffic = self.client.traffic.pop(sid)
@@ -107,21 +140,21 @@ class EdgeDecoder:
         return done
 
     def _speculative(self, sid: bytes, prompt: EncodedPrompt, stats: DecodeStats, t0: float,
-                     pre_draft: bool) -> list[int]:
+                     mode: str) -> list[int]:
         c, d = self.config, self.config.decode
         rng = PositionalRNG(d.seed)
         kv = self.drafter.start(prompt)
         seq = prompt.input_ids.tolist()
         predrafter = PreDrafter(self.drafter, c.threads, c.client_policy, d.gamma, d.sampling, rng,
-                                c.tp_s) if pre_draft else None
+                                c.tp_s) if mode == "fsd" else None
+        distribution = c.draft_distribution(mode)
         out: list[int] = []
+        resampled = -1
         try:
-            draft = self._draft(kv, seq, stats, rng)
+            draft = self._draft(kv, seq, stats, rng, distribution)
             for round_ in range(d.max_new_tokens + 1):
                 sent = time.perf_counter()
-                self.client.send(sid, DraftBlock(round=round_, position=draft.position,
-                                                 tokens=np.asarray(draft.tokens, dtype=np.int32),
-                                                 q=None if draft.q is None else draft.q.numpy()))
+                self.client.send(sid, draft_block(round_, draft, mode, distribution, resampled))
                 stats.rounds += 1
                 stats.drafted += draft.gamma
                 if predrafter is not None:
@@ -132,6 +165,14 @@ class EdgeDecoder:
                 stats.server_s += final.compute_s
                 stats.round_overheads_s.append(round_trip - final.compute_s)
                 tokens = tuple(int(t) for t in final.tokens)
+                resampled = -1
+                if final.resample:  # DSSD: the robot resamples the rejected position itself
+                    p_row = final_p_row(final, self.drafter.stack.vocab_size)
+                    split = SplitVerdict(final.accepted, tokens, p_row)
+                    tokens = split_verify_device(split, draft.q, rng, draft.position).tokens
+                    resampled = tokens[-1]
+                    stats.resamples += 1
+                    stats.tv_sum += final.p_tv
                 stats.accepted += final.accepted
                 seq.extend(tokens)
                 first = not out
@@ -147,16 +188,17 @@ class EdgeDecoder:
                     draft, kv = hit.draft, hit.kv
                 else:
                     stats.cache_misses += predrafter is not None
-                    draft = self._draft(kv, seq, stats, rng)
+                    draft = self._draft(kv, seq, stats, rng, distribution)
             raise VerifierError(0, "decode did not finish within its token budget")  # unreachable
         finally:
             if predrafter is not None:
                 predrafter.close()
 
-    def _draft(self, kv: KVCache, seq: list[int], stats: DecodeStats, rng: PositionalRNG) -> Draft:
+    def _draft(self, kv: KVCache, seq: list[int], stats: DecodeStats, rng: PositionalRNG,
+               distribution: DraftDistribution | None) -> Draft:
         d = self.config.decode
         t = time.perf_counter()
-        draft = self.drafter.draft(kv, seq, d.gamma, d.sampling, rng, self.config.tp_s)
+        draft = self.drafter.draft(kv, seq, d.gamma, d.sampling, rng, self.config.tp_s, distribution=distribution)
         stats.draft_s += time.perf_counter() - t
         stats.draft_forwards += d.gamma
         return draft
@@ -178,3 +220,29 @@ class EdgeDecoder:
             earliest[tokens] = min(earliest.get(tokens, msg.layer), msg.layer)
             if predrafter is not None:
                 predrafter.offer(round_, tokens, msg.confidence, msg.layer)
+
+
+def draft_block(round_: int, draft: Draft, mode: str, distribution: DraftDistribution | None,
+                resampled: int) -> DraftBlock:
+    """What ``mode`` sends of a draft: the ids always, and q whole, sparse, or its drafted values only."""
+    tokens = np.asarray(draft.tokens, dtype=np.int32)
+    block = DraftBlock(round=round_, position=draft.position, tokens=tokens, resampled=resampled)
+    if draft.q is None:  # greedy: nothing to send about q
+        return block
+    if mode in ("dssd", *LOSSY_MODES):
+        values = draft.q[torch.arange(draft.gamma), torch.from_numpy(tokens).long()]
+        return replace(block, q_draft=values.float().numpy())
+    if distribution is not None and distribution.sparse:
+        ids, values = to_sparse(draft.q, distribution.top_k, distribution.dtype)
+        return replace(block, q_ids=ids.numpy(), q_values=values.numpy())
+    return replace(block, q=draft.q.numpy())
+
+
+def final_p_row(final: ExitResult, vocab_size: int) -> torch.Tensor:
+    """p_δ (V,) from a DSSD verdict: sent whole, or (LOSSY) its top K."""
+    if final.p is None:
+        raise VerifierError(0, "a resample verdict without p")
+    p = torch.from_numpy(np.array(final.p, dtype=np.float32))
+    if final.p_ids is None:
+        return p
+    return densify(torch.from_numpy(np.array(final.p_ids))[None], p[None], vocab_size)[0]

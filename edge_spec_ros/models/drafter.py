@@ -20,6 +20,7 @@ from edge_spec_ros.models.loading import load_qwen2vl
 from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.models.stack import DecoderStack
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose
+from edge_spec_ros.spec.sparse import DraftDistribution
 
 
 @dataclass(frozen=True)
@@ -79,13 +80,15 @@ class Drafter:
 
     def draft(self, kv: KVCache, prefix: list[int], gamma: int, sampling: SamplingConfig,
               rng: PositionalRNG, min_step_s: float = 0.0,
-              cancelled: Callable[[], bool] | None = None) -> Draft:
+              cancelled: Callable[[], bool] | None = None,
+              distribution: DraftDistribution | None = None) -> Draft:
         """Draft x_{t+1..t+γ} after ``prefix`` (length t). ``kv`` is rolled back to what it shares with
         ``prefix`` and extended; token x_j uses the draw u(DRAFT, j), so the same prefix always gives
         the same draft (SD, FSD pre-drafting and pipelined drafting agree).
 
         min_step_s: emulated T_p, each step lasts at least this long (benchmark profiles);
-        cancelled: polled between steps, raises DraftCancelled when it returns True.
+        cancelled: polled between steps, raises DraftCancelled when it returns True;
+        distribution: top-K / reduced-precision q (TK-SLT); the draft samples from exactly that q.
         """
         if gamma < 1:
             raise ValueError(f"γ must be >= 1, got {gamma}")
@@ -97,7 +100,8 @@ class Drafter:
                 raise DraftCancelled()
             t0 = time.perf_counter()
             logits = self.stack.final_logits(kv, seq, len(seq) - 1)[-1]  # (V,)
-            token, q = choose(logits, sampling, rng, Stream.DRAFT, len(seq))
+            token, q = choose(logits, sampling, rng, Stream.DRAFT, len(seq),
+                              distribution.apply if distribution is not None else None)
             if min_step_s > 0:
                 time.sleep(max(0.0, t0 + min_step_s - time.perf_counter()))
             tokens.append(token)

@@ -13,6 +13,7 @@ streams, which is all the acceptance proofs need.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -89,12 +90,15 @@ def sample(probs: torch.Tensor, u: float) -> int:
 
 
 def choose(logits: torch.Tensor, sampling: SamplingConfig, rng: PositionalRNG, stream: Stream,
-           position: int) -> tuple[int, torch.Tensor]:
-    """Pick the token at ``position`` from logits (V,): argmax when greedy, else x ~ softmax(z/T).
+           position: int, transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[int, torch.Tensor]:
+    """Pick the token at ``position`` from logits (V,): argmax when greedy, else x ~ softmax(z/T),
+    reshaped first by ``transform`` when given (e.g. a drafter's top-K, see spec/sparse.py).
 
     Returns the token and the exact distribution it was drawn from (V,), float32.
     """
     probs = probs_from_logits(logits, sampling)
     if sampling.greedy:
         return int(logits.argmax().item()), probs
+    if transform is not None:
+        probs = transform(probs)
     return sample(probs, rng.uniform(stream, position)), probs

@@ -95,3 +95,46 @@ def verify(draft: Sequence[int], target_logits: torch.Tensor, q: torch.Tensor | 
     if q is None:
         raise ValueError("sampled verification needs the draft distributions q")
     return verify_sampled(draft, probs_from_logits(target_logits, sampling), q, rng, position)
+
+
+@dataclass(frozen=True)
+class SplitVerdict:
+    """DSSD's server half (Algorithm 2, "Verification Process (Edge)"): δ accepted draft tokens and
+    either the server's own bonus token (all accepted) or the target row p_δ the device must
+    resample from. ``tokens`` holds the accepted draft tokens, plus the bonus when there is one."""
+
+    accepted: int
+    tokens: tuple[int, ...]
+    resample_p: torch.Tensor | None  # (V,) p_δ when a draft token was rejected
+
+
+def split_verify_server(draft: Sequence[int], p: torch.Tensor, q_draft: torch.Tensor, rng: PositionalRNG,
+                        position: int) -> SplitVerdict:
+    """Accept/reject from the draft tokens' probabilities only: p (γ+1, V), q_draft (γ,) = q_i(x_i).
+
+    Departure: DSSD's Algorithm 2 prints the test as r < min{1, q/p}; the acceptance rule it cites
+    (Leviathan et al.), and the only one that keeps the output distributed as p, is r < min{1, p/q},
+    used here (the public DSSD code also inverts it).
+    """
+    gamma = len(draft)
+    if p.shape[0] != gamma + 1 or q_draft.shape != (gamma,):
+        raise ValueError(f"γ={gamma} needs p of γ+1 rows and γ draft probabilities, got {tuple(p.shape)}, "
+                         f"{tuple(q_draft.shape)}")
+    idx = torch.tensor(list(draft), dtype=torch.long)
+    delta = accepted_prefix(p[torch.arange(gamma), idx], q_draft, rng, position)
+    if delta == gamma:
+        bonus = sample(p[gamma], rng.uniform(Stream.TARGET, position + gamma))
+        return SplitVerdict(gamma, (*draft, bonus), None)
+    return SplitVerdict(delta, tuple(draft[:delta]), p[delta])
+
+
+def split_verify_device(verdict: SplitVerdict, q: torch.Tensor, rng: PositionalRNG, position: int) -> Verdict:
+    """DSSD's device half ("Verification Process (Device)"): on a rejection resample from
+    norm(max(0, p_δ − q_δ)) with the device's own q (γ, V) — from the distribution, not from raw
+    logits (the public DSSD code's second error). Together with ``split_verify_server`` this draws
+    exactly what ``verify_sampled`` draws for the same random draws."""
+    if verdict.resample_p is None:
+        return Verdict(verdict.accepted, verdict.tokens)
+    d = verdict.accepted
+    y = sample(residual(verdict.resample_p, q[d]), rng.uniform(Stream.RESIDUAL, position + d))
+    return Verdict(d, (*verdict.tokens, y))

@@ -1,7 +1,8 @@
 """Pure encode/decode of messages to and from ZeroMQ frames (``list[bytes]``). No sockets, no pickle.
 
 Frame 0, the header: ``MAGIC`` (2 bytes) | version (u8) | type (u8) | session (16 bytes) | JSON
-metadata (UTF-8). The metadata holds the scalar fields and, under ``"arrays"``, one descriptor per
+metadata (UTF-8). The metadata holds the scalar fields that differ from their defaults and, under
+``"arrays"``, one descriptor per
 buffer frame: ``[name, dtype, shape, codec, nbytes]``. Frames 1.. are the buffers, raw or LZ4 block
 compressed when that saves at least ``LZ4_MIN_SAVING`` of a buffer of ``LZ4_MIN_BYTES`` or more.
 
@@ -35,7 +36,8 @@ ALLOWED_DTYPES = {"int32": np.int32, "int64": np.int64, "float32": np.float32, "
                   "uint8": np.uint8}
 MAX_NDIM = 4
 # Arrays whose dtype is fixed by the protocol (others: any allowed dtype).
-FIELD_DTYPES = {"input_ids": "int32", "tokens": "int32", "image": "uint8"}
+FIELD_DTYPES = {"input_ids": "int32", "tokens": "int32", "image": "uint8", "q_ids": "int32", "p_ids": "int32",
+                "q_draft": "float32"}
 
 
 class WireError(ValueError):
@@ -56,6 +58,8 @@ def encode(envelope: Envelope) -> list[bytes]:
     buffers: list[bytes] = []
     for f in dataclasses.fields(msg):
         value = getattr(msg, f.name)
+        if f.default is not dataclasses.MISSING and not isinstance(value, np.ndarray) and value == f.default:
+            continue  # the receiver fills in defaults: they need not travel
         if isinstance(value, bytes):
             value = np.frombuffer(value, dtype=np.uint8)
         if isinstance(value, np.ndarray):

@@ -47,6 +47,7 @@ class Open:
     want_exits: bool = True  # stream early exits (FSD) or only the final one (SD)
     queue_policy: str = "priority"  # server early-exit queue: priority | fifo | random
     compute_tq_s: float = 0.0  # emulated verification time per forward (0: none), see ComputeProfile
+    p_top_k: int = 0  # DSSD downlink: send only p_δ's K largest entries (LOSSY, PicoSpec); 0: all of p_δ
     down_delay_s: float = 0.0  # emulated downlink (wire.emulator.LinkShape), benches and tests only
     down_jitter_s: float = 0.0
     down_bandwidth_bps: float = 0.0
@@ -67,7 +68,11 @@ class DraftBlock:
     round: int  # 0, 1, 2, ... within the decision
     position: int  # absolute index of tokens[0]
     tokens: np.ndarray  # (γ,) int32
-    q: np.ndarray | None = None  # (γ, V) float32: the exact distributions sampled from; None when greedy
+    q: np.ndarray | None = None  # (γ, V) float32: the exact distributions sampled from (SD, FSD)
+    q_ids: np.ndarray | None = None  # (γ, K) int32: TK-SLT sparse q, ids ...
+    q_values: np.ndarray | None = None  # (γ, K) float32/float16: ... and values (exactly q's support)
+    q_draft: np.ndarray | None = None  # (γ,) float32: q_i(x_i) only (DSSD)
+    resampled: int = -1  # DSSD: the token the robot resampled after the previous round's rejection
     TYPE = MsgType.DRAFT
 
 
@@ -80,6 +85,10 @@ class ExitResult:
     confidence: float  # S^(l), FSD eq. 4
     is_final: bool
     compute_s: float = 0.0  # server time from receiving the draft to this exit
+    resample: bool = False  # DSSD: tokens are δ accepted drafts; the robot resamples position δ from p
+    p: np.ndarray | None = None  # DSSD: p_δ (V,) float32, or its top-K values (K,) when p_ids is set
+    p_ids: np.ndarray | None = None  # (K,) int32 ids of a pruned p_δ (LOSSY)
+    p_tv: float = 0.0  # TV(p_δ, pruned p_δ) = 1 − kept mass, when pruned
     TYPE = MsgType.EXIT
 
 

@@ -125,7 +125,7 @@ def test_sampled_draft_without_q_is_refused(server_endpoint, text_prompt):
         ids = text_prompt.input_ids.numpy().astype(np.int32)
         sid, _ = client.open(Open(input_ids=ids, temperature=0.8))
         client.send(sid, DraftBlock(round=0, position=len(ids), tokens=np.array([20], np.int32)))
-        with pytest.raises(VerifierError, match="BAD_REQUEST.*q of shape"):
+        with pytest.raises(VerifierError, match="BAD_REQUEST.*needs exactly one of q"):
             client.receive(sid)
 
 

@@ -141,14 +141,16 @@ def test_header_layout_and_type_byte():
 
 
 def test_arrays_travel_as_buffer_frames_and_scalars_in_metadata():
-    """Arrays and bytes get one buffer frame each; scalars, tuples and None stay in the JSON metadata."""
+    """Arrays and bytes get one buffer frame each; scalars and tuples go in the JSON metadata, and
+    fields at their default (a None array too) are left out."""
     frames = encode(Envelope(SESSION, SAMPLES[Open]))
     meta = meta_of(frames)
     assert [d[0] for d in meta["arrays"]] == ["input_ids", "image"]
     assert len(frames) == 3
     assert meta["temperature"] == 0.7 and meta["want_exits"] is False and "input_ids" not in meta
     greedy = encode(Envelope(SESSION, DraftBlock(round=0, position=0, tokens=np.array([1], dtype=np.int32))))
-    assert meta_of(greedy)["q"] is None and len(greedy) == 2
+    assert "q" not in meta_of(greedy) and "resampled" not in meta_of(greedy) and len(greedy) == 2
+    assert decode(greedy).message.q is None and decode(greedy).message.resampled == -1
     assert meta_of(encode(Envelope(SESSION, SAMPLES[Opened])))["exit_layers"] == [7, 14, 21, 28]
 
 
