@@ -9,9 +9,9 @@ Modes and what crosses the link per round (γ draft tokens, vocabulary V, K kept
            resamples (DSSD, Algorithm 2);
   tkslt  — the drafter samples from its top-K (K = ``tkslt_k``), γ×K ids + values up, verdict down
            (TK-SLT, Solution 1);
-  lowpay — exact low-payload mode: TK-SLT's sparse uplink at a small K with float16 values that the
-           drafter samples from exactly, the server forms norm(max(0, p − q)) itself, only the verdict
-           comes down: a few dozen bytes each way;
+  lowpay — exact low-payload mode: TK-SLT's sparse uplink at a small K (``lowpay_k``) that the
+           drafter samples from exactly; the server forms norm(max(0, p − q)) itself and only the
+           verdict comes down, so neither direction carries a distribution of size V;
   dssd-topk-lossy — LOSSY: DSSD with PicoSpec's top-K pruning of p_δ on the downlink; its TV error
            is reported (``DecodeStats.mean_tv``).
 All but the lossy mode are exact: greedy output equals the target's greedy output, sampled output
@@ -62,15 +62,15 @@ class EdgeConfig:
     tp_s: float = 0.0
     tq_s: float = 0.0
     tkslt_k: int = 20  # TK-SLT's K
-    lowpay_k: int = 4  # the low-payload mode's K (float16 values)
+    lowpay_k: int = 4  # the low-payload mode's K
     lossy_p_k: int = 10  # PicoSpec's K for the pruned downlink of p_δ (LOSSY)
 
     def draft_distribution(self, mode: str) -> DraftDistribution | None:
         """The q the drafter samples from in ``mode`` (None: its full softmax)."""
         if mode == "tkslt":
-            return DraftDistribution(self.tkslt_k, "float32")
+            return DraftDistribution(self.tkslt_k)
         if mode == "lowpay":
-            return DraftDistribution(self.lowpay_k, "float16")
+            return DraftDistribution(self.lowpay_k)
         return None
 
     def __post_init__(self) -> None:
@@ -233,7 +233,7 @@ def draft_block(round_: int, draft: Draft, mode: str, distribution: DraftDistrib
         values = draft.q[torch.arange(draft.gamma), torch.from_numpy(tokens).long()]
         return replace(block, q_draft=values.float().numpy())
     if distribution is not None and distribution.sparse:
-        ids, values = to_sparse(draft.q, distribution.top_k, distribution.dtype)
+        ids, values = to_sparse(draft.q, distribution.top_k)
         return replace(block, q_ids=ids.numpy(), q_values=values.numpy())
     return replace(block, q=draft.q.numpy())
 

@@ -203,7 +203,7 @@ def optimal_draft_length(alpha: float, b: float, c: float, max_gamma: int = DEFA
     if math.isnan(gamma0) or gamma0 < 1.0:
         gamma = 1
     elif gamma0 >= max_gamma:  # includes +inf
-        gamma = max_gamma
+        gamma = max_gamma - 1 if max_gamma > 1 else 1
     else:
         lo, hi = math.floor(gamma0), math.ceil(gamma0)
         gamma = hi if speedup_ratio(alpha, lo, L) <= speedup_ratio(alpha, hi, L) else lo

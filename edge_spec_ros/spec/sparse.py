@@ -4,12 +4,12 @@ Legend: q — draft distribution; p — target distribution; K — entries kept;
 TV(a, b) = ½ Σ |a − b| — total variation distance.
 
 TK-SLT (Solution 1): the drafter applies softmax to its K largest logits only and samples from that
-renormalised distribution, so transmitting K ids and K values loses nothing: the q the verifier
-reconstructs is exactly the q the token was drawn from. Quantising the K values (float16) keeps
-this exactness as long as the drafter also samples from the quantised, renormalised values, which
-``DraftDistribution.apply`` guarantees. Pruning the *target* distribution (PicoSpec's top-K
-downlink) is different: the device then resamples from a distribution that is not p, so that
-option is lossy and its TV error is measured.
+renormalised distribution, so transmitting K ids and K float32 values loses nothing: the q the
+verifier reconstructs is exactly the q the token was drawn from. (Sending the values at lower
+precision would not be exact: the rounded values no longer sum to one, and renormalising them on
+both sides reproduces q only if both sides round and sum identically; float32 keeps it simple.)
+Pruning the *target* distribution (PicoSpec's top-K downlink) is different: the device then
+resamples from a distribution that is not p, so that option is lossy and its TV error is measured.
 """
 
 from __future__ import annotations
@@ -18,48 +18,39 @@ from dataclasses import dataclass
 
 import torch
 
-Q_DTYPES = {"float32": torch.float32, "float16": torch.float16}
-
-
 @dataclass(frozen=True)
 class DraftDistribution:
     """How the drafter turns softmax(z/T) into the q it samples from and sends.
 
-    top_k: keep the K largest probabilities and renormalise (0: the full distribution);
-    dtype: precision of the sent values; the drafter samples from exactly the rounded values.
+    top_k: keep the K largest probabilities and renormalise (0: the full distribution).
     """
 
     top_k: int = 0
-    dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        if self.top_k < 0 or self.dtype not in Q_DTYPES:
-            raise ValueError(f"top_k must be >= 0 and dtype one of {sorted(Q_DTYPES)}, got {self}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
 
     @property
     def sparse(self) -> bool:
         return self.top_k > 0
 
     def apply(self, probs: torch.Tensor) -> torch.Tensor:
-        """probs (V,) → the exact q (V,) float32 to sample from: top-K, rounded to ``dtype``, renormalised."""
-        if not self.sparse and self.dtype == "float32":
+        """probs (V,) → the exact q (V,) float32 to sample from: its top K, renormalised."""
+        if not self.sparse or self.top_k >= probs.shape[0]:
             return probs
-        q = probs.float()
-        if self.sparse and self.top_k < q.shape[0]:
-            values, ids = torch.topk(q, self.top_k)
-            q = torch.zeros_like(q).scatter_(0, ids, values)
-        q = q.to(Q_DTYPES[self.dtype]).float()
-        return q / q.sum()
+        values, ids = torch.topk(probs.float(), self.top_k)
+        return torch.zeros_like(probs, dtype=torch.float32).scatter_(0, ids, values / values.sum())
 
 
-def to_sparse(q: torch.Tensor, k: int, dtype: str = "float32") -> tuple[torch.Tensor, torch.Tensor]:
-    """(γ, V) distributions with at most K non-zeros each → ids (γ, K) int32, values (γ, K) ``dtype``.
+def to_sparse(q: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(γ, V) distributions with at most K non-zeros each → ids (γ, K) int32, values (γ, K) float32.
 
-    Lossless for a q made by ``DraftDistribution(k, dtype).apply``; rows with fewer non-zeros are
-    padded with zero-valued entries.
+    Lossless for a q made by ``DraftDistribution(k).apply``; rows with fewer non-zeros are padded
+    with zero-valued entries.
     """
     values, ids = torch.topk(q.float(), min(k, q.shape[-1]), dim=-1)
-    return ids.to(torch.int32), values.to(Q_DTYPES[dtype])
+    return ids.to(torch.int32), values
 
 
 def densify(ids: torch.Tensor, values: torch.Tensor, vocab_size: int) -> torch.Tensor:

@@ -148,10 +148,11 @@ def test_gamma0_is_the_stationary_point_of_eq_24():
 
 def test_odld_takes_the_ceiling_on_a_tie():
     """When S_inf(⌊γ0⌋) = S_inf(⌈γ0⌉), ODLD returns ⌈γ0⌉ (Algorithm 1's ≤)."""
-    # S(1) = S(2) ⟺ (1 + α)(1 + 2L) = (1 + α + α²)(1 + L) ⟺ L = α²/(1 − α²); α = 0.5 gives L = 1/3.
-    best = optimal_draft_length(0.5, 1 / 3, 0.0)
+    # S(1) = S(2) ⟺ (1 + α)(1 + 2L) = (1 + α + α²)(1 + L) ⟺ L = α²/(1 + α − α²); α = 0.5: L = 0.2,
+    # where both equal 1.25 (also in float64).
+    assert speedup_ratio(0.5, 1, 0.2) == speedup_ratio(0.5, 2, 0.2) == 1.25
+    best = optimal_draft_length(0.5, 0.1, 0.1)
     assert 1 < best.gamma0 < 2 and best.gamma == 2
-    assert speedup_ratio(0.5, 1, 1 / 3) == pytest.approx(speedup_ratio(0.5, 2, 1 / 3), rel=1e-15)
 
 
 def test_odld_clamps_to_max_gamma():
@@ -166,7 +167,7 @@ def test_odld_clamps_to_max_gamma():
 
 def test_odld_edge_cases_outside_the_papers_domain():
     """α = 1 or L = 0 → max_gamma; α = 0 or L ≥ 1 → 1 (each agreeing with brute force)."""
-    assert optimal_draft_length(1.0, 0.1, 0.2, max_gamma=32) == DraftLength(32, 33 / 10.6, math.inf)
+    assert optimal_draft_length(1.0, 0.1, 0.2, max_gamma=32) == DraftLength(32, pytest.approx(33 / 10.6), math.inf)
     assert optimal_draft_length(0.7, 0.0, 0.0, max_gamma=32).gamma == 32
     assert optimal_draft_length(0.7, 0.0, 0.0, max_gamma=32).gamma0 == math.inf
     zero = optimal_draft_length(0.0, 0.1, 0.2)
