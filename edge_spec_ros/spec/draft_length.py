@@ -184,7 +184,9 @@ def _gamma0(alpha: float, L: float) -> float:
 # --------------------------------------------------------------------------- Algorithms 1 and 2
 
 
-def optimal_draft_length(alpha: float, b: float, c: float, max_gamma: int = DEFAULT_MAX_GAMMA) -> DraftLength:
+def optimal_draft_length(
+    alpha: float, b: float, c: float, max_gamma: int = DEFAULT_MAX_GAMMA
+) -> DraftLength:
     """ODLD (Algorithm 1, Theorem 2): γ* maximising S_inf(γ) (eq. 11) over integers 1 ≤ γ ≤ max_gamma.
 
     γ0 from eq. (21) (L = b + c); γ* = 1 if γ0 < 1, else whichever of ⌊γ0⌋, ⌈γ0⌉ has the larger
@@ -203,14 +205,16 @@ def optimal_draft_length(alpha: float, b: float, c: float, max_gamma: int = DEFA
     if math.isnan(gamma0) or gamma0 < 1.0:
         gamma = 1
     elif gamma0 >= max_gamma:  # includes +inf
-        gamma = max_gamma - 1 if max_gamma > 1 else 1
+        gamma = max_gamma
     else:
         lo, hi = math.floor(gamma0), math.ceil(gamma0)
         gamma = hi if speedup_ratio(alpha, lo, L) <= speedup_ratio(alpha, hi, L) else lo
     return DraftLength(gamma=gamma, speedup=speedup_ratio(alpha, gamma, L), gamma0=gamma0)
 
 
-def adaptive_selection(alpha: float, b: float, c: float, max_gamma: int = DEFAULT_MAX_GAMMA) -> SpeculationChoice:
+def adaptive_selection(
+    alpha: float, b: float, c: float, max_gamma: int = DEFAULT_MAX_GAMMA
+) -> SpeculationChoice:
     """AS² (Algorithm 2): run ODLD and speculate iff S*_inf > 1, otherwise use the standalone target.
 
     Speedups within SPEEDUP_TIE_TOL of 1 count as no gain (standalone): S* = 1 exactly when γ* = 1

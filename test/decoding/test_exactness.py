@@ -21,6 +21,7 @@ from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.models.tiny import DRAFTER_SPEC, TinyModelSpec, build_tiny_qwen2vl, truncated_copy
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.spec.sampling import SamplingConfig
+from edge_spec_ros.spec.sparse import DraftDistribution
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +135,18 @@ def test_sampled_autoregressive_follows_the_target_distribution(small_pair):
     verifier = EarlyExitVerifier(target)
     ar = sample_pairs(lambda c: autoregressive(verifier, prompt, c), N_RUNS)
     assert chi_square_pvalue(ar, expected) > 1e-3
+
+
+def test_sampled_top_k_draft_follows_the_target_distribution(small_pair):
+    """TK-SLT / low-payload drafting: the drafter samples from its top K (K=3 of 8) and sends exactly
+    that q; output still follows the target. The negative control sends another q and must fail."""
+    target, prompt = small_pair
+    expected = exact_two_token_distribution(target, prompt)
+    verifier = EarlyExitVerifier(target)
+    top3 = DraftDistribution(3)
+    drafter = Drafter(truncated_copy(target, 1))
+    spec = sample_pairs(lambda c: speculative(drafter, verifier, prompt, c, top3), N_RUNS)
+    assert chi_square_pvalue(spec, expected) > 1e-3
+    wrong = WrongQDrafter(truncated_copy(target, 1))
+    control = sample_pairs(lambda c: speculative(wrong, verifier, prompt, c, top3), N_RUNS)
+    assert chi_square_pvalue(control, expected) < 1e-6

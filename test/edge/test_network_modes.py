@@ -111,3 +111,41 @@ def test_concurrent_robots(server_endpoint, pair, images):
         t.join(timeout=120)
     assert not errors, errors
     assert [results[i] for i in range(len(jobs))] == expected
+
+
+EXACT_PROTOCOLS = ("dssd", "tkslt", "lowpay")
+
+
+def test_protocols_greedy_equal_target_greedy(server_endpoint, pair, images):
+    """DSSD, TK-SLT, the low-payload mode (and the lossy one, greedy) reproduce the target's greedy output."""
+    jpg, seen = images[2]
+    prompt = pair_prompt(pair, "stop at the blue box", seen)
+    config = DecodeConfig(max_new_tokens=24, gamma=4, stop_tokens=(pair.tokenizer.eos_token_id,))
+    target = autoregressive(pair.verifier, prompt, config).tokens
+    with VerifierClient(ClientConfig(endpoint=server_endpoint)) as client:
+        decoder = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config))
+        for mode in (*EXACT_PROTOCOLS, "dssd-topk-lossy"):
+            assert decoder.decode(mode, prompt, jpg).tokens == target, mode
+
+
+def test_sampled_protocols_equal_their_in_process_reference(server_endpoint, pair, images):
+    """Sampled, each exact protocol reproduces the in-process speculative decoder with the same q
+    (full for DSSD, top-K for TK-SLT and the low-payload mode) draw for draw; DSSD resamples on the
+    robot; the uplink shrinks as promised; the lossy mode reports its TV error."""
+    jpg, seen = images[0]
+    prompt = pair_prompt(pair, "find the silver bottle", seen)
+    config = DecodeConfig(max_new_tokens=32, gamma=4, sampling=SamplingConfig(0.9), seed=4,
+                          stop_tokens=(pair.tokenizer.eos_token_id,))
+    edge = EdgeConfig(decode=config, tkslt_k=20, lowpay_k=4)
+    with VerifierClient(ClientConfig(endpoint=server_endpoint)) as client:
+        decoder = EdgeDecoder(client, pair.drafter, edge)
+        results = {m: decoder.decode(m, prompt, jpg) for m in ("sd", *EXACT_PROTOCOLS, "dssd-topk-lossy")}
+    for mode in ("sd", *EXACT_PROTOCOLS):
+        reference = speculative(pair.drafter, pair.verifier, prompt, config, edge.draft_distribution(mode))
+        assert results[mode].tokens == reference.tokens, mode
+    assert results["dssd"].tokens == results["sd"].tokens  # same q, verification split differently
+    up = {m: r.stats.bytes_up_per_round for m, r in results.items()}
+    assert up["lowpay"] < up["tkslt"] < up["sd"] and up["dssd"] < up["tkslt"]
+    assert results["dssd"].stats.resamples > 0 and results["dssd"].stats.mean_tv == 0.0
+    lossy = results["dssd-topk-lossy"].stats
+    assert lossy.resamples > 0 and 0.0 < lossy.mean_tv < 1.0

@@ -225,6 +225,15 @@ def test_as2_standalone_when_speedup_at_most_one():
         assert choice == SpeculationChoice(True, best.gamma, best.speedup) and choice.speedup > 1
 
 
+def test_as2_treats_exact_ties_as_no_gain():
+    """Where α = L, S* = 1 exactly; AS² picks standalone even where rounding gives 1 + 2⁻⁵²."""
+    for alpha in np.linspace(0.05, 0.95, 19):
+        for frac in (0.5, 0.3, 1.0):
+            choice = adaptive_selection(float(alpha), frac * float(alpha), (1 - frac) * float(alpha))
+            assert choice.gamma == 1 and choice.speedup == pytest.approx(1.0, abs=1e-15)
+            assert not choice.use_speculation, (alpha, frac, choice)
+
+
 def test_as2_flips_to_standalone_as_L_grows():
     """At α = 0.5 speculation pays while L < α and stops once L > α (S*(γ=1) = 1.5/(1 + L))."""
     Ls = np.linspace(0.01, 0.99, 99)
