@@ -190,6 +190,11 @@ class VerifySession:
         streamed as soon as it exists."""
         if not 1 <= request.max_new_tokens <= MAX_NEW_TOKENS:
             raise RequestError(f"max_new_tokens must be in 1..{MAX_NEW_TOKENS}")
+        if self.awaiting_resample != (request.resampled >= 0):
+            raise RequestError("after a DSSD rejection cloud-only decoding must start with the resampled token")
+        if request.resampled >= 0:
+            self.committed.append(request.resampled)
+            self.awaiting_resample = False
         stop = set(request.stop_tokens)
         for i in range(request.max_new_tokens):
             t0 = time.perf_counter()

@@ -33,6 +33,7 @@ class DecodeStats:
     round_trip_s: float = 0.0  # Σ from sending a draft (or request) to its final result
     bytes_up: int = 0
     bytes_down: int = 0
+    cloud_fallback: int = 0  # AS²: decodes that switched to cloud-only decoding part-way
     resamples: int = 0  # DSSD: rejections resampled on the robot
     tv_sum: float = 0.0  # LOSSY top-K downlink: Σ TV(p_δ, pruned p_δ) over resamples
     round_overheads_s: list[float] = field(default_factory=list)  # per round: round trip − server T_q

@@ -40,6 +40,7 @@ from edge_spec_ros.edge.predraft import PreDrafter
 from edge_spec_ros.models.drafter import Draft, Drafter
 from edge_spec_ros.models.kv_cache import KVCache
 from edge_spec_ros.models.prompt import EncodedPrompt
+from edge_spec_ros.spec.draft_length import DraftLengthController
 from edge_spec_ros.spec.queues import POLICIES
 from edge_spec_ros.spec.sampling import PositionalRNG
 from edge_spec_ros.spec.sparse import DraftDistribution, densify, to_sparse
@@ -64,6 +65,11 @@ class EdgeConfig:
     tkslt_k: int = 20  # TK-SLT's K
     lowpay_k: int = 4  # the low-payload mode's K
     lossy_p_k: int = 10  # PicoSpec's K for the pruned downlink of p_δ (LOSSY)
+    adaptive_gamma: bool = False  # pick γ per round by ODLD and fall back to cloud-only by AS² (TK-SLT)
+    alpha_prior: float = 0.5  # the controller's α, b, c before the first measured round
+    b_prior: float = 0.05
+    c_prior: float = 0.05
+    max_gamma: int = 16
 
     def draft_distribution(self, mode: str) -> DraftDistribution | None:
         """The q the drafter samples from in ``mode`` (None: its full softmax)."""
@@ -105,7 +111,7 @@ class EdgeDecoder:
         stats.prefill_s = time.perf_counter() - t0
         try:
             if mode == "ar":
-                tokens = self._cloud_ar(sid, stats, t0)
+                tokens = self._cloud_ar(sid, stats, t0, c.decode.max_new_tokens)
             else:
                 tokens = self._speculative(sid, prompt, stats, t0, mode)
         finally:
@@ -116,10 +122,11 @@ class EdgeDecoder:
         stats.tokens = len(tokens)
         return DecodeResult(tokens, stats)
 
-    def _cloud_ar(self, sid: bytes, stats: DecodeStats, t0: float) -> list[int]:
+    def _cloud_ar(self, sid: bytes, stats: DecodeStats, t0: float, budget: int, resampled: int = -1) -> list[int]:
+        """Cloud-only decoding of up to ``budget`` tokens (the baseline, or AS²'s fallback)."""
         d = self.config.decode
         sent = time.perf_counter()
-        self.client.send(sid, Generate(d.max_new_tokens, d.stop_tokens))
+        self.client.send(sid, Generate(budget, d.stop_tokens, resampled))
         out: list[int] = []
         while True:
             msg = self.client.receive(sid)
@@ -127,16 +134,16 @@ class EdgeDecoder:
                 raise VerifierError(0, f"expected Tokens, got {type(msg).__name__}")
             stats.server_s += msg.compute_s
             stats.rounds += 1
-            if not out:
+            if not stats.ttft_s:
                 stats.ttft_s = time.perf_counter() - t0
             out.extend(int(t) for t in msg.tokens)
             if msg.is_final:
                 break
-        stats.round_trip_s = time.perf_counter() - sent
-        stats.verify_s = stats.round_trip_s
+        stats.round_trip_s += time.perf_counter() - sent
+        stats.verify_s += time.perf_counter() - sent
         # the cloud counted the same budget and stops; this also cuts at a stop token it missed
         done: list[int] = []
-        append_until_stop(done, out, d)
+        append_until_stop(done, out, replace(d, max_new_tokens=budget))
         return done
 
     def _speculative(self, sid: bytes, prompt: EncodedPrompt, stats: DecodeStats, t0: float,
@@ -148,22 +155,38 @@ class EdgeDecoder:
         predrafter = PreDrafter(self.drafter, c.threads, c.client_policy, d.gamma, d.sampling, rng,
                                 c.tp_s) if mode == "fsd" else None
         distribution = c.draft_distribution(mode)
+        controller = DraftLengthController(c.alpha_prior, c.b_prior, c.c_prior, max_gamma=c.max_gamma) \
+            if c.adaptive_gamma else None
+        gamma, t_token = d.gamma, 0.0
         out: list[int] = []
         resampled = -1
+        draft: Draft | None = None
         try:
-            draft = self._draft(kv, seq, stats, rng, distribution)
             for round_ in range(d.max_new_tokens + 1):
+                if controller is not None:  # TK-SLT's ODLD picks γ, AS² may hand over to the cloud
+                    choice = controller.choice()
+                    if not choice.use_speculation:
+                        stats.cloud_fallback = 1
+                        return out + self._cloud_ar(sid, stats, t0, d.max_new_tokens - len(out), resampled)
+                    gamma = choice.gamma
+                if draft is None:
+                    t = time.perf_counter()
+                    draft = self._draft(kv, seq, stats, rng, distribution, gamma)
+                    t_token = (time.perf_counter() - t) / draft.gamma
                 sent = time.perf_counter()
                 self.client.send(sid, draft_block(round_, draft, mode, distribution, resampled))
                 stats.rounds += 1
                 stats.drafted += draft.gamma
                 if predrafter is not None:
-                    predrafter.begin_round(round_, seq, kv.fork())
+                    predrafter.begin_round(round_, seq, kv.fork(), gamma)
                 final, earliest = self._await_final(sid, round_, predrafter)
                 round_trip = time.perf_counter() - sent
                 stats.round_trip_s += round_trip
                 stats.server_s += final.compute_s
                 stats.round_overheads_s.append(round_trip - final.compute_s)
+                if controller is not None:
+                    controller.observe(final.accepted, draft.gamma, t_token,
+                                       max(0.0, round_trip - final.compute_s) / draft.gamma, max(final.compute_s, 1e-6))
                 tokens = tuple(int(t) for t in final.tokens)
                 resampled = -1
                 if final.resample:  # DSSD: the robot resamples the rejected position itself
@@ -188,19 +211,19 @@ class EdgeDecoder:
                     draft, kv = hit.draft, hit.kv
                 else:
                     stats.cache_misses += predrafter is not None
-                    draft = self._draft(kv, seq, stats, rng, distribution)
+                    draft = None
             raise VerifierError(0, "decode did not finish within its token budget")  # unreachable
         finally:
             if predrafter is not None:
                 predrafter.close()
 
     def _draft(self, kv: KVCache, seq: list[int], stats: DecodeStats, rng: PositionalRNG,
-               distribution: DraftDistribution | None) -> Draft:
+               distribution: DraftDistribution | None, gamma: int) -> Draft:
         d = self.config.decode
         t = time.perf_counter()
-        draft = self.drafter.draft(kv, seq, d.gamma, d.sampling, rng, self.config.tp_s, distribution=distribution)
+        draft = self.drafter.draft(kv, seq, gamma, d.sampling, rng, self.config.tp_s, distribution=distribution)
         stats.draft_s += time.perf_counter() - t
-        stats.draft_forwards += d.gamma
+        stats.draft_forwards += gamma
         return draft
 
     def _await_final(self, sid: bytes, round_: int, predrafter: PreDrafter | None

@@ -55,11 +55,12 @@ class PreDrafter:
         for w in self._workers:
             w.start()
 
-    def begin_round(self, round_: int, prefix: list[int], base: KVCache) -> None:
-        """A draft for ``round_`` left; pre-drafts will extend ``prefix`` from a fork of ``base``
-        (a snapshot: the caller may keep using its own cache)."""
+    def begin_round(self, round_: int, prefix: list[int], base: KVCache, gamma: int | None = None) -> None:
+        """A draft for ``round_`` left; pre-drafts of ``gamma`` tokens (default: as constructed) will
+        extend ``prefix`` from a fork of ``base`` (a snapshot: the caller may keep using its own cache)."""
         with self._cv:
             self._round, self._prefix, self._base = round_, list(prefix), base
+            self.gamma = gamma or self.gamma
             self._queue.clear()
             self._cache.clear()
 
@@ -103,11 +104,11 @@ class PreDrafter:
                 if round_ != self._round or tokens in self._cache or tokens in self._running:
                     continue
                 self._running.add(tokens)
-                prefix, base = self._prefix + list(tokens), self._base
+                prefix, base, gamma = self._prefix + list(tokens), self._base, self.gamma
             result = None
             try:
                 kv = base.fork()
-                draft = self.drafter.draft(kv, prefix, self.gamma, self.sampling, self.rng, self.min_step_s,
+                draft = self.drafter.draft(kv, prefix, gamma, self.sampling, self.rng, self.min_step_s,
                                            cancelled=lambda r=round_: self._round != r)
                 result = CachedDraft(draft, kv, layer)
             except DraftCancelled:

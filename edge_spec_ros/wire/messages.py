@@ -96,6 +96,7 @@ class ExitResult:
 class Generate:
     max_new_tokens: int
     stop_tokens: tuple[int, ...] = ()
+    resampled: int = -1  # DSSD: the token the robot resampled after the last rejection, if any
     TYPE = MsgType.GENERATE
 
 

@@ -149,3 +149,22 @@ def test_sampled_protocols_equal_their_in_process_reference(server_endpoint, pai
     assert results["dssd"].stats.resamples > 0 and results["dssd"].stats.mean_tv == 0.0
     lossy = results["dssd-topk-lossy"].stats
     assert lossy.resamples > 0 and 0.0 < lossy.mean_tv < 1.0
+
+
+def test_adaptive_draft_length_and_cloud_fallback_stay_exact(server_endpoint, pair, images):
+    """ODLD-chosen γ per round and AS²'s switch to cloud-only decoding change the schedule, never the
+    greedy output; with priors under which speculation cannot pay, AS² decodes in the cloud at once."""
+    jpg, seen = images[1]
+    prompt = pair_prompt(pair, "go to the red chair", seen)
+    config = DecodeConfig(max_new_tokens=20, gamma=4, stop_tokens=(pair.tokenizer.eos_token_id,))
+    target = autoregressive(pair.verifier, prompt, config).tokens
+    with VerifierClient(ClientConfig(endpoint=server_endpoint)) as client:
+        adaptive = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config, adaptive_gamma=True, alpha_prior=0.9,
+                                                                b_prior=0.01, c_prior=0.01, threads=2))
+        for mode in ("sd", "fsd", *EXACT_PROTOCOLS):
+            assert adaptive.decode(mode, prompt, jpg).tokens == target, mode
+        hopeless = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config, adaptive_gamma=True, alpha_prior=0.05,
+                                                                b_prior=0.5, c_prior=0.5))
+        result = hopeless.decode("tkslt", prompt, jpg)
+    assert result.tokens == target
+    assert result.stats.cloud_fallback == 1 and result.stats.drafted == 0
