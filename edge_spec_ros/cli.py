@@ -188,7 +188,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                          max_new_tokens=args.max_new_tokens, gamma=args.gamma, threads=args.threads,
                          temperature=args.temperature, seed=args.seed, client_policy=args.client_policy,
                          server_policy=args.server_policy, sweep_threads=args.sweep_threads,
-                         sweep_gamma=args.sweep_gamma, sweep_policies=args.sweep_policies)
+                         sweep_gamma=args.sweep_gamma, sweep_policies=args.sweep_policies,
+                         adaptive_gamma=args.adaptive_gamma)
     import torch
 
     # robot and verifier share this machine's cores: one compute thread each, no oversubscription
@@ -285,7 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="AR, SD and FSD side by side over an emulated link")
     bench.add_argument("--profile", default="loopback", choices=["loopback", "wifi", "go2-paper"])
-    bench.add_argument("--modes", default="ar,sd,fsd", help="comma-separated subset of ar,sd,fsd")
+    bench.add_argument("--modes", default="ar,sd,fsd",
+                       help="comma-separated: ar, sd, fsd, dssd, tkslt, lowpay, dssd-topk-lossy")
+    bench.add_argument("--adaptive-gamma", action="store_true", help="γ by ODLD, cloud fallback by AS² (TK-SLT)")
     bench.add_argument("--prompts", type=int, default=3, help="number of image + instruction prompts")
     bench.add_argument("--max-new-tokens", type=int, default=24)
     bench.add_argument("--gamma", type=int, default=4, help="draft length γ")

@@ -20,6 +20,7 @@ ROWS = (
     ("up B/round", "bytes_up_per_round", "{:.0f}"),
     ("down B/round", "bytes_down_per_round", "{:.0f}"),
     ("overhead ms (median)", "overhead_median_s", "ms"),
+    ("LOSSY mean TV", "mean_tv", "{:.3f}"),
     ("wall s", "wall_s", "{:.2f}"),
 )
 
@@ -28,17 +29,24 @@ def table(report: dict) -> str:
     modes = list(report["modes"])
     lines = [f"profile {report['profile']}: {report['description']}"]
     lines += [f"  {line}" for line in report["emulated"]]
-    lines.append(f"{'':<22}" + "".join(f"{m.upper():>12}" for m in modes))
+    width = max(12, *(len(m) + 2 for m in modes))
+    lines.append(f"{'':<22}" + "".join(f"{m.upper():>{width}}" for m in modes))
     for label, key, fmt in ROWS:
         cells = []
         for m in modes:
             v = report["modes"][m][key]
-            cells.append(f"{v * 1e3:12.1f}" if fmt == "ms" else f"{fmt.format(v):>12}")
+            cells.append(f"{v * 1e3:{width}.1f}" if fmt == "ms" else f"{fmt.format(v):>{width}}")
         lines.append(f"{label:<22}" + "".join(cells))
     for name, value in report["speedups"].items():
-        a, b = name.split("_")[1:]
+        a, b = name.split("_", 2)[1:]
         lines.append(f"speedup {a.upper()} → {b.upper()}: {value:.2f}x")
     lines.append(f"exactness: {report['exact']}")
+    if report.get("payload"):
+        lines.append("bytes per round at the Qwen2 vocabulary (151,657), γ as above, encoded by the protocol:")
+        lines.append(f"  {'mode':<16}{'up':>12}{'down (accept)':>15}{'down (reject)':>15}  note")
+        for row in report["payload"]:
+            lines.append(f"  {row['mode']:<16}{row['up_bytes']:>12,}{row['down_bytes_all_accepted']:>15,}"
+                         f"{row['down_bytes_on_rejection']:>15,}  {row['note']}")
     for name, rows in report["sweeps"].items():
         lines.append(f"sweep over {name}:")
         for row in rows:
@@ -64,7 +72,8 @@ def write(report: dict, out_dir: str | Path) -> tuple[Path, Path]:
     ax = axes[0][0]
     modes = list(report["modes"])
     ax.bar([m.upper() for m in modes], [report["modes"][m]["per_token_s"] * 1e3 for m in modes],
-           color=["#888", "#4a7", "#37c"][: len(modes)])
+           color=[plt.cm.tab10(i) for i in range(len(modes))])
+    ax.tick_params(axis="x", labelrotation=30 if len(modes) > 3 else 0)
     ax.set_ylabel("latency per token (ms)")
     ax.set_title(f"{report['profile']}")
     i = 1

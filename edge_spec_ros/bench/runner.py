@@ -17,7 +17,8 @@ from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
-from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
+from edge_spec_ros.bench.payload import payload_table
+from edge_spec_ros.edge.modes import LOSSY_MODES, MODES, EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.embedded import ModelPair
 from edge_spec_ros.models.prompt import EncodedPrompt, PromptEncoder, decode_image, encode_image
 from edge_spec_ros.spec.sampling import SamplingConfig
@@ -43,10 +44,14 @@ class BenchConfig:
     sweep_threads: tuple[int, ...] = ()
     sweep_gamma: tuple[int, ...] = ()
     sweep_policies: bool = False
+    adaptive_gamma: bool = False
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
             raise ValueError(f"unknown profile {self.profile!r}; choose one of {sorted(PROFILES)}")
+        unknown = set(self.modes) - set(MODES)
+        if unknown:
+            raise ValueError(f"unknown modes {sorted(unknown)}; choose from {MODES}")
 
 
 @dataclass
@@ -91,7 +96,8 @@ class Bench:
                               sampling=SamplingConfig(c.temperature), seed=c.seed,
                               stop_tokens=(self.pair.tokenizer.eos_token_id,))
         edge = EdgeConfig(decode=decode, threads=c.threads, client_policy=c.client_policy,
-                          server_policy=c.server_policy, tp_s=self.profile.tp_s, tq_s=self.profile.tq_s)
+                          server_policy=c.server_policy, tp_s=self.profile.tp_s, tq_s=self.profile.tq_s,
+                          adaptive_gamma=c.adaptive_gamma)
         edge = dataclasses.replace(edge, **overrides)
         client_config = ClientConfig(endpoint=self.endpoint, uplink=self.profile.uplink,
                                      downlink=self.profile.downlink, reply_timeout_s=60.0)
@@ -119,6 +125,7 @@ class Bench:
             "modes": {m: r.stats.as_dict() for m, r in main.items()},
             "speedups": speedups({m: r.stats for m, r in main.items()}),
             "exact": exactness(main, c.temperature),
+            "payload": payload_table(gamma=c.gamma),
             "sweeps": {},
         }
         if c.sweep_threads:
@@ -146,17 +153,18 @@ class Bench:
 
 
 def speedups(stats: dict[str, DecodeStats]) -> dict[str, float]:
-    out = {}
-    for a, b in (("ar", "sd"), ("sd", "fsd"), ("ar", "fsd")):
-        if a in stats and b in stats and stats[b].wall_s > 0:
-            out[f"speedup_{a}_{b}"] = stats[a].wall_s / stats[b].wall_s
-    return out
+    """speedup_A_B = wall(A) / wall(B): AR → every mode, and SD → FSD."""
+    pairs = [("ar", m) for m in stats if m != "ar"] + [("sd", "fsd")]
+    return {f"speedup_{a}_{b}": stats[a].wall_s / stats[b].wall_s
+            for a, b in pairs if a in stats and b in stats and stats[b].wall_s > 0}
 
 
 def exactness(results: dict[str, ModeResult], temperature: float) -> str:
-    """Greedy: every mode must produce the same tokens. Sampled: SD and FSD must (same seed)."""
-    modes = list(results) if temperature == 0 else [m for m in results if m in ("sd", "fsd")]
-    if len(modes) < 2:
+    """Greedy: every exact mode must produce the same tokens. Sampled: SD, FSD and DSSD must (same
+    seed, same q); the other modes are exact in distribution only (their q differs)."""
+    same_tokens = [m for m in results if m not in LOSSY_MODES] if temperature == 0 else \
+        [m for m in results if m in ("sd", "fsd", "dssd")]
+    if len(same_tokens) < 2:
         return "not checked"
-    same = all(results[m].outputs == results[modes[0]].outputs for m in modes)
-    return f"{'identical' if same else 'DIFFERENT'} outputs across {', '.join(modes)}"
+    same = all(results[m].outputs == results[same_tokens[0]].outputs for m in same_tokens)
+    return f"{'identical' if same else 'DIFFERENT'} outputs across {', '.join(same_tokens)}"

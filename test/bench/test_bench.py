@@ -21,9 +21,13 @@ def test_bench_side_by_side(server_endpoint, tmp_path):
     for stats in report["modes"].values():
         assert stats["tokens"] == 6 and stats["wall_s"] > 0 and stats["bytes_up"] > 0 and stats["bytes_down"] > 0
     assert set(report["speedups"]) == {"speedup_ar_sd", "speedup_sd_fsd", "speedup_ar_fsd"}
+    payload = {row["mode"]: row for row in report["payload"]}
+    assert payload["sd"]["up_bytes"] > 4 * 151_657 * 4 * 0.9  # γ×V float32, barely compressible
+    assert payload["lowpay"]["up_bytes"] < 400 and payload["lowpay"]["down_bytes_on_rejection"] < 200
+    assert payload["dssd"]["up_bytes"] < 200 and payload["dssd"]["down_bytes_on_rejection"] > 151_657 * 4 * 0.9
     assert report["sweeps"]["threads"][0]["threads"] == 1 and report["sweeps"]["gamma"][0]["gamma"] == 2
     text = bench_report.table(report)
-    assert "r cache miss" in text and "real loopback, not emulated" in text
+    assert "r cache miss" in text and "real loopback, not emulated" in text and "151,657" in text
     json_path, png_path = bench_report.write(report, tmp_path)
     assert json.loads(json_path.read_text())["profile"] == "loopback"
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -37,3 +41,8 @@ def test_profiles_say_what_they_emulate():
     assert all("not emulated" in l or "real" in l for l in PROFILES["loopback"].emulated())
     with pytest.raises(ValueError, match="unknown profile"):
         BenchConfig(profile="5g")
+
+
+def test_bench_rejects_unknown_modes():
+    with pytest.raises(ValueError, match="unknown modes"):
+        BenchConfig(modes=("sd", "magic"))
