@@ -10,18 +10,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
 from edge_spec_ros.models.drafter import Drafter
-from edge_spec_ros.models.prompt import EncodedPrompt
-from edge_spec_ros.models.tiny import DRAFTER_SPEC, TinyModelSpec, build_tiny_qwen2vl, truncated_copy
+from edge_spec_ros.models.tiny import DRAFTER_SPEC, build_tiny_qwen2vl, truncated_copy
 from edge_spec_ros.models.verifier import EarlyExitVerifier
-from edge_spec_ros.spec.sampling import SamplingConfig
 from edge_spec_ros.spec.sparse import DraftDistribution
+from small_vocab import N_RUNS, SAMPLING, chi_square_pvalue, exact_two_token_distribution, small_target
 
 
 @pytest.fixture(scope="module")
@@ -63,13 +60,6 @@ def test_budget_and_stop_tokens(verifier, drafters, prompts):
 
 # --- sampled output follows the target distribution ------------------------------------------------
 
-VOCAB = 8
-SMALL = TinyModelSpec(hidden_size=32, num_layers=3, num_heads=2, num_kv_heads=1, intermediate_size=64,
-                      vision_depth=1, init_std=0.15, vocab_size=VOCAB)
-N_RUNS = 1500
-SAMPLING = SamplingConfig(temperature=1.0)
-
-
 class WrongQDrafter(Drafter):
     """Negative control: samples from its q but reports a uniform distribution instead."""
 
@@ -80,32 +70,7 @@ class WrongQDrafter(Drafter):
 
 @pytest.fixture(scope="module")
 def small_pair(tokenizer):
-    target = build_tiny_qwen2vl(SMALL, tokenizer, seed=3)
-    prompt = EncodedPrompt(input_ids=torch.tensor([1, 3, 4, 5]), mm_token_type_ids=torch.zeros(4, dtype=torch.int32))
-    return target, prompt
-
-
-def exact_two_token_distribution(target, prompt) -> np.ndarray:
-    """P(x1, x2) = p(x1 | prompt) p(x2 | prompt, x1) by enumeration: (V·V,)."""
-    with torch.inference_mode():
-        ids = prompt.input_ids[None]
-        p1 = torch.softmax(target(input_ids=ids).logits[0, -1].double(), -1)
-        both = torch.cat([ids.repeat(VOCAB, 1), torch.arange(VOCAB)[:, None]], dim=1)  # (V, n+1)
-        p2 = torch.softmax(target(input_ids=both).logits[:, -1].double(), -1)  # (V, V)
-    return (p1[:, None] * p2).flatten().numpy()
-
-
-def chi_square_pvalue(samples: list[tuple[int, int]], expected_p: np.ndarray) -> float:
-    counts = np.zeros(VOCAB * VOCAB)
-    for a, b in samples:
-        counts[a * VOCAB + b] += 1
-    expected = expected_p * len(samples)
-    keep = expected >= 5  # merge the sparse cells into one bin so the chi-square approximation holds
-    obs = np.append(counts[keep], counts[~keep].sum())
-    exp = np.append(expected[keep], expected[~keep].sum())
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    return float(chisquare(obs, exp).pvalue)
+    return small_target(tokenizer)
 
 
 def sample_pairs(decode, n: int) -> list[tuple[int, int]]:
