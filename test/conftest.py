@@ -54,7 +54,7 @@ def prompts(encoder):
 
 
 # --- a real verifier server in a separate process, on 127.0.0.1, bounded in time --------------------
-SERVER_IDLE_EXIT_S = 60  # a server left behind stops by itself after this long without a request
+SERVER_IDLE_EXIT_S = 900  # a server left behind (a killed test run) stops by itself after this long idle
 
 
 @pytest.fixture(scope="session")

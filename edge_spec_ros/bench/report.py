@@ -10,6 +10,7 @@ ROWS = (
     ("rounds", "rounds", "{:.0f}"),
     ("τ tokens/round", "tau", "{:.2f}"),
     ("α acceptance", "alpha", "{:.2f}"),
+    ("α per token (MLE)", "alpha_mle", "{:.2f}"),
     ("r cache miss", "miss_rate", "{:.1%}"),
     ("avg hit exit", "avg_hit_exit", "{:.1f}"),
     ("TTFT ms", "ttft_s", "ms"),
@@ -41,6 +42,9 @@ def table(report: dict) -> str:
         a, b = name.split("_", 2)[1:]
         lines.append(f"speedup {a.upper()} → {b.upper()}: {value:.2f}x")
     lines.append(f"exactness: {report['exact']}")
+    if report.get("picospec_model"):
+        lines.append("PicoSpec throughput model (eqs. 5-9) with this run's α, T_draft, T_RTT, T_verify:")
+        lines += [f"  {k} = {v:.3f}" for k, v in report["picospec_model"].items()]
     if report.get("payload"):
         lines.append("bytes per round at the Qwen2 vocabulary (151,657), γ as above, encoded by the protocol:")
         lines.append(f"  {'mode':<16}{'up':>12}{'down (accept)':>15}{'down (reject)':>15}  note")

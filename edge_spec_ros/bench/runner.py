@@ -21,6 +21,7 @@ from edge_spec_ros.bench.payload import payload_table
 from edge_spec_ros.edge.modes import LOSSY_MODES, MODES, EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.embedded import ModelPair
 from edge_spec_ros.models.prompt import EncodedPrompt, PromptEncoder, decode_image, encode_image
+from edge_spec_ros.spec.pipeline import PipelineTimes, async_cycle, async_throughput, expected_length
 from edge_spec_ros.spec.sampling import SamplingConfig
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,8 @@ class Bench:
             "payload": payload_table(gamma=c.gamma),
             "sweeps": {},
         }
+        if "pico" in main:
+            report["picospec_model"] = picospec_check(main, c.gamma)
         if c.sweep_threads:
             base = main["sd"].stats if "sd" in main else self.run_modes(("sd",))["sd"].stats
             rows = []
@@ -168,3 +171,22 @@ def exactness(results: dict[str, ModeResult], temperature: float) -> str:
         return "not checked"
     same = all(results[m].outputs == results[same_tokens[0]].outputs for m in same_tokens)
     return f"{'identical' if same else 'DIFFERENT'} outputs across {', '.join(same_tokens)}"
+
+
+def picospec_check(results: dict[str, ModeResult], gamma: int) -> dict[str, float]:
+    """PicoSpec's predicted throughput (eqs. 5-9) from the run's own α, T_p, T_c and T_q, beside the
+    measured one. Eq. 5's EL counts accepted draft tokens only; every round also yields the target's
+    own token, so the prediction is given both as printed (EL(γ)) and with it (EL(γ + 1))."""
+    pico = results["pico"].stats
+    times = PipelineTimes(t_draft=gamma * pico.tp_s, t_rtt=2 * pico.tc_s, t_verify=pico.tq_s)
+    alpha = pico.alpha_mle
+    cycle = async_cycle(alpha, gamma, times)
+    out = {"alpha": alpha, "t_draft_s": times.t_draft, "t_rtt_s": times.t_rtt, "t_verify_s": times.t_verify,
+           "predicted_async_tokens_per_s_eq5": async_throughput(alpha, gamma, times),
+           "predicted_async_tokens_per_s_with_target_token": expected_length(alpha, gamma + 1) / cycle,
+           "measured_async_tokens_per_s": pico.tokens / pico.wall_s if pico.wall_s else 0.0}
+    if "sd" in results:
+        sd = results["sd"].stats
+        out["predicted_sync_tokens_per_s_with_target_token"] = expected_length(alpha, gamma + 1) / times.sync_cycle
+        out["measured_sync_tokens_per_s"] = sd.tokens / sd.wall_s if sd.wall_s else 0.0
+    return out

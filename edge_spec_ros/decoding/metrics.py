@@ -20,6 +20,7 @@ class DecodeStats:
     rounds: int = 0  # draft–verify rounds (AR: target forward passes)
     drafted: int = 0  # draft tokens sent for verification
     accepted: int = 0  # draft tokens accepted (Σ δ)
+    full_rounds: int = 0  # rounds whose whole draft was accepted (δ = γ)
     wall_s: float = 0.0
     ttft_s: float = 0.0  # time to first emitted token
     prefill_s: float = 0.0
@@ -45,6 +46,13 @@ class DecodeStats:
     @property
     def alpha(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def alpha_mle(self) -> float:
+        """Per-token acceptance probability: accepted / (accepted + rejections), every round that was
+        not fully accepted ending in one rejection (accepted/drafted underestimates it)."""
+        trials = self.accepted + self.rounds - self.full_rounds
+        return self.accepted / trials if trials else 0.0
 
     @property
     def per_token_s(self) -> float:
@@ -87,7 +95,7 @@ class DecodeStats:
     def overhead_median_s(self) -> float:
         return statistics.median(self.round_overheads_s) if self.round_overheads_s else 0.0
 
-    DERIVED = ("overhead_median_s", "mean_tv", "tau", "alpha", "per_token_s", "miss_rate", "avg_hit_exit", "tp_s", "tq_s", "tc_s",
+    DERIVED = ("overhead_median_s", "mean_tv", "tau", "alpha", "alpha_mle", "per_token_s", "miss_rate", "avg_hit_exit", "tp_s", "tq_s", "tc_s",
                "bytes_up_per_round", "bytes_down_per_round")
 
     def as_dict(self) -> dict:

@@ -12,6 +12,11 @@ Modes and what crosses the link per round (γ draft tokens, vocabulary V, K kept
   lowpay — exact low-payload mode: TK-SLT's sparse uplink at a small K (``lowpay_k``) that the
            drafter samples from exactly; the server forms norm(max(0, p − q)) itself and only the
            verdict comes down, so neither direction carries a distribution of size V;
+  pico   — PicoSpec's asynchronous pipeline: while the cloud verifies S_i the robot drafts S_{i+1}
+           (its guess of the bonus token, then γ more) as if S_i were fully accepted, cutting it short
+           when the verdict arrives (latency-aware truncation); if S_i was fully accepted and the guess
+           is right, S_{i+1} leaves at once, otherwise it is dropped and the drafter's cache rolls
+           back; rejections use separate rejection sampling (as dssd);
   dssd-topk-lossy — LOSSY: DSSD with PicoSpec's top-K pruning of p_δ on the downlink; its TV error
            is reported (``DecodeStats.mean_tv``).
 All but the lossy mode are exact: greedy output equals the target's greedy output, sampled output
@@ -35,7 +40,7 @@ import torch
 
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig, DecodeResult, append_until_stop
-from edge_spec_ros.edge.client import VerifierClient, VerifierError
+from edge_spec_ros.edge.client import VerifierClient, VerifierError, VerifierTimeout
 from edge_spec_ros.edge.predraft import PreDrafter
 from edge_spec_ros.models.drafter import Draft, Drafter
 from edge_spec_ros.models.kv_cache import KVCache
@@ -47,7 +52,8 @@ from edge_spec_ros.spec.sparse import DraftDistribution, densify, to_sparse
 from edge_spec_ros.spec.verify import SplitVerdict, split_verify_device
 from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Generate, Open, Tokens
 
-MODES = ("ar", "sd", "fsd", "dssd", "tkslt", "lowpay", "dssd-topk-lossy")
+MODES = ("ar", "sd", "fsd", "dssd", "tkslt", "lowpay", "pico", "dssd-topk-lossy")
+SPLIT_MODES = ("dssd", "pico", "dssd-topk-lossy")  # q_i(x_i) up, p_δ down, the robot resamples
 LOSSY_MODES = ("dssd-topk-lossy",)
 
 
@@ -179,7 +185,13 @@ class EdgeDecoder:
                 stats.drafted += draft.gamma
                 if predrafter is not None:
                     predrafter.begin_round(round_, seq, kv.fork(), gamma)
-                final, earliest = self._await_final(sid, round_, predrafter)
+                ahead = final = None
+                earliest: dict[tuple[int, ...], int] = {}
+                if mode == "pico":
+                    ahead, ahead_kv, final = self._draft_ahead(sid, round_, kv, seq + list(draft.tokens), rng,
+                                                               distribution, gamma)
+                if final is None:
+                    final, earliest = self._await_final(sid, round_, predrafter)
                 round_trip = time.perf_counter() - sent
                 stats.round_trip_s += round_trip
                 stats.server_s += final.compute_s
@@ -197,6 +209,7 @@ class EdgeDecoder:
                     stats.resamples += 1
                     stats.tv_sum += final.p_tv
                 stats.accepted += final.accepted
+                stats.full_rounds += final.accepted == draft.gamma
                 seq.extend(tokens)
                 first = not out
                 done = append_until_stop(out, tokens, d)
@@ -205,7 +218,13 @@ class EdgeDecoder:
                 if done:
                     return out
                 hit = predrafter.take(tokens) if predrafter is not None else None
-                if hit is not None:
+                if ahead is not None:  # PicoSpec: use the pipelined block only if its assumption held
+                    valid = final.accepted == draft.gamma and not final.resample and ahead.gamma >= 2 \
+                        and ahead.tokens[0] == tokens[-1]
+                    stats.cache_hits += valid
+                    stats.cache_misses += not valid
+                    draft, kv = (ahead.tail(1), ahead_kv) if valid else (None, kv)
+                elif hit is not None:
                     stats.cache_hits += 1
                     stats.hit_exit_sum += earliest.get(tokens, hit.layer)
                     draft, kv = hit.draft, hit.kv
@@ -225,6 +244,29 @@ class EdgeDecoder:
         stats.draft_s += time.perf_counter() - t
         stats.draft_forwards += gamma
         return draft
+
+    def _draft_ahead(self, sid: bytes, round_: int, kv: KVCache, guess: list[int], rng: PositionalRNG,
+                     distribution: DraftDistribution | None, gamma: int):
+        """PicoSpec's parallel drafting: draft 1 + γ tokens after ``guess`` (the prefix as if the block
+        in flight were fully accepted) on a fork of the cache, stopping early once the verdict is in.
+        Returns (the draft, its cache, the final verdict if it arrived meanwhile, else None)."""
+        arrived: list[ExitResult] = []
+
+        def verdict_in() -> bool:
+            if not arrived:
+                try:
+                    msg = self.client.receive(sid, 0.0)
+                except VerifierTimeout:
+                    return False
+                if not isinstance(msg, ExitResult) or msg.round != round_ or not msg.is_final:
+                    raise VerifierError(0, f"unexpected {type(msg).__name__} while pipelining round {round_}")
+                arrived.append(msg)
+            return True
+
+        fork = kv.fork()
+        ahead = self.drafter.draft(fork, guess, gamma + 1, self.config.decode.sampling, rng, self.config.tp_s,
+                                   distribution=distribution, truncate=verdict_in)
+        return ahead, fork, arrived[0] if arrived else None
 
     def _await_final(self, sid: bytes, round_: int, predrafter: PreDrafter | None
                      ) -> tuple[ExitResult, dict[tuple[int, ...], int]]:
@@ -252,7 +294,7 @@ def draft_block(round_: int, draft: Draft, mode: str, distribution: DraftDistrib
     block = DraftBlock(round=round_, position=draft.position, tokens=tokens, resampled=resampled)
     if draft.q is None:  # greedy: nothing to send about q
         return block
-    if mode in ("dssd", *LOSSY_MODES):
+    if mode in SPLIT_MODES:
         values = draft.q[torch.arange(draft.gamma), torch.from_numpy(tokens).long()]
         return replace(block, q_draft=values.float().numpy())
     if distribution is not None and distribution.sparse:

@@ -46,6 +46,10 @@ class Draft:
     def gamma(self) -> int:
         return len(self.tokens)
 
+    def tail(self, drop: int) -> "Draft":
+        """The draft without its first ``drop`` tokens (their positions are already committed)."""
+        return Draft(self.tokens[drop:], None if self.q is None else self.q[drop:], self.position + drop)
+
 
 def quantize_int8(model: nn.Module) -> nn.Module:
     """Dynamic int8 quantization of nn.Linear weights (activations stay float).
@@ -81,14 +85,17 @@ class Drafter:
     def draft(self, kv: KVCache, prefix: list[int], gamma: int, sampling: SamplingConfig,
               rng: PositionalRNG, min_step_s: float = 0.0,
               cancelled: Callable[[], bool] | None = None,
-              distribution: DraftDistribution | None = None) -> Draft:
+              distribution: DraftDistribution | None = None,
+              truncate: Callable[[], bool] | None = None) -> Draft:
         """Draft x_{t+1..t+γ} after ``prefix`` (length t). ``kv`` is rolled back to what it shares with
         ``prefix`` and extended; token x_j uses the draw u(DRAFT, j), so the same prefix always gives
         the same draft (SD, FSD pre-drafting and pipelined drafting agree).
 
         min_step_s: emulated T_p, each step lasts at least this long (benchmark profiles);
         cancelled: polled between steps, raises DraftCancelled when it returns True;
-        distribution: top-K / reduced-precision q (TK-SLT); the draft samples from exactly that q.
+        distribution: top-K q (TK-SLT); the draft samples from exactly that q;
+        truncate: polled after each token; True ends the draft early (PicoSpec's latency-aware
+        truncation), at least one token is always drafted.
         """
         if gamma < 1:
             raise ValueError(f"γ must be >= 1, got {gamma}")
@@ -98,6 +105,8 @@ class Drafter:
         for _ in range(gamma):
             if cancelled is not None and cancelled():
                 raise DraftCancelled()
+            if tokens and truncate is not None and truncate():
+                break
             t0 = time.perf_counter()
             logits = self.stack.final_logits(kv, seq, len(seq) - 1)[-1]  # (V,)
             token, q = choose(logits, sampling, rng, Stream.DRAFT, len(seq),
@@ -109,3 +118,4 @@ class Drafter:
             seq.append(token)
         q = None if sampling.greedy else torch.stack(qs)  # (γ, V)
         return Draft(tuple(tokens), q, len(prefix))
+

@@ -14,13 +14,15 @@ from edge_spec_ros.models.embedded import embedded_pair
 
 def test_bench_side_by_side(server_endpoint, tmp_path):
     config = BenchConfig(profile="loopback", prompts=1, max_new_tokens=6, threads=2, sweep_threads=(1,),
-                         sweep_gamma=(2,))
+                         sweep_gamma=(2,), modes=("ar", "sd", "fsd", "pico"))
     report = Bench(embedded_pair(), server_endpoint, config).run()
-    assert set(report["modes"]) == {"ar", "sd", "fsd"}
-    assert report["exact"] == "identical outputs across ar, sd, fsd"
+    assert set(report["modes"]) == {"ar", "sd", "fsd", "pico"}
+    assert report["exact"] == "identical outputs across ar, sd, fsd, pico"
+    model = report["picospec_model"]
+    assert model["measured_async_tokens_per_s"] > 0 and model["predicted_async_tokens_per_s_eq5"] > 0
     for stats in report["modes"].values():
         assert stats["tokens"] == 6 and stats["wall_s"] > 0 and stats["bytes_up"] > 0 and stats["bytes_down"] > 0
-    assert set(report["speedups"]) == {"speedup_ar_sd", "speedup_sd_fsd", "speedup_ar_fsd"}
+    assert set(report["speedups"]) == {"speedup_ar_sd", "speedup_sd_fsd", "speedup_ar_fsd", "speedup_ar_pico"}
     payload = {row["mode"]: row for row in report["payload"]}
     assert payload["sd"]["up_bytes"] > 4 * 151_657 * 4 * 0.9  # γ×V float32, barely compressible
     assert payload["lowpay"]["up_bytes"] < 400 and payload["lowpay"]["down_bytes_on_rejection"] < 200

@@ -113,7 +113,7 @@ def test_concurrent_robots(server_endpoint, pair, images):
     assert [results[i] for i in range(len(jobs))] == expected
 
 
-EXACT_PROTOCOLS = ("dssd", "tkslt", "lowpay")
+EXACT_PROTOCOLS = ("dssd", "tkslt", "lowpay", "pico")
 
 
 def test_protocols_greedy_equal_target_greedy(server_endpoint, pair, images):
@@ -140,7 +140,7 @@ def test_sampled_protocols_equal_their_in_process_reference(server_endpoint, pai
     with VerifierClient(ClientConfig(endpoint=server_endpoint)) as client:
         decoder = EdgeDecoder(client, pair.drafter, edge)
         results = {m: decoder.decode(m, prompt, jpg) for m in ("sd", *EXACT_PROTOCOLS, "dssd-topk-lossy")}
-    for mode in ("sd", *EXACT_PROTOCOLS):
+    for mode in ("sd", "dssd", "tkslt", "lowpay"):  # pico's blocks differ: it is exact in distribution only
         reference = speculative(pair.drafter, pair.verifier, prompt, config, edge.draft_distribution(mode))
         assert results[mode].tokens == reference.tokens, mode
     assert results["dssd"].tokens == results["sd"].tokens  # same q, verification split differently
