@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -120,6 +120,10 @@ class VerifySession:
 
     def verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> None:
         """Verify at every exit, streaming results; the final exit commits its tokens."""
+        if draft.chained:
+            draft = self._unchain(draft, emit)
+            if draft is None:
+                return
         if self.awaiting_resample != (draft.resampled >= 0):
             raise RequestError("after a DSSD rejection the next draft must carry the resampled token, and only then")
         if draft.resampled >= 0:
@@ -150,6 +154,20 @@ class VerifySession:
                             tokens=np.asarray(result.verdict.tokens, dtype=np.int32),
                             confidence=result.confidence, is_final=out.is_final,
                             compute_s=time.perf_counter() - t0))
+
+    def _unchain(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> DraftBlock | None:
+        """PicoSpec's overlapped round: a block drafted (and sent) before the previous verdict, as if
+        that verdict accepted everything and produced tokens[0]. If so, verify the rest at once;
+        otherwise answer stale and change nothing."""
+        guess = int(draft.tokens[0])
+        if self.awaiting_resample or len(draft.tokens) < 2 or len(self.committed) != draft.position + 1 \
+                or self.committed[draft.position] != guess:
+            emit(ExitResult(round=draft.round, layer=self.verifier.num_layers, accepted=0,
+                            tokens=np.zeros(0, dtype=np.int32), confidence=0.0, is_final=True, stale=True))
+            return None
+        rows = {name: (None if getattr(draft, name) is None else getattr(draft, name)[1:])
+                for name in ("q", "q_ids", "q_values", "q_draft")}
+        return replace(draft, position=draft.position + 1, tokens=draft.tokens[1:], chained=False, **rows)
 
     def _dense_q(self, draft: DraftBlock) -> torch.Tensor | None:
         """The draft distributions as (γ, V): sent whole, or rebuilt exactly from TK-SLT's sparse form."""

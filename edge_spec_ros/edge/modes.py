@@ -13,10 +13,13 @@ Modes and what crosses the link per round (γ draft tokens, vocabulary V, K kept
            drafter samples from exactly; the server forms norm(max(0, p − q)) itself and only the
            verdict comes down, so neither direction carries a distribution of size V;
   pico   — PicoSpec's asynchronous pipeline: while the cloud verifies S_i the robot drafts S_{i+1}
-           (its guess of the bonus token, then γ more) as if S_i were fully accepted, cutting it short
-           when the verdict arrives (latency-aware truncation); if S_i was fully accepted and the guess
-           is right, S_{i+1} leaves at once, otherwise it is dropped and the drafter's cache rolls
-           back; rejections use separate rejection sampling (as dssd);
+           (its guess of the cloud's token, then γ more) as if S_i were fully accepted, cutting it
+           short when the verdict arrives (latency-aware truncation). Finished before the verdict,
+           S_{i+1} is sent at once, chained: the cloud verifies it right after S_i if the assumption
+           held and answers "stale" otherwise (overlapped communication). Arriving with the verdict,
+           it is sent then if the assumption held, dropped otherwise; dropping discards its cache
+           fork, and the verifier's cache rolls back by prefix. Rejections use separate rejection
+           sampling (as dssd);
   dssd-topk-lossy — LOSSY: DSSD with PicoSpec's top-K pruning of p_δ on the downlink; its TV error
            is reported (``DecodeStats.mean_tv``).
 All but the lossy mode are exact: greedy output equals the target's greedy output, sampled output
@@ -136,6 +139,8 @@ class EdgeDecoder:
         out: list[int] = []
         while True:
             msg = self.client.receive(sid)
+            if isinstance(msg, ExitResult) and msg.stale:
+                continue  # the answer to a pipelined block that was dropped
             if not isinstance(msg, Tokens):
                 raise VerifierError(0, f"expected Tokens, got {type(msg).__name__}")
             stats.server_s += msg.compute_s
@@ -167,9 +172,10 @@ class EdgeDecoder:
         out: list[int] = []
         resampled = -1
         draft: Draft | None = None
+        round_, already_sent = 0, False  # PicoSpec: the next round's block may be in flight already
         try:
-            for round_ in range(d.max_new_tokens + 1):
-                if controller is not None:  # TK-SLT's ODLD picks γ, AS² may hand over to the cloud
+            for _ in range(d.max_new_tokens + 1):
+                if controller is not None and not already_sent:  # ODLD picks γ, AS² may hand over to the cloud
                     choice = controller.choice()
                     if not choice.use_speculation:
                         stats.cloud_fallback = 1
@@ -179,17 +185,23 @@ class EdgeDecoder:
                     t = time.perf_counter()
                     draft = self._draft(kv, seq, stats, rng, distribution, gamma)
                     t_token = (time.perf_counter() - t) / draft.gamma
-                sent = time.perf_counter()
-                self.client.send(sid, draft_block(round_, draft, mode, distribution, resampled))
+                if not already_sent:
+                    sent = time.perf_counter()
+                    self.client.send(sid, draft_block(round_, draft, mode, distribution, resampled))
                 stats.rounds += 1
                 stats.drafted += draft.gamma
                 if predrafter is not None:
                     predrafter.begin_round(round_, seq, kv.fork(), gamma)
                 ahead = final = None
+                chained = False
                 earliest: dict[tuple[int, ...], int] = {}
                 if mode == "pico":
                     ahead, ahead_kv, final = self._draft_ahead(sid, round_, kv, seq + list(draft.tokens), rng,
                                                                distribution, gamma)
+                    if final is None and ahead.gamma >= 2:  # overlapped: send it before the verdict
+                        self.client.send(sid, replace(draft_block(round_ + 1, ahead, mode, distribution, -1),
+                                                      chained=True))
+                        chained, chained_at = True, time.perf_counter()
                 if final is None:
                     final, earliest = self._await_final(sid, round_, predrafter)
                 round_trip = time.perf_counter() - sent
@@ -218,12 +230,16 @@ class EdgeDecoder:
                 if done:
                     return out
                 hit = predrafter.take(tokens) if predrafter is not None else None
+                round_, already_sent = round_ + 1, False
                 if ahead is not None:  # PicoSpec: use the pipelined block only if its assumption held
                     valid = final.accepted == draft.gamma and not final.resample and ahead.gamma >= 2 \
                         and ahead.tokens[0] == tokens[-1]
                     stats.cache_hits += valid
                     stats.cache_misses += not valid
                     draft, kv = (ahead.tail(1), ahead_kv) if valid else (None, kv)
+                    if chained:  # the cloud verifies it already if valid, and answers stale if not
+                        already_sent, sent = valid, chained_at
+                        round_ += not valid
                 elif hit is not None:
                     stats.cache_hits += 1
                     stats.hit_exit_sum += earliest.get(tokens, hit.layer)
@@ -258,8 +274,10 @@ class EdgeDecoder:
                     msg = self.client.receive(sid, 0.0)
                 except VerifierTimeout:
                     return False
-                if not isinstance(msg, ExitResult) or msg.round != round_ or not msg.is_final:
+                if not isinstance(msg, ExitResult) or msg.round > round_:
                     raise VerifierError(0, f"unexpected {type(msg).__name__} while pipelining round {round_}")
+                if msg.round < round_:
+                    return False  # the stale answer to a dropped pipelined block
                 arrived.append(msg)
             return True
 

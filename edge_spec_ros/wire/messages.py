@@ -73,6 +73,8 @@ class DraftBlock:
     q_values: np.ndarray | None = None  # (γ, K) float32/float16: ... and values (exactly q's support)
     q_draft: np.ndarray | None = None  # (γ,) float32: q_i(x_i) only (DSSD)
     resampled: int = -1  # DSSD: the token the robot resampled after the previous round's rejection
+    chained: bool = False  # PicoSpec: sent before the previous round's verdict, assuming it is fully
+    # accepted and that its target token is tokens[0]; verified only if that holds, else answered stale
     TYPE = MsgType.DRAFT
 
 
@@ -89,6 +91,7 @@ class ExitResult:
     p: np.ndarray | None = None  # DSSD: p_δ (V,) float32, or its top-K values (K,) when p_ids is set
     p_ids: np.ndarray | None = None  # (K,) int32 ids of a pruned p_δ (LOSSY)
     p_tv: float = 0.0  # TV(p_δ, pruned p_δ) = 1 − kept mass, when pruned
+    stale: bool = False  # a chained draft whose assumption failed: nothing was verified
     TYPE = MsgType.EXIT
 
 

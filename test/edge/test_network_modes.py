@@ -13,6 +13,7 @@ from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
+from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.embedded import embedded_pair
 from edge_spec_ros.models.prompt import PromptEncoder, decode_image, encode_image
 from edge_spec_ros.spec.sampling import SamplingConfig
@@ -168,3 +169,26 @@ def test_adaptive_draft_length_and_cloud_fallback_stay_exact(server_endpoint, pa
         result = hopeless.decode("tkslt", prompt, jpg)
     assert result.tokens == target
     assert result.stats.cloud_fallback == 1 and result.stats.drafted == 0
+
+
+def test_pico_overlapped_rounds(server_endpoint, pair, images):
+    """PicoSpec's chained blocks: with a drafter as good as the target (all its layers) every block is
+    fully accepted and guessed right, so blocks are sent before their predecessor's verdict and
+    verified at once (hits); sampled, the guesses mostly miss and the cloud answers stale. Either
+    way the output is exact: greedy equals the target's own."""
+    from edge_spec_ros.models.tiny import truncated_copy
+
+    jpg, seen = images[0]
+    prompt = pair_prompt(pair, "find the silver bottle", seen)
+    perfect = Drafter(truncated_copy(pair.verifier.stack.model, pair.verifier.num_layers))
+    greedy = DecodeConfig(max_new_tokens=24, gamma=3, stop_tokens=(pair.tokenizer.eos_token_id,))
+    target = autoregressive(pair.verifier, prompt, greedy).tokens
+    with VerifierClient(ClientConfig(endpoint=server_endpoint)) as client:
+        # an emulated T_q long enough for the next block to be drafted while this one is verified
+        result = EdgeDecoder(client, perfect, EdgeConfig(decode=greedy, tq_s=0.15)).decode("pico", prompt, jpg)
+        assert result.tokens == target
+        assert result.stats.cache_hits >= result.stats.rounds - 2 and result.stats.full_rounds == result.stats.rounds
+        sampled = DecodeConfig(max_new_tokens=24, gamma=3, sampling=SamplingConfig(0.9), seed=5,
+                               stop_tokens=(pair.tokenizer.eos_token_id,))
+        result = EdgeDecoder(client, perfect, EdgeConfig(decode=sampled, tq_s=0.15)).decode("pico", prompt, jpg)
+        assert result.stats.cache_misses > 0 and len(result.tokens) > 0
