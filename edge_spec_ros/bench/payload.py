@@ -7,6 +7,8 @@ so the float32 buffers are about as (in)compressible as a real model's.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -60,6 +62,8 @@ def payload_table(vocab: int = QWEN2_VOCAB, gamma: int = 4, tkslt_k: int = 20, l
         ("tkslt", _size(sparse_block(tkslt_k)), _size(verdict), _size(verdict), f"K={tkslt_k} ids + values per token up"),
         ("lowpay", _size(sparse_block(lowpay_k)), _size(verdict), _size(verdict),
          f"K={lowpay_k} ids + values per token up, verdict down"),
+        ("pico", _size(replace(DraftBlock(**base, q_draft=q[:, 0].numpy()), chained=True)), _size(verdict),
+         _size(dssd_reject), "as dssd (separate rejection sampling); blocks may leave before the verdict"),
         ("dssd-topk-lossy", _size(DraftBlock(**base, q_draft=q[:, 0].numpy())), _size(verdict), _size(lossy_reject),
          f"LOSSY: top-{lossy_k} of p_δ down on a rejection"),
     ]
