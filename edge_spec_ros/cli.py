@@ -287,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="AR, SD and FSD side by side over an emulated link")
     bench.add_argument("--profile", default="loopback", choices=["loopback", "wifi", "go2-paper"])
     bench.add_argument("--modes", default="ar,sd,fsd",
-                       help="comma-separated: ar, sd, fsd, dssd, tkslt, lowpay, dssd-topk-lossy")
+                       help="comma-separated: ar, sd, fsd, dssd, tkslt, lowpay, pico, pico-fsd, dssd-topk-lossy")
     bench.add_argument("--adaptive-gamma", action="store_true", help="γ by ODLD, cloud fallback by AS² (TK-SLT)")
     bench.add_argument("--prompts", type=int, default=3, help="number of image + instruction prompts")
     bench.add_argument("--max-new-tokens", type=int, default=24)

@@ -64,6 +64,8 @@ def payload_table(vocab: int = QWEN2_VOCAB, gamma: int = 4, tkslt_k: int = 20, l
          f"K={lowpay_k} ids + values per token up, verdict down"),
         ("pico", _size(replace(DraftBlock(**base, q_draft=q[:, 0].numpy()), chained=True)), _size(verdict),
          _size(dssd_reject), "as dssd (separate rejection sampling); blocks may leave before the verdict"),
+        ("pico-fsd", dense_up, _size(verdict) + (layers - 1) * _size(early), None,
+         "as fsd; blocks may leave before the verdict"),
         ("dssd-topk-lossy", _size(DraftBlock(**base, q_draft=q[:, 0].numpy())), _size(verdict), _size(lossy_reject),
          f"LOSSY: top-{lossy_k} of p_δ down on a rejection"),
     ]

@@ -20,6 +20,9 @@ Modes and what crosses the link per round (γ draft tokens, vocabulary V, K kept
            it is sent then if the assumption held, dropped otherwise; dropping discards its cache
            fork, and the verifier's cache rolls back by prefix. Rejections use separate rejection
            sampling (as dssd);
+  pico-fsd — both at once, a combination neither paper makes: the pipeline's block covers the case
+           "all accepted, guess right", FSD's pre-drafts from early exits cover the others; with
+           early exits the cloud verifies, so q travels whole (as sd);
   dssd-topk-lossy — LOSSY: DSSD with PicoSpec's top-K pruning of p_δ on the downlink; its TV error
            is reported (``DecodeStats.mean_tv``).
 All but the lossy mode are exact: greedy output equals the target's greedy output, sampled output
@@ -55,8 +58,10 @@ from edge_spec_ros.spec.sparse import DraftDistribution, densify, to_sparse
 from edge_spec_ros.spec.verify import SplitVerdict, split_verify_device
 from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Generate, Open, Tokens
 
-MODES = ("ar", "sd", "fsd", "dssd", "tkslt", "lowpay", "pico", "dssd-topk-lossy")
+MODES = ("ar", "sd", "fsd", "dssd", "tkslt", "lowpay", "pico", "pico-fsd", "dssd-topk-lossy")
 SPLIT_MODES = ("dssd", "pico", "dssd-topk-lossy")  # q_i(x_i) up, p_δ down, the robot resamples
+EXIT_MODES = ("fsd", "pico-fsd")  # early exits streamed, pre-drafting on the robot
+PIPELINED_MODES = ("pico", "pico-fsd")
 LOSSY_MODES = ("dssd-topk-lossy",)
 
 
@@ -113,7 +118,7 @@ class EdgeDecoder:
         stats = DecodeStats(mode.upper())
         t0 = time.perf_counter()
         request = Open(input_ids=prompt.input_ids.numpy().astype(np.int32), image=image,
-                       temperature=c.decode.sampling.temperature, seed=c.decode.seed, want_exits=mode == "fsd",
+                       temperature=c.decode.sampling.temperature, seed=c.decode.seed, want_exits=mode in EXIT_MODES,
                        queue_policy=c.server_policy, compute_tq_s=c.tq_s,
                        p_top_k=c.lossy_p_k if mode in LOSSY_MODES else 0)
         sid, opened = self.client.open(request)
@@ -164,7 +169,7 @@ class EdgeDecoder:
         kv = self.drafter.start(prompt)
         seq = prompt.input_ids.tolist()
         predrafter = PreDrafter(self.drafter, c.threads, c.client_policy, d.gamma, d.sampling, rng,
-                                c.tp_s) if mode == "fsd" else None
+                                c.tp_s) if mode in EXIT_MODES else None
         distribution = c.draft_distribution(mode)
         controller = DraftLengthController(c.alpha_prior, c.b_prior, c.c_prior, max_gamma=c.max_gamma) \
             if c.adaptive_gamma else None
@@ -195,15 +200,15 @@ class EdgeDecoder:
                 ahead = final = None
                 chained = False
                 earliest: dict[tuple[int, ...], int] = {}
-                if mode == "pico":
+                if mode in PIPELINED_MODES:
                     ahead, ahead_kv, final = self._draft_ahead(sid, round_, kv, seq + list(draft.tokens), rng,
-                                                               distribution, gamma)
+                                                               distribution, gamma, predrafter, earliest)
                     if final is None and ahead.gamma >= 2:  # overlapped: send it before the verdict
                         self.client.send(sid, replace(draft_block(round_ + 1, ahead, mode, distribution, -1),
                                                       chained=True))
                         chained, chained_at = True, time.perf_counter()
                 if final is None:
-                    final, earliest = self._await_final(sid, round_, predrafter)
+                    final, earliest = self._await_final(sid, round_, predrafter, earliest)
                 round_trip = time.perf_counter() - sent
                 stats.round_trip_s += round_trip
                 stats.server_s += final.compute_s
@@ -231,21 +236,20 @@ class EdgeDecoder:
                     return out
                 hit = predrafter.take(tokens) if predrafter is not None else None
                 round_, already_sent = round_ + 1, False
-                if ahead is not None:  # PicoSpec: use the pipelined block only if its assumption held
-                    valid = final.accepted == draft.gamma and not final.resample and ahead.gamma >= 2 \
-                        and ahead.tokens[0] == tokens[-1]
-                    stats.cache_hits += valid
-                    stats.cache_misses += not valid
-                    draft, kv = (ahead.tail(1), ahead_kv) if valid else (None, kv)
-                    if chained:  # the cloud verifies it already if valid, and answers stale if not
-                        already_sent, sent = valid, chained_at
-                        round_ += not valid
+                valid = ahead is not None and final.accepted == draft.gamma and not final.resample \
+                    and ahead.gamma >= 2 and ahead.tokens[0] == tokens[-1]
+                if chained:  # the cloud verifies the block sent ahead if valid, and answers stale if not
+                    already_sent, sent = valid, chained_at
+                    round_ += not valid
+                if valid:  # PicoSpec: the pipelined block's assumption held
+                    stats.cache_hits += 1
+                    draft, kv = ahead.tail(1), ahead_kv
                 elif hit is not None:
                     stats.cache_hits += 1
                     stats.hit_exit_sum += earliest.get(tokens, hit.layer)
                     draft, kv = hit.draft, hit.kv
                 else:
-                    stats.cache_misses += predrafter is not None
+                    stats.cache_misses += predrafter is not None or ahead is not None
                     draft = None
             raise VerifierError(0, "decode did not finish within its token budget")  # unreachable
         finally:
@@ -262,14 +266,16 @@ class EdgeDecoder:
         return draft
 
     def _draft_ahead(self, sid: bytes, round_: int, kv: KVCache, guess: list[int], rng: PositionalRNG,
-                     distribution: DraftDistribution | None, gamma: int):
+                     distribution: DraftDistribution | None, gamma: int, predrafter: PreDrafter | None,
+                     earliest: dict[tuple[int, ...], int]):
         """PicoSpec's parallel drafting: draft 1 + γ tokens after ``guess`` (the prefix as if the block
-        in flight were fully accepted) on a fork of the cache, stopping early once the verdict is in.
+        in flight were fully accepted) on a fork of the cache, stopping early once the verdict is in;
+        early exits arriving meanwhile go to the pre-drafter (pico-fsd).
         Returns (the draft, its cache, the final verdict if it arrived meanwhile, else None)."""
         arrived: list[ExitResult] = []
 
         def verdict_in() -> bool:
-            if not arrived:
+            while not arrived:
                 try:
                     msg = self.client.receive(sid, 0.0)
                 except VerifierTimeout:
@@ -277,8 +283,11 @@ class EdgeDecoder:
                 if not isinstance(msg, ExitResult) or msg.round > round_:
                     raise VerifierError(0, f"unexpected {type(msg).__name__} while pipelining round {round_}")
                 if msg.round < round_:
-                    return False  # the stale answer to a dropped pipelined block
-                arrived.append(msg)
+                    continue  # the stale answer to a dropped pipelined block, or a late early exit
+                if msg.is_final:
+                    arrived.append(msg)
+                else:
+                    self._early_exit(msg, round_, predrafter, earliest)
             return True
 
         fork = kv.fork()
@@ -286,11 +295,12 @@ class EdgeDecoder:
                                    distribution=distribution, truncate=verdict_in)
         return ahead, fork, arrived[0] if arrived else None
 
-    def _await_final(self, sid: bytes, round_: int, predrafter: PreDrafter | None
+    def _await_final(self, sid: bytes, round_: int, predrafter: PreDrafter | None,
+                     earliest: dict[tuple[int, ...], int] | None = None
                      ) -> tuple[ExitResult, dict[tuple[int, ...], int]]:
         """Receive until the round's final exit; early exits feed the pre-drafter. Returns the final
         result and, per early output, the earliest exit layer that produced it."""
-        earliest: dict[tuple[int, ...], int] = {}
+        earliest = {} if earliest is None else earliest
         while True:
             msg = self.client.receive(sid)
             if not isinstance(msg, ExitResult):
@@ -299,10 +309,16 @@ class EdgeDecoder:
                 continue  # a late early exit of an earlier round
             if msg.is_final:
                 return msg, earliest
-            tokens = tuple(int(t) for t in msg.tokens)
-            earliest[tokens] = min(earliest.get(tokens, msg.layer), msg.layer)
-            if predrafter is not None:
-                predrafter.offer(round_, tokens, msg.confidence, msg.layer)
+            self._early_exit(msg, round_, predrafter, earliest)
+
+    @staticmethod
+    def _early_exit(msg: ExitResult, round_: int, predrafter: PreDrafter | None,
+                    earliest: dict[tuple[int, ...], int]) -> None:
+        """An early exit's output: remember its earliest layer, hand it to the pre-draft queue."""
+        tokens = tuple(int(t) for t in msg.tokens)
+        earliest[tokens] = min(earliest.get(tokens, msg.layer), msg.layer)
+        if predrafter is not None:
+            predrafter.offer(round_, tokens, msg.confidence, msg.layer)
 
 
 def draft_block(round_: int, draft: Draft, mode: str, distribution: DraftDistribution | None,

@@ -114,7 +114,7 @@ def test_concurrent_robots(server_endpoint, pair, images):
     assert [results[i] for i in range(len(jobs))] == expected
 
 
-EXACT_PROTOCOLS = ("dssd", "tkslt", "lowpay", "pico")
+EXACT_PROTOCOLS = ("dssd", "tkslt", "lowpay", "pico", "pico-fsd")
 
 
 def test_protocols_greedy_equal_target_greedy(server_endpoint, pair, images):
@@ -192,3 +192,6 @@ def test_pico_overlapped_rounds(server_endpoint, pair, images):
                                stop_tokens=(pair.tokenizer.eos_token_id,))
         result = EdgeDecoder(client, perfect, EdgeConfig(decode=sampled, tq_s=0.15)).decode("pico", prompt, jpg)
         assert result.stats.cache_misses > 0 and len(result.tokens) > 0
+        # with FSD pre-drafting inside the pipeline, the same exactness
+        combined = EdgeDecoder(client, perfect, EdgeConfig(decode=greedy, tq_s=0.15, threads=2))
+        assert combined.decode("pico-fsd", prompt, jpg).tokens == target

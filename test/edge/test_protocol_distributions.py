@@ -44,7 +44,7 @@ def small_pair(tokenizer):
 
 @pytest.mark.parametrize("mode,edge", [
     ("sd", {}), ("fsd", {}), ("dssd", {}), ("tkslt", {"tkslt_k": 3}), ("lowpay", {"lowpay_k": 2}),
-    ("pico", {}), ("ar", {}), ("sd", {"adaptive_gamma": True, "alpha_prior": 0.9, "b_prior": 0.01, "c_prior": 0.01}),
+    ("pico", {}), ("pico-fsd", {}), ("ar", {}), ("sd", {"adaptive_gamma": True, "alpha_prior": 0.9, "b_prior": 0.01, "c_prior": 0.01}),
 ])
 def test_exact_modes_follow_the_target(small_pair, encoder, mode, edge):
     target, prompt = small_pair
