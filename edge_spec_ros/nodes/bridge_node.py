@@ -89,12 +89,18 @@ class BridgeNode(Node):
             self._publish_status(msg.decision, BridgeStatus.ERROR, "draft for a decision that is not open", code=3)
             return
         if len(msg.tokens) == 0:
-            out = Generate(max_new_tokens=msg.max_new_tokens, stop_tokens=tuple(msg.stop_tokens))
+            out = Generate(max_new_tokens=msg.max_new_tokens, stop_tokens=tuple(msg.stop_tokens),
+                           resampled=msg.resampled)
         else:
             gamma = len(msg.tokens)
             q = np.asarray(msg.q, dtype=np.float32).reshape(gamma, msg.vocab_size) if len(msg.q) else None
-            out = DraftBlock(round=msg.round, position=msg.position,
-                             tokens=np.asarray(msg.tokens, dtype=np.int32), q=q)
+            sparse = len(msg.q_ids) > 0
+            out = DraftBlock(
+                round=msg.round, position=msg.position, tokens=np.asarray(msg.tokens, dtype=np.int32), q=q,
+                q_ids=np.asarray(msg.q_ids, dtype=np.int32).reshape(gamma, -1) if sparse else None,
+                q_values=np.asarray(msg.q_values, dtype=np.float32).reshape(gamma, -1) if sparse else None,
+                q_draft=np.asarray(msg.q_draft, dtype=np.float32) if len(msg.q_draft) else None,
+                resampled=msg.resampled, chained=msg.chained)
         if session.waiting_since is None:
             session.waiting_since = time.monotonic()
         self.client.send(session.sid, out)
@@ -120,12 +126,13 @@ class BridgeNode(Node):
             except KeyError:  # ended
                 return
             if isinstance(msg, ExitResult):
-                self._publish_exit(session.decision, msg.round, msg.layer, msg.accepted, msg.tokens,
-                                   msg.confidence, msg.is_final, msg.compute_s)
+                self._publish_exit(session.decision, msg)
                 if msg.is_final:
                     session.waiting_since = None
             elif isinstance(msg, Tokens):
-                self._publish_exit(session.decision, 0, 0, 0, msg.tokens, 1.0, msg.is_final, msg.compute_s)
+                self._publish_exit(session.decision, ExitResult(round=0, layer=0, accepted=0, tokens=msg.tokens,
+                                                                confidence=1.0, is_final=msg.is_final,
+                                                                compute_s=msg.compute_s))
                 session.waiting_since = None if msg.is_final else time.monotonic()
             else:  # Opened
                 timeout = self.config.reply_timeout_s
@@ -133,12 +140,17 @@ class BridgeNode(Node):
                 self._publish_status(session.decision, BridgeStatus.OPENED, "", num_layers=msg.num_layers,
                                      exit_layers=list(msg.exit_layers))
 
-    def _publish_exit(self, decision, round_, layer, accepted, tokens, confidence, is_final, compute_s) -> None:
+    def _publish_exit(self, decision: int, r: ExitResult) -> None:
         out = ExitMsg()
         out.header.stamp = self.get_clock().now().to_msg()
-        out.decision, out.round, out.layer, out.accepted = decision, round_, layer, accepted
-        out.tokens = np.asarray(tokens, dtype=np.int32)
-        out.confidence, out.is_final, out.compute_s = float(confidence), bool(is_final), float(compute_s)
+        out.decision, out.round, out.layer, out.accepted = decision, r.round, r.layer, r.accepted
+        out.tokens = np.asarray(r.tokens, dtype=np.int32)
+        out.confidence, out.is_final, out.compute_s = float(r.confidence), bool(r.is_final), float(r.compute_s)
+        out.resample, out.p_tv, out.stale = r.resample, float(r.p_tv), r.stale
+        if r.p is not None:
+            out.p = np.asarray(r.p, dtype=np.float32)
+        if r.p_ids is not None:
+            out.p_ids = np.asarray(r.p_ids, dtype=np.int32)
         self.results.publish(out)
 
     def _publish_status(self, decision: int, state: int, message: str, code: int = 0, num_layers: int = 0,

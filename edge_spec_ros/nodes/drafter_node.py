@@ -45,7 +45,7 @@ STOP_WORDS = ("", "cancel", "stop")
 class DrafterNodeConfig:
     drafter_model: str = field(default="embedded", metadata=doc("'embedded' or a Qwen2-VL hub id / local path"))
     quantize_int8: bool = field(default=False, metadata=doc("int8 dynamic quantization of the drafter (CPU)"))
-    mode: str = field(default="fsd", metadata=doc("decoding mode: ar (cloud only) | sd | fsd"))
+    mode: str = field(default="fsd", metadata=doc("decoding mode: ar (cloud only), sd, fsd, dssd, tkslt, lowpay, pico, pico-fsd"))
     gamma: int = field(default=4, metadata=doc("draft length γ"))
     max_new_tokens: int = field(default=48, metadata=doc("token budget of one decision"))
     temperature: float = field(default=0.0, metadata=doc("0: greedy"))

@@ -84,12 +84,19 @@ class RosVerifierLink:
             msg.round = message.round
             msg.position = message.position
             msg.tokens = np.asarray(message.tokens, dtype=np.int32)
+            msg.resampled, msg.chained = message.resampled, message.chained
             if message.q is not None:
                 msg.q = np.ascontiguousarray(message.q, dtype=np.float32).ravel()
                 msg.vocab_size = int(message.q.shape[1])
+            if message.q_ids is not None:
+                msg.q_ids = np.ascontiguousarray(message.q_ids, dtype=np.int32).ravel()
+                msg.q_values = np.ascontiguousarray(message.q_values, dtype=np.float32).ravel()
+            if message.q_draft is not None:
+                msg.q_draft = np.asarray(message.q_draft, dtype=np.float32)
         elif isinstance(message, Generate):
             msg.max_new_tokens = message.max_new_tokens
             msg.stop_tokens = list(message.stop_tokens)
+            msg.resampled = message.resampled
         else:
             raise TypeError(f"the bridge link carries drafts and generation requests, not {type(message).__name__}")
         self._count_up(sid, message)
@@ -142,7 +149,10 @@ class RosVerifierLink:
             out: Message = Tokens(tokens=tokens, is_final=msg.is_final, compute_s=msg.compute_s)
         else:
             out = ExitResult(round=msg.round, layer=msg.layer, accepted=msg.accepted, tokens=tokens,
-                             confidence=msg.confidence, is_final=msg.is_final, compute_s=msg.compute_s)
+                             confidence=msg.confidence, is_final=msg.is_final, compute_s=msg.compute_s,
+                             resample=msg.resample, p=np.asarray(msg.p, dtype=np.float32) if len(msg.p) else None,
+                             p_ids=np.asarray(msg.p_ids, dtype=np.int32) if len(msg.p_ids) else None,
+                             p_tv=msg.p_tv, stale=msg.stale)
         self._deliver(msg.decision, out)
 
     def _on_status(self, msg: BridgeStatus) -> None:

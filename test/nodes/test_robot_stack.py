@@ -15,11 +15,12 @@ from std_msgs.msg import String
 from rosharness import process, wait_for
 from edge_spec_ros.bags import read_bag, typestore, write_camera_bag
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
-from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
+from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
 from edge_spec_ros.models.embedded import embedded_pair
 from edge_spec_ros.models.prompt import PromptEncoder, decode_image, encode_image
 from edge_spec_ros.msg import Decision, DecodeStats, NavAction
 from edge_spec_ros.nodes.ros_link import RELIABLE
+from edge_spec_ros.spec.sampling import SamplingConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTRUCTION = "find the silver bottle"
@@ -27,31 +28,42 @@ MAX_NEW_TOKENS = 24
 STACK_UP_S = 60.0
 
 
-def params_file(tmp_path, endpoint: str, mode: str) -> Path:
+def params_file(tmp_path, endpoint: str, mode: str, temperature: float = 0.0) -> Path:
     config = yaml.safe_load((ROOT / "config" / "go2_nav.yaml").read_text())
     config["bridge"]["ros__parameters"]["verifier_endpoint"] = endpoint
     drafter = config["drafter"]["ros__parameters"]
-    drafter.update(mode=mode, max_new_tokens=MAX_NEW_TOKENS, predraft_threads=2)
+    drafter.update(mode=mode, max_new_tokens=MAX_NEW_TOKENS, predraft_threads=2, temperature=temperature)
     path = tmp_path / f"params_{mode}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
-@pytest.fixture(scope="module")
-def expected_text() -> str:
-    """The verifier's own greedy output for the synthetic frame as the verifier sees it (JPEG)."""
+def reference_text(temperature: float = 0.0) -> str:
+    """Greedy: the verifier's own output; sampled: the in-process speculative decoder's at seed 0 —
+    for the synthetic frame as the verifier sees it (JPEG)."""
     pair = embedded_pair()
     encoder = PromptEncoder(pair.tokenizer)
-    frame = decode_image(encode_image(synthetic_camera_image(), quality=90))
-    config = DecodeConfig(max_new_tokens=MAX_NEW_TOKENS, stop_tokens=(pair.tokenizer.eos_token_id,))
-    tokens = autoregressive(pair.verifier, encoder.encode(INSTRUCTION, frame), config).tokens
-    return encoder.decode(tokens)
+    prompt = encoder.encode(INSTRUCTION, decode_image(encode_image(synthetic_camera_image(), quality=90)))
+    config = DecodeConfig(max_new_tokens=MAX_NEW_TOKENS, sampling=SamplingConfig(temperature),
+                          stop_tokens=(pair.tokenizer.eos_token_id,))
+    if temperature == 0:
+        return encoder.decode(autoregressive(pair.verifier, prompt, config).tokens)
+    return encoder.decode(speculative(pair.drafter, pair.verifier, prompt, config).tokens)
 
 
-@pytest.mark.parametrize("mode", ["fsd", "ar"])
-def test_instruction_through_the_stack(ros, server_endpoint, tmp_path, expected_text, mode):
+@pytest.fixture(scope="module")
+def expected_text() -> str:
+    return reference_text()
+
+
+@pytest.mark.parametrize("mode,temperature", [("fsd", 0.0), ("ar", 0.0), ("pico", 0.0), ("dssd", 0.9)])
+def test_instruction_through_the_stack(ros, server_endpoint, tmp_path, mode, temperature):
+    """An instruction through camera, drafter, bridge and action nodes: the decision equals the
+    reference token for token (greedy: the verifier's own output; sampled DSSD, whose q, resampling on
+    the robot and resampled-token uplink all cross the bridge: the in-process decoder's)."""
+    expected = reference_text(temperature)
     cmd = [sys.executable, "-m", "edge_spec_ros.cli", "bringup", "--params",
-           str(params_file(tmp_path, server_endpoint, mode)), "--duration", "90"]
+           str(params_file(tmp_path, server_endpoint, mode, temperature)), "--duration", "90"]
     decisions = ros.collect(Decision, "edge_spec/decision", RELIABLE)
     actions = ros.collect(NavAction, "edge_spec/action", RELIABLE)
     stats = ros.collect(DecodeStats, "edge_spec/stats", RELIABLE)
@@ -66,8 +78,8 @@ def test_instruction_through_the_stack(ros, server_endpoint, tmp_path, expected_
         assert proc.poll() is None
     decision = decisions[-1]
     assert decision.instruction == INSTRUCTION and decision.mode == mode
-    assert decision.text == expected_text  # exact: the verifier's own greedy output, through ROS and ZeroMQ
-    assert stats[-1].mode == mode.upper() and stats[-1].tokens == MAX_NEW_TOKENS and stats[-1].rounds >= 1
+    assert decision.text == expected  # exact, through ROS and ZeroMQ
+    assert stats[-1].mode == mode.upper() and stats[-1].rounds >= 1
     # random weights decode no valid action: the robot must not move, and says why
     assert actions[-1].kind == "invalid" and actions[-1].error
     assert all(t.linear.x == 0.0 and t.angular.z == 0.0 for t in twists)
