@@ -162,6 +162,9 @@ class VerifierServer:
                                                  msg.round))
                 return
             session.state.check_draft(msg)
+            if msg.partial:  # the same round's whole block follows
+                self._submit(session, lambda: session.state.prepare(msg))
+                return
             session.state.next_round += 1
             self._submit(session, lambda: session.state.verify(msg, lambda r: self._emit_exit(session, r)))
         elif isinstance(msg, Generate):

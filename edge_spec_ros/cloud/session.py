@@ -74,6 +74,7 @@ class VerifySession:
             raise RequestError(f"p_top_k must be >= 0, got {request.p_top_k}")
         self.p_top_k = request.p_top_k
         self.awaiting_resample = False  # DSSD: the robot owes the token it resampled last round
+        self.prepared: _Prepared | None = None  # PicoSpec fast verification: a partial block's work
         self.committed: list[int] = self.prompt.input_ids.tolist()
         self.next_round = 0
         self.kv = None
@@ -133,17 +134,18 @@ class VerifySession:
             raise RequestError(f"draft at position {draft.position}, the committed prefix has {len(self.committed)}")
         t0 = time.perf_counter()
         tokens = [int(t) for t in draft.tokens]
+        prepared, self.prepared = self.prepared, None
+        if prepared is not None and (prepared.position != draft.position
+                                     or tuple(tokens[:len(prepared.tokens)]) != prepared.tokens):
+            prepared = None  # the whole block does not extend the partial one: start afresh
+        if prepared is not None:
+            t0 = prepared.started  # the verification began with the partial block
         if draft.q_draft is not None:
-            self._verify_split(draft, tokens, t0, emit)
+            self._verify_split(draft, tokens, t0, emit, prepared)
             return
         q = self._dense_q(draft)
-        seq = self.committed + tokens
-        first = len(self.committed) - 1
         L = self.verifier.num_layers
-        if self.want_exits:
-            outputs = self.verifier.exits(self.kv, seq, first)
-        else:
-            outputs = iter([_Final(L, self.verifier.logits(self.kv, seq, first))])
+        outputs = self._forward(tokens, self.want_exits, prepared)
         for out in outputs:
             result = verify_exit(out.layer, out.logits, tokens, q, self.sampling, self.rng, draft.position,
                                  out.is_final)
@@ -154,6 +156,40 @@ class VerifySession:
                             tokens=np.asarray(result.verdict.tokens, dtype=np.int32),
                             confidence=result.confidence, is_final=out.is_final,
                             compute_s=time.perf_counter() - t0))
+
+    def prepare(self, partial: DraftBlock) -> None:
+        """PicoSpec's fast verification: run the verifier over the first tokens of the next block as
+        soon as they arrive, keeping every exit's logits, so only the rest is computed when the whole
+        block comes. A partial block that does not fit the committed prefix is ignored."""
+        if partial.chained or partial.position != len(self.committed) or self.awaiting_resample \
+                or partial.resampled >= 0:
+            self.prepared = None
+            return
+        started = time.perf_counter()
+        tokens = tuple(int(t) for t in partial.tokens)
+        seq = self.committed + list(tokens)
+        first = len(self.committed) - 1
+        if self.want_exits:
+            logits = {out.layer: out.logits[: len(tokens)] for out in self.verifier.exits(self.kv, seq, first)}
+        else:
+            logits = {self.verifier.num_layers: self.verifier.logits(self.kv, seq, first)[: len(tokens)]}
+        self.prepared = _Prepared(partial.position, tokens, logits, started)
+
+    def _forward(self, tokens: list[int], want_exits: bool, prepared: "_Prepared | None"):
+        """Exit logits (γ+1, V) over the block, layer by layer: all computed now, or the rows after a
+        prepared partial block computed now and joined to the prepared ones."""
+        done = 0 if prepared is None else len(prepared.tokens)
+        seq = self.committed + tokens
+        first = len(self.committed) - 1 + done
+        L = self.verifier.num_layers
+        if want_exits:
+            outputs = self.verifier.exits(self.kv, seq, first)
+        else:
+            outputs = iter([_Final(L, self.verifier.logits(self.kv, seq, first))])
+        for out in outputs:
+            if prepared is not None:
+                out = _Final(out.layer, torch.cat([prepared.logits[out.layer], out.logits]), out.is_final)
+            yield out
 
     def _unchain(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> DraftBlock | None:
         """PicoSpec's overlapped round: a block drafted (and sent) before the previous verdict, as if
@@ -179,11 +215,11 @@ class VerifySession:
         return None
 
     def _verify_split(self, draft: DraftBlock, tokens: list[int], t0: float,
-                      emit: Callable[[ExitResult], None]) -> None:
+                      emit: Callable[[ExitResult], None], prepared: "_Prepared | None" = None) -> None:
         """DSSD (Algorithm 2): accept/reject here from q_i(x_i); on a rejection send p_δ down (whole, or
         pruned to its top K, which is LOSSY) and let the robot resample."""
-        first = len(self.committed) - 1
-        logits = self.verifier.logits(self.kv, self.committed + tokens, first)  # (γ+1, V)
+        *_, final = self._forward(tokens, False, prepared)
+        logits = final.logits  # (γ+1, V)
         p = probs_from_logits(logits, self.sampling)
         split = split_verify_server(tokens, p, torch.from_numpy(np.array(draft.q_draft)), self.rng, draft.position)
         self.compute.wait_for_layer(t0, 1, 1)
@@ -232,3 +268,13 @@ class _Final:
     layer: int
     logits: torch.Tensor
     is_final: bool = True
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A partial block's verifier work: its position, tokens, each exit's logits rows (m, V), start."""
+
+    position: int
+    tokens: tuple[int, ...]
+    logits: dict[int, torch.Tensor]
+    started: float

@@ -79,6 +79,9 @@ class LocalVerifierLink:
                     replies.put(session.prefill())
                 elif isinstance(msg, DraftBlock):
                     session.check_draft(msg)
+                    if msg.partial:
+                        session.prepare(msg)
+                        continue
                     session.next_round += 1
                     session.verify(msg, replies.put)
                 elif isinstance(msg, Generate):

@@ -19,7 +19,8 @@ Modes and what crosses the link per round (γ draft tokens, vocabulary V, K kept
            held and answers "stale" otherwise (overlapped communication). Arriving with the verdict,
            it is sent then if the assumption held, dropped otherwise; dropping discards its cache
            fork, and the verifier's cache rolls back by prefix. Rejections use separate rejection
-           sampling (as dssd);
+           sampling (as dssd). Fast verification: a block drafted from scratch leaves in two parts,
+           its first half as soon as it exists, so the cloud starts on it while the rest is drafted;
   pico-fsd — both at once, a combination neither paper makes: the pipeline's block covers the case
            "all accepted, guess right", FSD's pre-drafts from early exits cover the others; with
            early exits the cloud verifies, so q travels whole (as sd);
@@ -188,7 +189,14 @@ class EdgeDecoder:
                     gamma = choice.gamma
                 if draft is None:
                     t = time.perf_counter()
-                    draft = self._draft(kv, seq, stats, rng, distribution, gamma)
+                    if mode in PIPELINED_MODES and gamma >= 2:  # fast verification: the head goes first
+                        head = self._draft(kv, seq, stats, rng, distribution, (gamma + 1) // 2)
+                        self.client.send(sid, replace(draft_block(round_, head, mode, distribution, resampled),
+                                                      partial=True))
+                        rest = self._draft(kv, seq + list(head.tokens), stats, rng, distribution, gamma - head.gamma)
+                        draft = head.join(rest)
+                    else:
+                        draft = self._draft(kv, seq, stats, rng, distribution, gamma)
                     t_token = (time.perf_counter() - t) / draft.gamma
                 if not already_sent:
                     sent = time.perf_counter()

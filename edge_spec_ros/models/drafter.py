@@ -46,6 +46,13 @@ class Draft:
     def gamma(self) -> int:
         return len(self.tokens)
 
+    def join(self, rest: "Draft") -> "Draft":
+        """This draft followed by ``rest``, drafted from the prefix that ends with this one."""
+        if rest.position != self.position + self.gamma:
+            raise ValueError("the drafts are not contiguous")
+        q = None if self.q is None else torch.cat([self.q, rest.q])
+        return Draft(self.tokens + rest.tokens, q, self.position)
+
     def tail(self, drop: int) -> "Draft":
         """The draft without its first ``drop`` tokens (their positions are already committed)."""
         return Draft(self.tokens[drop:], None if self.q is None else self.q[drop:], self.position + drop)

@@ -100,7 +100,7 @@ class BridgeNode(Node):
                 q_ids=np.asarray(msg.q_ids, dtype=np.int32).reshape(gamma, -1) if sparse else None,
                 q_values=np.asarray(msg.q_values, dtype=np.float32).reshape(gamma, -1) if sparse else None,
                 q_draft=np.asarray(msg.q_draft, dtype=np.float32) if len(msg.q_draft) else None,
-                resampled=msg.resampled, chained=msg.chained)
+                resampled=msg.resampled, chained=msg.chained, partial=msg.partial)
         if session.waiting_since is None:
             session.waiting_since = time.monotonic()
         self.client.send(session.sid, out)

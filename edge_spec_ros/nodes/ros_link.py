@@ -84,7 +84,7 @@ class RosVerifierLink:
             msg.round = message.round
             msg.position = message.position
             msg.tokens = np.asarray(message.tokens, dtype=np.int32)
-            msg.resampled, msg.chained = message.resampled, message.chained
+            msg.resampled, msg.chained, msg.partial = message.resampled, message.chained, message.partial
             if message.q is not None:
                 msg.q = np.ascontiguousarray(message.q, dtype=np.float32).ravel()
                 msg.vocab_size = int(message.q.shape[1])

@@ -75,6 +75,8 @@ class DraftBlock:
     resampled: int = -1  # DSSD: the token the robot resampled after the previous round's rejection
     chained: bool = False  # PicoSpec: sent before the previous round's verdict, assuming it is fully
     # accepted and that its target token is tokens[0]; verified only if that holds, else answered stale
+    partial: bool = False  # PicoSpec's fast verification: the first tokens of this round's block, sent
+    # as soon as drafted so the verifier can start; the whole block follows under the same round
     TYPE = MsgType.DRAFT
 
 
