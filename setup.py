@@ -21,6 +21,7 @@ setup(
             "bridge_node = edge_spec_ros.nodes.bridge_node:main",
             "action_node = edge_spec_ros.nodes.action_node:main",
             "bag_replay_node = edge_spec_ros.nodes.bag_replay_node:main",
+            "sim_node = edge_spec_ros.nodes.sim_node:main",
         ],
     },
 )

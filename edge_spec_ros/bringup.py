@@ -32,6 +32,7 @@ class BringupConfig:
     until_stop: bool = True  # stop when an instruction cycle ends (stop / invalid action)
     camera_source: str = ""  # overrides the YAML's camera source when set
     bag: str = ""  # replay this bag instead of running the camera node
+    sim: bool = False  # the simulated room (sim_node) instead of the camera node
 
 
 class Monitor(Node):
@@ -102,6 +103,10 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
             from edge_spec_ros.nodes.bag_replay_node import BagReplayNode
 
             nodes.append(BagReplayNode())
+        elif config.sim:
+            from edge_spec_ros.nodes.sim_node import SimNode
+
+            nodes.append(SimNode())
         else:
             from edge_spec_ros.nodes.camera_node import CameraNode
 

@@ -212,7 +212,8 @@ def cmd_bringup(args: argparse.Namespace) -> int:
     if not Path(args.params).is_file():
         raise SystemExit(f"no parameters file at {args.params}")
     monitor = run(BringupConfig(params_file=args.params, serve=args.serve, instruction=args.instruction,
-                                duration_s=args.duration, camera_source=args.camera_source or "", bag=args.bag or ""))
+                                duration_s=args.duration, camera_source=args.camera_source or "", bag=args.bag or "",
+                                sim=args.sim))
     print(f"{len(monitor.decisions)} decisions, {len(monitor.actions)} actions, {len(monitor.twists)} cmd_vel messages")
     return 0
 
@@ -311,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     bringup.add_argument("--duration", type=float, default=120.0, help="stop after this long at most (s)")
     bringup.add_argument("--camera-source", help="override the camera source")
     bringup.add_argument("--bag", help="replay this bag instead of running the camera")
+    bringup.add_argument("--sim", action="store_true", help="the simulated room instead of the camera")
     bringup.set_defaults(func=cmd_bringup)
 
     rec = sub.add_parser("record", help="record topics into a rosbag2")

@@ -60,7 +60,7 @@ def test_every_executable_is_a_console_script_and_installed():
     scripts = console_scripts()
     programs = cmake_programs()
     nodes = launch_nodes()
-    assert {n["executable"] for n in nodes} == {"camera_node", "bridge_node", "drafter_node", "action_node"}
+    assert {n["executable"] for n in nodes} == {"camera_node", "sim_node", "bridge_node", "drafter_node", "action_node"}
     for node in nodes:
         exe = node["executable"]
         assert scripts.get(exe) == f"edge_spec_ros.nodes.{exe}:main", exe

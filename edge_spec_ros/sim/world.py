@@ -1,0 +1,153 @@
+"""A 2-D room with coloured objects, a robot pose and a first-person camera rendered with OpenCV.
+
+No ROS here: ``World.step`` integrates a velocity command (unicycle kinematics, walls stop the
+robot), ``World.render`` draws what a forward-facing pinhole camera at the robot would see (floor,
+walls, objects far to near), and the goal tests measure distance and bearing to the named target.
+Poses follow REP 103: x forward, y left, θ counter-clockwise from +x.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, replace
+
+import cv2
+import numpy as np
+
+COLOURS_RGB = {
+    "red": (210, 40, 40), "green": (50, 170, 60), "blue": (40, 90, 210), "yellow": (230, 210, 40),
+    "silver": (200, 200, 205), "grey": (120, 120, 125), "orange": (240, 140, 30), "purple": (140, 60, 170),
+}
+SHAPES = {"bottle": (0.12, 0.35), "box": (0.45, 0.35), "chair": (0.5, 0.8), "ball": (0.3, 0.3), "cone": (0.3, 0.45)}
+
+
+@dataclass(frozen=True)
+class WorldObject:
+    colour: str
+    kind: str
+    x: float
+    y: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.colour} {self.kind}"
+
+    @property
+    def size(self) -> tuple[float, float]:
+        """(width, height) in metres."""
+        return SHAPES[self.kind]
+
+
+@dataclass(frozen=True)
+class Pose:
+    x: float
+    y: float
+    theta: float
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    width_m: float = 6.0  # room extent along x
+    depth_m: float = 6.0  # room extent along y
+    fov_rad: float = math.radians(70)
+    camera_height_m: float = 0.35  # the Go2's head camera
+    image_width: int = 224
+    image_height: int = 168
+    robot_radius_m: float = 0.25
+    reach_m: float = 0.6  # within this distance of the target (centre to centre) counts as reached
+
+
+@dataclass
+class World:
+    objects: list[WorldObject]
+    pose: Pose
+    config: WorldConfig = field(default_factory=WorldConfig)
+
+    @classmethod
+    def random(cls, seed: int, target: str = "", distractors: int = 2, config: WorldConfig | None = None) -> "World":
+        """A room with a target object and look-alike distractors (same kind in another colour, or
+        same colour on another kind), placed apart, and the robot at one side facing a random way."""
+        config = config or WorldConfig()
+        rng = random.Random(seed)
+        colour, kind = target.split(" ", 1) if target else (rng.choice(list(COLOURS_RGB)), rng.choice(list(SHAPES)))
+        names = [(colour, kind)]
+        while len(names) < 1 + distractors:
+            other = (rng.choice([c for c in COLOURS_RGB if c != colour]), kind) if rng.random() < 0.6 else \
+                (colour, rng.choice([k for k in SHAPES if k != kind]))
+            if other not in names:
+                names.append(other)
+        objects: list[WorldObject] = []
+        while len(objects) < len(names):
+            x, y = rng.uniform(2.0, config.width_m - 0.5), rng.uniform(0.5, config.depth_m - 0.5)
+            if all(math.hypot(x - o.x, y - o.y) > 1.0 for o in objects):
+                objects.append(WorldObject(*names[len(objects)], x, y))
+        pose = Pose(0.6, rng.uniform(1.0, config.depth_m - 1.0), rng.uniform(-math.pi / 2, math.pi / 2))
+        return cls(objects, pose, config)
+
+    def target(self, name: str) -> WorldObject:
+        for o in self.objects:
+            if o.name == name:
+                return o
+        raise KeyError(f"no {name!r} in this world; it has {[o.name for o in self.objects]}")
+
+    def step(self, linear_x: float, angular_z: float, dt: float) -> None:
+        """Unicycle kinematics over ``dt``; the robot stops at walls and objects instead of entering them."""
+        if not (math.isfinite(linear_x) and math.isfinite(angular_z) and dt >= 0):
+            return
+        p = self.pose
+        theta = p.theta + angular_z * dt
+        x = p.x + linear_x * dt * math.cos(theta)
+        y = p.y + linear_x * dt * math.sin(theta)
+        r = self.config.robot_radius_m
+        blocked = not (r <= x <= self.config.width_m - r and r <= y <= self.config.depth_m - r) or any(
+            math.hypot(x - o.x, y - o.y) < r + o.size[0] / 2 for o in self.objects)
+        self.pose = replace(p, theta=math.atan2(math.sin(theta), math.cos(theta)),
+                            **({} if blocked else {"x": x, "y": y}))
+
+    def relative(self, obj: WorldObject) -> tuple[float, float]:
+        """(distance m, bearing rad, left positive) from the robot to ``obj``."""
+        dx, dy = obj.x - self.pose.x, obj.y - self.pose.y
+        bearing = math.atan2(dy, dx) - self.pose.theta
+        return math.hypot(dx, dy), math.atan2(math.sin(bearing), math.cos(bearing))
+
+    def reached(self, name: str) -> bool:
+        distance, bearing = self.relative(self.target(name))
+        return distance <= self.config.reach_m + self.config.robot_radius_m and abs(bearing) < self.config.fov_rad / 2
+
+    def render(self) -> np.ndarray:
+        """First-person RGB image (H, W, 3) uint8."""
+        c = self.config
+        w, h = c.image_width, c.image_height
+        focal = (w / 2) / math.tan(c.fov_rad / 2)
+        horizon = h // 2
+        img = np.empty((h, w, 3), np.uint8)
+        img[:horizon] = (205, 215, 225)
+        img[horizon:] = (120, 95, 70)
+        visible = []
+        for o in self.objects:
+            distance, bearing = self.relative(o)
+            if distance > 0.15 and abs(bearing) < c.fov_rad / 2 + 0.3:
+                visible.append((distance, bearing, o))
+        for distance, bearing, o in sorted(visible, key=lambda v: -v[0]):
+            depth = distance * math.cos(bearing)
+            if depth <= 0.1:
+                continue
+            u = w / 2 - focal * math.tan(bearing)
+            width_px = focal * o.size[0] / depth
+            bottom = horizon + focal * c.camera_height_m / depth
+            top = bottom - focal * o.size[1] / depth
+            colour = COLOURS_RGB[o.colour]
+            x0, x1 = int(round(u - width_px / 2)), int(round(u + width_px / 2))
+            if o.kind == "ball":
+                radius = max(1, int(width_px / 2))
+                cv2.circle(img, (int(u), int(bottom - radius)), radius, colour, -1)
+            elif o.kind == "cone":
+                pts = np.array([[x0, int(bottom)], [x1, int(bottom)], [int(u), int(top)]], np.int32)
+                cv2.fillPoly(img, [pts], colour)
+            else:
+                cv2.rectangle(img, (x0, int(top)), (x1, int(bottom)), colour, -1)
+                if o.kind == "bottle":  # a neck
+                    neck = max(1, int(width_px / 4))
+                    cv2.rectangle(img, (int(u) - neck, int(top - width_px)), (int(u) + neck, int(top)), colour, -1)
+        return img
