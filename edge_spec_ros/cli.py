@@ -5,6 +5,7 @@
   bench             AR, SD and FSD side by side over an emulated link
   bringup           the robot-side ROS 2 nodes in one process, with the launch file's YAML
   record            record topics of the running graph into a rosbag2
+  train-exits       train the verifier's early-exit adapters (base model frozen)
   keys              make CURVE key pairs for the verifier and robots
   build-tokenizer   retrain the shipped tokenizer from the project's corpus
 """
@@ -120,11 +121,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _load_verifier(args: argparse.Namespace):
     """(verifier, tokenizer) from --verifier/--adapters; ``embedded`` is the embedded small model."""
     if args.verifier == "embedded":
-        if args.adapters:
-            raise SystemExit("--adapters needs --verifier ID_OR_PATH")
+        from edge_spec_ros.models.adapters import ExitAdapters
         from edge_spec_ros.models.embedded import embedded_pair
+        from edge_spec_ros.models.verifier import EarlyExitVerifier
 
         pair = embedded_pair()
+        if args.adapters:  # e.g. trained by `edge-spec-ros train-exits`
+            return EarlyExitVerifier(pair.verifier.stack.model, ExitAdapters.load(args.adapters)), pair.tokenizer
         return pair.verifier, pair.tokenizer
     from transformers import AutoTokenizer
 
@@ -196,7 +199,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     _log("building the embedded small Qwen2-VL pair ...")
     pair = embedded_pair()
-    server = nullcontext(args.endpoint) if args.endpoint else verifier_process("--threads", "1")
+    extra = ("--adapters", args.adapters) if args.adapters else ()
+    server = nullcontext(args.endpoint) if args.endpoint else verifier_process("--threads", "1", *extra)
     with server as endpoint:
         _log(f"verifier at {endpoint}; profile {config.profile}")
         report = Bench(pair, endpoint, config, progress=lambda s: _log(f"  {s}")).run()
@@ -229,6 +233,37 @@ def cmd_record(args: argparse.Namespace) -> int:
         topics = {t.split(":")[0]: (t.split(":")[1] if ":" in t else DEFAULT_TOPICS[t]) for t in args.topic}
     n = record(args.out, topics, args.duration, args.storage)
     print(f"recorded {n} messages into {args.out}")
+    return 0
+
+
+def cmd_train_exits(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from edge_spec_ros.models.adapters import ExitAdapters
+    from edge_spec_ros.models.corpus import corpus
+    from edge_spec_ros.training.exits import (ExitTrainingConfig, evaluate, token_batches, train_exits,
+                                              write_report)
+
+    verifier, tokenizer = _load_verifier(args)
+    model = verifier.stack.model
+    hidden, L = model.config.text_config.hidden_size, verifier.num_layers
+    adapters = ExitAdapters(hidden, list(range(1, L)), args.bottleneck or None)
+    config = ExitTrainingConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
+                                seed=args.seed)
+    batch = token_batches(tokenizer, corpus(), config)
+    held_out = [batch(10**9 + i) for i in range(4)]  # steps never reached in training
+    with tqdm(total=config.steps, desc="exit adapters", unit="step") as bar:
+        def progress(step: int, loss: float) -> None:
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            bar.update(step - bar.n)
+        train_exits(model, adapters, batch, config, args.out, progress)
+    report = evaluate(model, adapters, held_out)
+    print(f"{'exit':>6}{'token match %':>16}{'avg confidence':>16}")
+    for layer, match, conf in zip(report.layers, report.match_pct, report.confidence, strict=True):
+        print(f"{layer:>6}{match:>16.1f}{conf:>16.3f}")
+    print(f"{'final':>6}{100.0:>16.1f}{report.final_confidence:>16.3f}")
+    json_path, png_path = write_report(report, args.out)
+    print(f"adapters in {args.out}; wrote {json_path} and {png_path}")
     return 0
 
 
@@ -302,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--sweep-gamma", type=_ints, default=(), help="e.g. 2,4,6,8 (FSD Fig. 4b)")
     bench.add_argument("--sweep-policies", action="store_true", help="client × server queue policies (Table 7)")
     bench.add_argument("--endpoint", help="use a running verifier instead of starting one on loopback")
+    bench.add_argument("--adapters", help="trained exit adapters for the verifier it starts (train-exits)")
     bench.add_argument("--out", default="artifacts/bench", help="directory for the JSON and PNG")
     bench.set_defaults(func=cmd_bench)
 
@@ -322,6 +358,19 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--duration", type=float, default=0.0, help="seconds (0: until Ctrl-C)")
     rec.add_argument("--storage", default="sqlite3", choices=["sqlite3", "mcap"])
     rec.set_defaults(func=cmd_record)
+
+    train = sub.add_parser("train-exits", help="train early-exit adapters (resumes a run in --out)")
+    train.add_argument("--out", required=True, help="directory for adapters, checkpoints and the report")
+    train.add_argument("--verifier", default="embedded", help="Qwen2-VL hub id or path, or 'embedded'")
+    train.add_argument("--dtype", default="float32")
+    train.add_argument("--device", default="cpu")
+    train.add_argument("--steps", type=int, default=1000)
+    train.add_argument("--batch-size", type=int, default=8)
+    train.add_argument("--seq-len", type=int, default=32)
+    train.add_argument("--lr", type=float, default=3e-3)
+    train.add_argument("--bottleneck", type=int, default=0, help="adapter width (0: hidden size / 8)")
+    train.add_argument("--seed", type=int, default=0)
+    train.set_defaults(func=cmd_train_exits, adapters=None)
 
     keys = sub.add_parser("keys", help="make CURVE key pairs (server + robots)")
     keys.add_argument("--out", required=True, help="output directory")
