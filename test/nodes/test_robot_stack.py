@@ -3,6 +3,7 @@ verifier process on loopback; and rosbag record / replay through it."""
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -87,18 +88,24 @@ def test_instruction_through_the_stack(ros, server_endpoint, tmp_path, mode, tem
 
 def test_bag_replay_through_the_stack_and_record(ros, server_endpoint, tmp_path, expected_text):
     """A recorded camera + instruction bag drives the stack; the recorder captures its outputs."""
-    bag = write_camera_bag(tmp_path / "input_bag", [synthetic_camera_image() for _ in range(15)], INSTRUCTION,
-                           rate_hz=5.0, instruction_at_s=1.0)
+    bag = write_camera_bag(tmp_path / "input_bag", [synthetic_camera_image() for _ in range(25)], INSTRUCTION,
+                           rate_hz=5.0, instruction_at_s=3.0)  # time for every process to discover the others
     recorded = tmp_path / "recorded_bag"
-    record = [sys.executable, "-m", "edge_spec_ros.cli", "record", "--out", str(recorded), "--duration", "18",
+    record = [sys.executable, "-m", "edge_spec_ros.cli", "record", "--out", str(recorded), "--duration", "40",
               "--topic", "/instruction", "--topic", "/edge_spec/decision", "--topic", "/cmd_vel"]
     stack = [sys.executable, "-m", "edge_spec_ros.cli", "bringup", "--params",
              str(params_file(tmp_path, server_endpoint, "sd")), "--bag", str(bag), "--duration", "15"]
+    def recording(topic: str) -> bool:
+        return any(i.node_name == "bag_recorder" for i in ros.node.get_subscriptions_info_by_topic(topic))
+
     with process(record, tmp_path / "record.log") as recorder:
-        time.sleep(3.0)  # the recorder subscribes first
+        wait_for(lambda: all(recording(t) for t in ("/instruction", "/edge_spec/decision", "/cmd_vel")), 30,
+                 "the recorder's subscriptions")
         with process(stack, tmp_path / "stack.log") as proc:
             proc.wait(timeout=60)
-        recorder.wait(timeout=40)
+        time.sleep(1.0)  # the last messages reach the recorder
+        recorder.send_signal(signal.SIGINT)  # stops and closes the bag
+        recorder.wait(timeout=20)
     out = (tmp_path / "stack.log").read_text()
     assert f"[decision 1 sd] {expected_text!r}" in out, out[-3000:]
     assert "[action 1] none:" in out and "[cmd_vel] linear.x=0.000 angular.z=0.000" in out
