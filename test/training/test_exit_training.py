@@ -23,10 +23,10 @@ def test_training_improves_exits_and_leaves_the_base_model_alone(target_model, t
     batch = token_batches(tokenizer, corpus(), CONFIG)
     held_out = [batch(10**9 + i) for i in range(3)]
     before = evaluate(target_model, adapters, held_out)
-    loss_before = sum(float(v) for v in exit_losses(target_model, adapters, held_out[0]).values())
+    loss_before = sum(float(v.detach()) for v in exit_losses(target_model, adapters, held_out[0]).values())
     assert train_exits(target_model, adapters, batch, CONFIG, tmp_path) == CONFIG.steps
     after = evaluate(target_model, adapters, held_out)
-    loss_after = sum(float(v) for v in exit_losses(target_model, adapters, held_out[0]).values())
+    loss_after = sum(float(v.detach()) for v in exit_losses(target_model, adapters, held_out[0]).values())
     assert loss_after < 0.9 * loss_before
     assert sum(after.match_pct) > sum(before.match_pct)
     assert all(torch.equal(v, target_model.state_dict()[k]) for k, v in base.items())  # frozen
