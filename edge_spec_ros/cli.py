@@ -6,6 +6,7 @@
   bringup           the robot-side ROS 2 nodes in one process, with the launch file's YAML
   record            record topics of the running graph into a rosbag2
   train-exits       train the verifier's early-exit adapters (base model frozen)
+  sim-episodes      expert episodes in the simulated room, one rosbag each
   keys              make CURVE key pairs for the verifier and robots
   build-tokenizer   retrain the shipped tokenizer from the project's corpus
 """
@@ -267,6 +268,24 @@ def cmd_train_exits(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sim_episodes(args: argparse.Namespace) -> int:
+    from edge_spec_ros.sim.expert import run_episode, write_episode_bag
+    from edge_spec_ros.sim.world import World
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    reached = 0
+    for i in range(args.episodes):
+        seed = args.seed + i
+        world = World.random(seed, args.target, args.distractors)
+        episode = run_episode(world, args.target)
+        reached += episode.reached
+        write_episode_bag(episode, out / f"episode_{seed:04d}")
+        _log(f"episode {seed}: {len(episode.steps)} decisions, {'reached' if episode.reached else 'not reached'}")
+    print(f"{reached}/{args.episodes} episodes reached the {args.target}; bags in {out}")
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from edge_spec_ros.wire.curve import make_keys
 
@@ -371,6 +390,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--bottleneck", type=int, default=0, help="adapter width (0: hidden size / 8)")
     train.add_argument("--seed", type=int, default=0)
     train.set_defaults(func=cmd_train_exits, adapters=None)
+
+    episodes = sub.add_parser("sim-episodes", help="expert episodes in the simulated room, as rosbags")
+    episodes.add_argument("--out", required=True, help="directory for the bags")
+    episodes.add_argument("--episodes", type=int, default=10)
+    episodes.add_argument("--target", default="silver bottle", help="'<colour> <kind>'")
+    episodes.add_argument("--distractors", type=int, default=2)
+    episodes.add_argument("--seed", type=int, default=0)
+    episodes.set_defaults(func=cmd_sim_episodes)
 
     keys = sub.add_parser("keys", help="make CURVE key pairs (server + robots)")
     keys.add_argument("--out", required=True, help="output directory")

@@ -1,0 +1,90 @@
+"""A scripted expert for the simulated room: what a good navigation model should say.
+
+``expert_text`` looks at the world (not the image) and writes the reasoning + action the trained
+model is meant to produce: turn towards the target when it is off-centre or not in view, walk when it
+is ahead, stop when it is reached; distractors are named as such. ``run_episode`` closes the loop
+through the same action grammar and motion planner as the action node, so it checks that the sim,
+the grammar and the planner can reach the target at all, and it generates training episodes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edge_spec_ros.nav import NavConfig, parse_action, plan_motion
+from edge_spec_ros.sim.world import World
+
+ALIGN_RAD = math.radians(10)  # turn first when the target is further off-centre than this
+MAX_STEP_CM = 100
+
+
+def expert_text(world: World, target: str) -> str:
+    """'Reasoning: … Action: …' for the current pose."""
+    obj = world.target(target)
+    if world.reached(target):
+        return f"Reasoning: I reached the {target}. Action: stop"
+    distance, bearing = world.relative(obj)
+    side = "left" if bearing > 0 else "right"
+    if abs(bearing) > world.config.fov_rad / 2:
+        return f"Reasoning: the {target} is not in view. Action: turn {side} 45 degrees"
+    others = [o.name for o in world.objects if o.name != target and abs(world.relative(o)[1]) < world.config.fov_rad / 2]
+    note = f" The {others[0]} is not the target." if others else ""
+    if abs(bearing) > ALIGN_RAD:
+        degrees = max(5, min(90, int(round(math.degrees(abs(bearing)) / 5) * 5)))
+        return f"Reasoning: the {target} is to the {side}.{note} Action: turn {side} {degrees} degrees"
+    gap = distance - world.config.reach_m - world.config.robot_radius_m + 0.1
+    cm = max(25, min(MAX_STEP_CM, int(round(gap * 100 / 25)) * 25))
+    return f"Reasoning: the {target} is ahead.{note} Action: move forward {cm} cm"
+
+
+@dataclass
+class Episode:
+    target: str
+    steps: list[tuple[np.ndarray, str]] = field(default_factory=list)  # (image, expert text) per decision
+    reached: bool = False
+
+
+def run_episode(world: World, target: str, max_decisions: int = 30, nav: NavConfig | None = None,
+                dt: float = 0.05, keep_images: bool = True) -> Episode:
+    """Decide with the expert, execute with the action node's grammar and planner, until reached."""
+    nav = nav or NavConfig()
+    episode = Episode(target)
+    for _ in range(max_decisions):
+        text = expert_text(world, target)
+        episode.steps.append((world.render() if keep_images else np.zeros(0, np.uint8), text))
+        action = parse_action(text, nav).action
+        if action is None or action.kind == "stop":
+            break
+        plan = plan_motion(action, nav)
+        for _ in range(int(round(plan.duration_s / dt))):
+            world.step(plan.linear_x, plan.angular_z, dt)
+    episode.reached = world.reached(target)
+    return episode
+
+
+def write_episode_bag(episode: Episode, path, rate_hz: float = 1.0):
+    """One episode as a rosbag2: per decision a camera frame, then the expert's text as a Decision,
+    after the instruction — the data a navigation model is trained and replayed on."""
+    import time
+
+    from edge_spec_ros.bags import BagWriter
+
+    with BagWriter(path) as bag:
+        types = bag.store.types
+        Image, String, Header, Time, Decision = (
+            types["sensor_msgs/msg/Image"], types["std_msgs/msg/String"], types["std_msgs/msg/Header"],
+            types["builtin_interfaces/msg/Time"], types["edge_spec_ros/msg/Decision"])
+        t0 = time.time_ns()
+        instruction = f"find the {episode.target}"
+        bag.write_message("/instruction", String(data=instruction), t0)
+        for i, (rgb, text) in enumerate(episode.steps):
+            ns = t0 + int((i + 0.5) / rate_hz * 1e9)
+            header = Header(stamp=Time(sec=ns // 10**9, nanosec=ns % 10**9), frame_id="camera")
+            bag.write_message("/camera/image_raw", Image(
+                header=header, height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8", is_bigendian=0,
+                step=rgb.shape[1] * 3, data=np.ascontiguousarray(rgb, np.uint8).ravel()), ns)
+            bag.write_message("/edge_spec/decision", Decision(header=header, decision=i + 1, instruction=instruction,
+                                                              mode="expert", text=text), ns + 1000)
