@@ -67,6 +67,19 @@ class BagWriter:
         """Write a ``rosbags`` message object (see ``typestore().types``)."""
         self.write(topic, msg.__msgtype__, timestamp_ns, bytes(self.store.serialize_cdr(msg, msg.__msgtype__)))
 
+    def header(self, timestamp_ns: int, frame_id: str = "camera"):
+        """A std_msgs/Header stamped ``timestamp_ns``."""
+        types = self.store.types
+        stamp = types["builtin_interfaces/msg/Time"](sec=timestamp_ns // 10**9, nanosec=timestamp_ns % 10**9)
+        return types["std_msgs/msg/Header"](stamp=stamp, frame_id=frame_id)
+
+    def write_image(self, topic: str, rgb: np.ndarray, timestamp_ns: int, frame_id: str = "camera") -> None:
+        """An RGB uint8 (H, W, 3) frame as sensor_msgs/Image rgb8."""
+        image = self.store.types["sensor_msgs/msg/Image"](
+            header=self.header(timestamp_ns, frame_id), height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8",
+            is_bigendian=0, step=rgb.shape[1] * 3, data=np.ascontiguousarray(rgb, np.uint8).ravel())
+        self.write_message(topic, image, timestamp_ns)
+
     def close(self) -> None:
         self.writer.close()
 
@@ -81,15 +94,9 @@ def write_camera_bag(path: str | Path, frames: list[np.ndarray], instruction: st
                      instruction_at_s: float = 0.5, storage: str = "sqlite3") -> Path:
     """A bag of RGB frames on /camera/image_raw and one /instruction, for offline tests and demos."""
     with BagWriter(path, storage) as bag:
-        types = bag.store.types
-        Image, String, Header, Time = (types["sensor_msgs/msg/Image"], types["std_msgs/msg/String"],
-                                      types["std_msgs/msg/Header"], types["builtin_interfaces/msg/Time"])
         t0 = time.time_ns()
         for i, rgb in enumerate(frames):
-            ns = t0 + int(i / rate_hz * 1e9)
-            header = Header(stamp=Time(sec=ns // 10**9, nanosec=ns % 10**9), frame_id="camera")
-            msg = Image(header=header, height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8", is_bigendian=0,
-                        step=rgb.shape[1] * 3, data=np.ascontiguousarray(rgb, np.uint8).ravel())
-            bag.write_message("/camera/image_raw", msg, ns)
+            bag.write_image("/camera/image_raw", rgb, t0 + int(i / rate_hz * 1e9))
+        String = bag.store.types["std_msgs/msg/String"]
         bag.write_message("/instruction", String(data=instruction), t0 + int(instruction_at_s * 1e9))
     return Path(path)

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from edge_spec_ros.spec.sparse import DraftDistribution, to_sparse
-from edge_spec_ros.wire.codec import encode
-from edge_spec_ros.wire.messages import DraftBlock, Envelope, ExitResult
+from edge_spec_ros.wire.codec import encoded_size
+from edge_spec_ros.wire.messages import DraftBlock, ExitResult
 
 QWEN2_VOCAB = 151_657
 QWEN2_VL_7B_LAYERS = 28
@@ -22,7 +22,7 @@ SESSION = bytes(16)
 
 
 def _size(msg) -> int:
-    return sum(len(f) for f in encode(Envelope(SESSION, msg)))
+    return encoded_size(SESSION, msg)
 
 
 def payload_table(vocab: int = QWEN2_VOCAB, gamma: int = 4, tkslt_k: int = 20, lowpay_k: int = 4,

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from edge_spec_ros.models.prompt import PromptEncoder, decode_image
-from edge_spec_ros.models.verifier import EarlyExitVerifier
+from edge_spec_ros.models.verifier import EarlyExitVerifier, ExitLogits
 from edge_spec_ros.spec.exits import exit_confidence, verify_exit
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose, probs_from_logits
 from edge_spec_ros.spec.sparse import densify, prune_topk
@@ -185,10 +185,10 @@ class VerifySession:
         if want_exits:
             outputs = self.verifier.exits(self.kv, seq, first)
         else:
-            outputs = iter([_Final(L, self.verifier.logits(self.kv, seq, first))])
+            outputs = iter([ExitLogits(L, self.verifier.logits(self.kv, seq, first), True)])
         for out in outputs:
             if prepared is not None:
-                out = _Final(out.layer, torch.cat([prepared.logits[out.layer], out.logits]), out.is_final)
+                out = ExitLogits(out.layer, torch.cat([prepared.logits[out.layer], out.logits]), out.is_final)
             yield out
 
     def _unchain(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> DraftBlock | None:
@@ -261,13 +261,6 @@ class VerifySession:
                         compute_s=time.perf_counter() - t0))
             if final:
                 return
-
-
-@dataclass(frozen=True)
-class _Final:
-    layer: int
-    logits: torch.Tensor
-    is_final: bool = True
 
 
 @dataclass(frozen=True)

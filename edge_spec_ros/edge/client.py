@@ -61,6 +61,14 @@ class Traffic:
     up_msgs: int = 0
     down_msgs: int = 0
 
+    def add(self, nbytes: int, up: bool) -> None:
+        if up:
+            self.up_bytes += nbytes
+            self.up_msgs += 1
+        else:
+            self.down_bytes += nbytes
+            self.down_msgs += 1
+
 
 class VerifierClient:
     """Thread-safe: any thread may send; each session's replies go to that session's queue."""
@@ -128,8 +136,7 @@ class VerifierClient:
         with self._lock:
             t = self.traffic.get(sid)
             if t is not None:
-                t.up_bytes += sum(len(f) for f in frames)
-                t.up_msgs += 1
+                t.add(sum(len(f) for f in frames), up=True)
         self._io.submit("up", frames, shape=self.config.uplink)
 
     def receive(self, sid: bytes, timeout_s: float | None = None) -> Message:
@@ -162,8 +169,7 @@ class VerifierClient:
             box = self._inbox.get(env.session)
             t = self.traffic.get(env.session)
             if t is not None:
-                t.down_bytes += sum(len(f) for f in frames)
-                t.down_msgs += 1
+                t.add(sum(len(f) for f in frames), up=False)
         if box is None:
             self.counters["unknown_session"] += 1
             if env.session == bytes(16) and isinstance(env.message, Error):

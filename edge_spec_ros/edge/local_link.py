@@ -17,9 +17,9 @@ from edge_spec_ros.cloud.session import RequestError, VerifySession
 from edge_spec_ros.edge.client import Traffic, VerifierError, VerifierTimeout
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
-from edge_spec_ros.wire.codec import encode
+from edge_spec_ros.wire.codec import encoded_size
 from edge_spec_ros.wire.messages import (
-    Close, DraftBlock, Envelope, Error, ErrorCode, Generate, Message, Open, Opened,
+    Close, DraftBlock, Error, ErrorCode, Generate, Message, Open, Opened,
 )
 
 REPLY_TIMEOUT_S = 60.0
@@ -91,12 +91,5 @@ class LocalVerifierLink:
 
     def _count(self, sid: bytes, msg: Message, up: bool) -> None:
         t = self.traffic.get(sid)
-        if t is None:
-            return
-        size = sum(len(f) for f in encode(Envelope(sid, msg)))
-        if up:
-            t.up_bytes += size
-            t.up_msgs += 1
-        else:
-            t.down_bytes += size
-            t.down_msgs += 1
+        if t is not None:
+            t.add(encoded_size(sid, msg), up)

@@ -16,9 +16,9 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy
 
 from edge_spec_ros.edge.client import Traffic, VerifierError, VerifierTimeout
 from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftMsg, ExitResult as ExitMsg
-from edge_spec_ros.wire.codec import encode
+from edge_spec_ros.wire.codec import encoded_size
 from edge_spec_ros.wire.messages import (
-    Close, DraftBlock, Envelope, Error, ErrorCode, ExitResult, Generate, Message, Open, Opened, Tokens,
+    Close, DraftBlock, Error, ErrorCode, ExitResult, Generate, Message, Open, Opened, Tokens,
 )
 
 # Drafts and results must not be dropped or reordered.
@@ -31,11 +31,6 @@ def session_id(decision: int) -> bytes:
 
 def decision_of(sid: bytes) -> int:
     return int.from_bytes(sid, "big")
-
-
-def wire_size(sid: bytes, msg: Message) -> int:
-    """Bytes the bridge will put on the wire for ``msg``."""
-    return sum(len(f) for f in encode(Envelope(sid, msg)))
 
 
 class RosVerifierLink:
@@ -69,7 +64,7 @@ class RosVerifierLink:
         msg.seed = int(request.seed)
         msg.want_exits = bool(request.want_exits)
         msg.queue_policy = request.queue_policy
-        self._count_up(sid, request)
+        self._count(sid, request)
         self._requests.publish(msg)
         reply = self.receive(sid, self.open_timeout_s)
         if not isinstance(reply, Opened):
@@ -99,7 +94,7 @@ class RosVerifierLink:
             msg.resampled = message.resampled
         else:
             raise TypeError(f"the bridge link carries drafts and generation requests, not {type(message).__name__}")
-        self._count_up(sid, message)
+        self._count(sid, message)
         self._drafts.publish(msg)
 
     def receive(self, sid: bytes, timeout_s: float | None = None) -> Message:
@@ -115,10 +110,7 @@ class RosVerifierLink:
                                   "(is bridge_node running and the verifier reachable?)") from None
         if isinstance(msg, Error):
             raise VerifierError(msg.code, msg.message)
-        t = self.traffic.get(sid)
-        if t is not None:
-            t.down_bytes += wire_size(sid, msg)
-            t.down_msgs += 1
+        self._count(sid, msg, up=False)
         return msg
 
     def end(self, sid: bytes) -> None:
@@ -127,15 +119,15 @@ class RosVerifierLink:
         msg.decision = decision_of(sid)
         msg.command = DecisionRequest.CLOSE
         self._requests.publish(msg)
-        self._count_up(sid, Close())
+        self._count(sid, Close())
         with self._lock:
             self._inbox.pop(decision_of(sid), None)
 
-    def _count_up(self, sid: bytes, message: Message) -> None:
+    def _count(self, sid: bytes, message: Message, up: bool = True) -> None:
+        """Count the bytes the bridge puts on the wire for ``message``."""
         t = self.traffic.get(sid)
         if t is not None:
-            t.up_bytes += wire_size(sid, message)
-            t.up_msgs += 1
+            t.add(encoded_size(sid, message), up)
 
     def _deliver(self, decision: int, message: Message) -> None:
         with self._lock:

@@ -73,18 +73,13 @@ def write_episode_bag(episode: Episode, path, rate_hz: float = 1.0):
     from edge_spec_ros.bags import BagWriter
 
     with BagWriter(path) as bag:
-        types = bag.store.types
-        Image, String, Header, Time, Decision = (
-            types["sensor_msgs/msg/Image"], types["std_msgs/msg/String"], types["std_msgs/msg/Header"],
-            types["builtin_interfaces/msg/Time"], types["edge_spec_ros/msg/Decision"])
+        String, Decision = bag.store.types["std_msgs/msg/String"], bag.store.types["edge_spec_ros/msg/Decision"]
         t0 = time.time_ns()
         instruction = f"find the {episode.target}"
         bag.write_message("/instruction", String(data=instruction), t0)
         for i, (rgb, text) in enumerate(episode.steps):
             ns = t0 + int((i + 0.5) / rate_hz * 1e9)
-            header = Header(stamp=Time(sec=ns // 10**9, nanosec=ns % 10**9), frame_id="camera")
-            bag.write_message("/camera/image_raw", Image(
-                header=header, height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8", is_bigendian=0,
-                step=rgb.shape[1] * 3, data=np.ascontiguousarray(rgb, np.uint8).ravel()), ns)
-            bag.write_message("/edge_spec/decision", Decision(header=header, decision=i + 1, instruction=instruction,
-                                                              mode="expert", text=text), ns + 1000)
+            bag.write_image("/camera/image_raw", rgb, ns)
+            bag.write_message("/edge_spec/decision", Decision(header=bag.header(ns), decision=i + 1,
+                                                              instruction=instruction, mode="expert", text=text),
+                              ns + 1000)

@@ -84,6 +84,11 @@ def encode(envelope: Envelope) -> list[bytes]:
     return [head + json.dumps(meta, separators=(",", ":")).encode(), *buffers]
 
 
+def encoded_size(session: bytes, message: Message) -> int:
+    """Bytes ``message`` takes on the wire (all frames)."""
+    return sum(len(f) for f in encode(Envelope(session, message)))
+
+
 def decode(frames: list[bytes]) -> Envelope:
     """Frames → Envelope, or ``WireError``."""
     if not frames or len(frames[0]) < HEADER.size:
