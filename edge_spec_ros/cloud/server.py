@@ -176,12 +176,9 @@ class VerifierServer:
         if msg.queue_policy not in POLICIES:
             raise RequestError(f"queue_policy must be one of {POLICIES}")
         with self._lock:
-            if key not in self.sessions and len(self.sessions) >= self.config.max_sessions:
-                self.counters["busy"] += 1
-                busy = True
-            else:
-                busy = False
+            busy = key not in self.sessions and len(self.sessions) >= self.config.max_sessions
         if busy:
+            self._count("busy")
             self._reply(*key, Error(int(ErrorCode.BUSY), f"the server holds {self.config.max_sessions} sessions"))
             return
         state = VerifySession(self.verifier, self.encoder, msg)  # validates; RequestError on bad input
