@@ -1,8 +1,10 @@
 """A scripted expert for the simulated room: what a good navigation model should say.
 
 ``expert_text`` looks at the world (not the image) and writes the reasoning + action the trained
-model is meant to produce: turn towards the target when it is off-centre or not in view, walk when it
-is ahead, stop when it is reached; distractors are named as such. ``run_episode`` closes the loop
+model is meant to produce: turn towards the target when it is off-centre, walk when it is ahead, stop
+when it is reached; distractors are named as such. When the target is not in view the expert always
+searches to the left: the side it is hidden on cannot be seen in the image, so a label that named it
+would teach a model to guess, and a guessing model oscillates left-right. ``run_episode`` closes the loop
 through the same action grammar and motion planner as the action node, so it checks that the sim,
 the grammar and the planner can reach the target at all, and it generates training episodes.
 """
@@ -15,10 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edge_spec_ros.nav import NavConfig, parse_action, plan_motion
-from edge_spec_ros.sim.world import World
+from edge_spec_ros.sim.world import Pose, World
 
 ALIGN_RAD = math.radians(10)  # turn first when the target is further off-centre than this
 MAX_STEP_CM = 100
+SEARCH_DEG = 45  # < the 70° field of view, so consecutive search views overlap
 
 
 def expert_text(world: World, target: str) -> str:
@@ -29,7 +32,7 @@ def expert_text(world: World, target: str) -> str:
     distance, bearing = world.relative(obj)
     side = "left" if bearing > 0 else "right"
     if abs(bearing) > world.config.fov_rad / 2:
-        return f"Reasoning: the {target} is not in view. Action: turn {side} 45 degrees"
+        return f"Reasoning: the {target} is not in view. Action: turn left {SEARCH_DEG} degrees"
     others = [o.name for o in world.objects if o.name != target and abs(world.relative(o)[1]) < world.config.fov_rad / 2]
     note = f" The {others[0]} is not the target." if others else ""
     if abs(bearing) > ALIGN_RAD:
@@ -44,6 +47,7 @@ def expert_text(world: World, target: str) -> str:
 class Episode:
     target: str
     steps: list[tuple[np.ndarray, str]] = field(default_factory=list)  # (image, expert text) per decision
+    poses: list[Pose] = field(default_factory=list)  # the pose at each decision, then the final pose
     reached: bool = False
 
 
@@ -54,6 +58,7 @@ def run_episode(world: World, target: str, max_decisions: int = 30, nav: NavConf
     episode = Episode(target)
     for _ in range(max_decisions):
         text = expert_text(world, target)
+        episode.poses.append(world.pose)
         episode.steps.append((world.render() if keep_images else np.zeros(0, np.uint8), text))
         action = parse_action(text, nav).action
         if action is None or action.kind == "stop":
@@ -61,6 +66,7 @@ def run_episode(world: World, target: str, max_decisions: int = 30, nav: NavConf
         plan = plan_motion(action, nav)
         for _ in range(int(round(plan.duration_s / dt))):
             world.step(plan.linear_x, plan.angular_z, dt)
+    episode.poses.append(world.pose)
     episode.reached = world.reached(target)
     return episode
 

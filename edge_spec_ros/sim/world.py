@@ -77,12 +77,16 @@ class World:
                 (colour, rng.choice([k for k in SHAPES if k != kind]))
             if other not in names:
                 names.append(other)
+        pose = Pose(0.6, rng.uniform(1.0, config.depth_m - 1.0), rng.uniform(-math.pi / 2, math.pi / 2))
         objects: list[WorldObject] = []
         while len(objects) < len(names):
             x, y = rng.uniform(2.0, config.width_m - 0.5), rng.uniform(0.5, config.depth_m - 0.5)
-            if all(math.hypot(x - o.x, y - o.y) > 1.0 for o in objects):
+            apart = all(math.hypot(x - o.x, y - o.y) > 1.0 for o in objects)
+            # distractors keep clear of the straight way to the target: a robot that walks at its
+            # target never has to plan around an obstacle (there is no such action in the grammar)
+            clear = not objects or _segment_distance((x, y), (pose.x, pose.y), (objects[0].x, objects[0].y)) > 0.7
+            if apart and clear:
                 objects.append(WorldObject(*names[len(objects)], x, y))
-        pose = Pose(0.6, rng.uniform(1.0, config.depth_m - 1.0), rng.uniform(-math.pi / 2, math.pi / 2))
         return cls(objects, pose, config)
 
     def target(self, name: str) -> WorldObject:
@@ -151,3 +155,11 @@ class World:
                     neck = max(1, int(width_px / 4))
                     cv2.rectangle(img, (int(u) - neck, int(top - width_px)), (int(u) + neck, int(top)), colour, -1)
         return img
+
+
+def _segment_distance(p: tuple[float, float], a: tuple[float, float], b: tuple[float, float]) -> float:
+    """Distance from point p to the segment a-b."""
+    (px, py), (ax, ay), (bx, by) = p, a, b
+    dx, dy = bx - ax, by - ay
+    t = max(0.0, min(1.0, ((px - ax) * dx + (py - ay) * dy) / (dx * dx + dy * dy or 1.0)))
+    return math.hypot(px - ax - t * dx, py - ay - t * dy)
