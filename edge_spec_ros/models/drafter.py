@@ -26,12 +26,16 @@ from edge_spec_ros.spec.sparse import DraftDistribution
 @dataclass(frozen=True)
 class DrafterConfig:
     """model: hub id or local path; quantize_int8: dynamic int8 quantization of every Linear layer
-    (CPU only; the FSD paper's Go2 drafter is a quantized Qwen2-VL-2B)."""
+    (CPU only; the FSD paper's Go2 drafter is a quantized Qwen2-VL-2B); layers: keep only the first
+    k decoder layers (0: all), a self-speculative drafter; adapters: with ``layers``, the directory
+    of the model's exit adapters whose Adapter_k heads the drafter (``self_draft_model``)."""
 
     model: str = "Qwen/Qwen2-VL-2B-Instruct"
     quantize_int8: bool = False
     dtype: str = "float32"
     device: str = "cpu"
+    layers: int = 0
+    adapters: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,37 @@ def quantize_int8(model: nn.Module) -> nn.Module:
         return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
 
 
+class AdaptedNorm(nn.Module):
+    """Norm(Adapter_k(h)): put in place of the final norm of a model cut after layer k, it makes
+    LMHead(Norm(·)) the exit-k head z^(k) = LMHead(Norm(Adapter_k(h^(k)))) of the full model."""
+
+    def __init__(self, adapter: nn.Module, norm: nn.Module) -> None:
+        super().__init__()
+        self.adapter = adapter
+        self.norm = norm
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.adapter(h))
+
+
+def self_draft_model(model: Qwen2VLForConditionalGeneration, layers: int,
+                     adapter: nn.Module | None = None) -> Qwen2VLForConditionalGeneration:
+    """A drafter made of the verifier's first k = ``layers`` decoder layers, its embeddings, final
+    norm and LM head, with the exit-k adapter (trained by ``train-exits``) before the norm: its
+    next-token distribution is exactly the verifier's exit-k distribution (self-speculative drafting,
+    as Draft & Verify and LayerSkip; the drafter shares the verifier's vocabulary by construction)."""
+    from edge_spec_ros.models.tiny import truncated_copy
+
+    total = model.config.text_config.num_hidden_layers
+    if not 1 <= layers < total:
+        raise ValueError(f"a self-drafter keeps 1..{total - 1} of the {total} layers, got {layers}")
+    draft = truncated_copy(model, layers)
+    if adapter is not None:
+        text = draft.model.language_model
+        text.norm = AdaptedNorm(adapter.to(text.embed_tokens.weight.dtype), text.norm)
+    return draft.eval().requires_grad_(False)
+
+
 class DraftCancelled(Exception):
     """A draft abandoned part-way (its prefix became stale)."""
 
@@ -84,7 +119,20 @@ class Drafter:
 
     @classmethod
     def from_config(cls, config: DrafterConfig) -> "Drafter":
-        return cls(load_qwen2vl(config.model, config.dtype, config.device), config.quantize_int8)
+        model = load_qwen2vl(config.model, config.dtype, config.device)
+        if config.layers:
+            adapter = None
+            if config.adapters:
+                from edge_spec_ros.models.adapters import ExitAdapters
+
+                adapters = ExitAdapters.load(config.adapters)
+                if config.layers not in adapters.layers:
+                    raise ValueError(f"{config.adapters} has no exit at layer {config.layers} (exits: {adapters.layers})")
+                adapter = adapters[config.layers]
+            model = self_draft_model(model, config.layers, adapter).to(config.device)
+        elif config.adapters:
+            raise ValueError("drafter adapters need `layers` (the exit the drafter stops at)")
+        return cls(model, config.quantize_int8)
 
     def start(self, prompt: EncodedPrompt) -> KVCache:
         return self.stack.prefill(prompt)

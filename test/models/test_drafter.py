@@ -87,3 +87,34 @@ def test_int8_quantized_drafter(target_model, prompts):
 def test_gamma_must_be_positive(drafter, prompts):
     with pytest.raises(ValueError, match="γ"):
         drafter.draft(drafter.start(prompts[0]), prompts[0].input_ids.tolist(), 0, T, PositionalRNG())
+
+
+def test_self_drafter_is_the_verifiers_exit(target_model, prompts, tmp_path):
+    """First k layers + Adapter_k + norm + LM head = the verifier's exit k, on image prompts too;
+    ``DrafterConfig(layers=k, adapters=DIR)`` builds it from a checkpoint directory."""
+    from edge_spec_ros.models.adapters import ExitAdapters
+    from edge_spec_ros.models.drafter import DrafterConfig, self_draft_model
+    from edge_spec_ros.models.verifier import EarlyExitVerifier
+
+    torch.manual_seed(3)
+    adapters = ExitAdapters(64, [2, 4], bottleneck=8)
+    for p in adapters.parameters():
+        nn.init.normal_(p, std=0.2)  # an adapter that is not the identity
+    verifier = EarlyExitVerifier(target_model, adapters)
+    prompt = prompts[0]
+    seq = prompt.input_ids.tolist()
+    exit4 = next(e for e in verifier.exits(verifier.start(prompt), seq, len(seq) - 1) if e.layer == 4)
+    drafter = Drafter(self_draft_model(target_model, 4, adapters[4]))
+    assert drafter.stack.num_layers == 4
+    torch.testing.assert_close(drafter.stack.final_logits(drafter.start(prompt), seq, len(seq) - 1), exit4.logits,
+                               atol=1e-5, rtol=1e-5)
+
+    target_model.save_pretrained(tmp_path / "model")
+    adapters.save(tmp_path / "exits")
+    loaded = Drafter.from_config(DrafterConfig(model=str(tmp_path / "model"), layers=4, adapters=str(tmp_path / "exits")))
+    torch.testing.assert_close(loaded.stack.final_logits(loaded.start(prompt), seq, len(seq) - 1), exit4.logits,
+                               atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="no exit at layer 3"):
+        Drafter.from_config(DrafterConfig(model=str(tmp_path / "model"), layers=3, adapters=str(tmp_path / "exits")))
+    with pytest.raises(ValueError, match="keeps 1..5"):
+        self_draft_model(target_model, 6)
