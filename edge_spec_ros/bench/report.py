@@ -51,12 +51,37 @@ def table(report: dict) -> str:
         for row in report["payload"]:
             lines.append(f"  {row['mode']:<16}{row['up_bytes']:>12,}{row['down_bytes_all_accepted']:>15,}"
                          f"{row['down_bytes_on_rejection']:>15,}  {row['note']}")
+    if report.get("tasks"):
+        lines.extend(task_table(report["tasks"]))
     for name, rows in report["sweeps"].items():
         lines.append(f"sweep over {name}:")
         for row in rows:
             lines.append("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                           for k, v in row.items()))
     return "\n".join(lines)
+
+
+TASK_ROWS = (
+    ("speedup AR → SD", "speedup_ar_sd", "{:.2f}x"),
+    ("speedup SD → FSD", "speedup_sd_fsd", "{:.2f}x"),
+    ("τ tokens/round", "tau", "{:.2f}"),
+    ("cache miss rate", "miss_rate", "{:.1%}"),
+    ("avg early exit", "avg_hit_exit", "{:.1f}"),
+    ("α acceptance", "alpha", "{:.2f}"),
+    ("tokens", "tokens", "{:.0f}"),
+)
+
+
+def task_table(tasks: dict[str, dict[str, float]]) -> list[str]:
+    """Per task kind, as the FSD paper's Table 6 (metrics as rows, one column per kind)."""
+    names = list(tasks)
+    width = max(10, *(len(n) + 2 for n in names))
+    lines = ["per task kind (cf. FSD Table 6):", f"  {'':<20}" + "".join(f"{n:>{width}}" for n in names)]
+    for label, key, fmt in TASK_ROWS:
+        if any(key in row for row in tasks.values()):
+            lines.append(f"  {label:<20}" + "".join(
+                f"{fmt.format(tasks[n][key]) if key in tasks[n] else '–':>{width}}" for n in names))
+    return lines
 
 
 def write(report: dict, out_dir: str | Path) -> tuple[Path, Path]:

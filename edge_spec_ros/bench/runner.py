@@ -1,7 +1,9 @@
 """AR, SD and FSD side by side on the same prompts, models and link, in one run.
 
 Timing ratios are taken within one run because these machines are noisy; exactness is checked on
-the way (greedy outputs must be identical across modes).
+the way (greedy outputs must be identical across modes). Prompts are camera image + instruction
+pairs, or (``task_set="text"``) the text task set of ``bench/tasks.py``, reported per task kind as
+the FSD paper's Table 6: speedups AR→SD and SD→FSD, τ, cache miss rate r and average early exit.
 """
 
 from __future__ import annotations
@@ -11,15 +13,19 @@ import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
+
+from transformers import PreTrainedTokenizerBase
 
 from edge_spec_ros.bench.profiles import PROFILES, Profile
+from edge_spec_ros.bench.tasks import TASK_KINDS, task_prompts, text_encoder
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
 from edge_spec_ros.bench.payload import payload_table
 from edge_spec_ros.edge.modes import LOSSY_MODES, MODES, EdgeConfig, EdgeDecoder
-from edge_spec_ros.models.embedded import ModelPair
+from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.prompt import EncodedPrompt, PromptEncoder, decode_image, encode_image
 from edge_spec_ros.spec.pipeline import PipelineTimes, async_cycle, async_throughput, expected_length
 from edge_spec_ros.spec.sampling import SamplingConfig
@@ -46,6 +52,8 @@ class BenchConfig:
     sweep_gamma: tuple[int, ...] = ()
     sweep_policies: bool = False
     adaptive_gamma: bool = False
+    task_set: str = "camera"  # camera: image + instruction prompts; text: bench/tasks.py, ``prompts`` per kind
+    tasks: tuple[str, ...] = TASK_KINDS  # the task kinds of the text set
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -53,12 +61,37 @@ class BenchConfig:
         unknown = set(self.modes) - set(MODES)
         if unknown:
             raise ValueError(f"unknown modes {sorted(unknown)}; choose from {MODES}")
+        if self.task_set not in TASK_SETS:
+            raise ValueError(f"unknown task set {self.task_set!r}; choose one of {TASK_SETS}")
+        unknown = set(self.tasks) - set(TASK_KINDS)
+        if unknown:
+            raise ValueError(f"unknown task kinds {sorted(unknown)}; choose from {TASK_KINDS}")
+
+
+TASK_SETS = ("camera", "text")
+
+
+class RobotModels(Protocol):
+    """What the robot side of the bench needs: the drafter and the tokenizer it shares with the
+    verifier (``models.embedded.ModelPair`` is one)."""
+
+    drafter: Drafter
+    tokenizer: PreTrainedTokenizerBase
+
+
+@dataclass
+class RobotPair:
+    drafter: Drafter
+    tokenizer: PreTrainedTokenizerBase
 
 
 @dataclass
 class ModeResult:
+    """stats: merged over the prompts; outputs and runs: per prompt, in prompt order."""
+
     stats: DecodeStats
     outputs: list[list[int]] = field(default_factory=list)
+    runs: list[DecodeStats] = field(default_factory=list)
 
 
 def bench_prompts(encoder: PromptEncoder, n: int) -> list[tuple[EncodedPrompt, bytes]]:
@@ -82,14 +115,20 @@ def merge(stats: list[DecodeStats]) -> DecodeStats:
 
 
 class Bench:
-    def __init__(self, pair: ModelPair, endpoint: str, config: BenchConfig,
+    def __init__(self, pair: RobotModels, endpoint: str, config: BenchConfig,
                  progress: Callable[[str], None] = lambda s: None) -> None:
         self.pair = pair
         self.endpoint = endpoint
         self.config = config
         self.profile: Profile = PROFILES[config.profile]
         self.progress = progress
-        self.prompts = bench_prompts(PromptEncoder(pair.tokenizer), config.prompts)
+        if config.task_set == "text":
+            text = task_prompts(text_encoder(pair.tokenizer), config.prompts, tasks=config.tasks)
+            self.prompts = [(t.prompt, b"") for t in text]  # no image: the Open carries none
+            self.labels = [t.task for t in text]
+        else:
+            self.prompts = bench_prompts(PromptEncoder(pair.tokenizer), config.prompts)
+            self.labels = ["camera"] * len(self.prompts)
 
     def run_modes(self, modes: tuple[str, ...], **overrides) -> dict[str, ModeResult]:
         c = self.config
@@ -112,7 +151,8 @@ class Bench:
                 for i, (prompt, jpg) in enumerate(self.prompts):
                     self.progress(f"{mode} γ={decode.gamma} N={edge.threads} prompt {i + 1}/{len(self.prompts)}")
                     runs.append(decoder.decode(mode, prompt, jpg))
-                results[mode] = ModeResult(merge([r.stats for r in runs]), [r.tokens for r in runs])
+                results[mode] = ModeResult(merge([r.stats for r in runs]), [r.tokens for r in runs],
+                                           [r.stats for r in runs])
         return results
 
     def run(self) -> dict:
@@ -131,6 +171,8 @@ class Bench:
         }
         if "pico" in main:
             report["picospec_model"] = picospec_check(main, c.gamma)
+        if c.task_set == "text":
+            report["tasks"] = per_task(main, self.labels)
         if c.sweep_threads:
             base = main["sd"].stats if "sd" in main else self.run_modes(("sd",))["sd"].stats
             rows = []
@@ -153,6 +195,30 @@ class Bench:
                     rows.append({"client": client, "server": server, "threads": n, "miss_rate": fsd.stats.miss_rate})
             report["sweeps"]["policies"] = rows
         return report
+
+
+def per_task(results: dict[str, ModeResult], labels: list[str]) -> dict[str, dict[str, float]]:
+    """FSD Table 6 per task kind: speedups AR→SD, SD→FSD (wall-time ratios over the kind's
+    prompts), τ (tokens per round; FSD's equals SD's, same drafts), cache miss rate r and average
+    early exit of the hits (FSD; absent without hits), α; plus ``average``, the mean of the rows
+    that have the figure, as in the paper."""
+    rows: dict[str, dict[str, float]] = {}
+    for task in dict.fromkeys(labels):
+        stats = {m: merge([s for s, label in zip(r.runs, labels, strict=True) if label == task])
+                 for m, r in results.items()}
+        spec = stats.get("fsd") or stats.get("sd")
+        row = dict(speedups(stats))
+        if spec is not None:
+            row |= {"tau": spec.tau, "alpha": spec.alpha, "tokens": float(spec.tokens)}
+        if "fsd" in stats:
+            row["miss_rate"] = stats["fsd"].miss_rate
+            if stats["fsd"].cache_hits:  # no hit, no hit exit
+                row["avg_hit_exit"] = stats["fsd"].avg_hit_exit
+        rows[task] = row
+    keys = dict.fromkeys(k for row in rows.values() for k in row)
+    rows["average"] = {k: sum(values) / len(values) for k in keys
+                       for values in [[row[k] for row in rows.values() if k in row]]}
+    return rows
 
 
 def speedups(stats: dict[str, DecodeStats]) -> dict[str, float]:

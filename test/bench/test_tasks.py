@@ -1,0 +1,70 @@
+"""The text task set (FSD Table 6's task kinds) and the per-kind benchmark report."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge_spec_ros.bench import report as bench_report
+from edge_spec_ros.bench.runner import Bench, BenchConfig, RobotPair
+from edge_spec_ros.bench.tasks import (
+    BENCH,
+    TASK_KINDS,
+    TRAIN,
+    task_prompts,
+    text_encoder,
+)
+from edge_spec_ros.models.drafter import Drafter
+from edge_spec_ros.models.tiny import truncated_copy
+
+
+def test_every_task_kind_has_its_own_bench_and_training_prompts():
+    assert TASK_KINDS == ("conversation", "code", "maths", "instructions", "summarisation", "qa")
+    for split in (BENCH, TRAIN):
+        assert set(split) == set(TASK_KINDS)
+        assert all(len(split[t]) >= 6 and len(set(split[t])) == len(split[t]) for t in TASK_KINDS)
+    bench = {p for t in TASK_KINDS for p in BENCH[t]}
+    train = {p for t in TASK_KINDS for p in TRAIN[t]}
+    assert not bench & train  # the exits are measured on prompts they were not trained on
+
+
+def test_task_prompts_are_text_only(tokenizer):
+    encoder = text_encoder(tokenizer)
+    prompts = task_prompts(encoder, 2, tasks=("code", "qa"))
+    assert [p.task for p in prompts] == ["code", "code", "qa", "qa"]
+    assert all(p.prompt.pixel_values is None and int(p.prompt.mm_token_type_ids.sum()) == 0 for p in prompts)
+    assert tokenizer.decode(prompts[0].prompt.input_ids).endswith(f"{BENCH['code'][0]}<|im_end|>\n<|im_start|>assistant\n")
+    assert len(task_prompts(encoder, split="train")) == sum(len(v) for v in TRAIN.values())
+    with pytest.raises(ValueError, match="unknown task kinds"):
+        task_prompts(encoder, 1, tasks=("poetry",))
+    with pytest.raises(ValueError, match="split"):
+        task_prompts(encoder, 1, split="test")
+
+
+def test_a_text_prompt_encodes_as_before(tokenizer, encoder):
+    """A plain-string user turn renders exactly as the Qwen2-VL template's one-text-part list did."""
+    messages = [{"role": "system", "content": encoder.config.system_prompt},
+                {"role": "user", "content": [{"type": "text", "text": "stop"}]}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert encoder.encode("stop").input_ids.tolist() == tokenizer(text)["input_ids"]
+
+
+def test_bench_reports_every_task_kind(server_endpoint, target_model, tokenizer):
+    config = BenchConfig(profile="loopback", task_set="text", prompts=1, max_new_tokens=4, threads=2)
+    pair = RobotPair(Drafter(truncated_copy(target_model, 4)), tokenizer)
+    report = Bench(pair, server_endpoint, config).run()
+    assert report["exact"] == "identical outputs across ar, sd, fsd"
+    tasks = report["tasks"]
+    assert list(tasks) == [*TASK_KINDS, "average"]
+    for row in tasks.values():
+        assert {"speedup_ar_sd", "speedup_sd_fsd", "tau", "miss_rate", "alpha", "tokens"} <= set(row)
+        assert row["tau"] >= 1 and 0 <= row["miss_rate"] <= 1
+    assert tasks["average"]["tau"] == pytest.approx(sum(tasks[t]["tau"] for t in TASK_KINDS) / 6)
+    text = bench_report.table(report)
+    assert "per task kind (cf. FSD Table 6)" in text and "cache miss rate" in text and "summarisation" in text
+
+
+def test_bench_config_checks_the_task_set():
+    with pytest.raises(ValueError, match="unknown task set"):
+        BenchConfig(task_set="images")
+    with pytest.raises(ValueError, match="unknown task kinds"):
+        BenchConfig(task_set="text", tasks=("poetry",))
