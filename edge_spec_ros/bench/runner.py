@@ -17,23 +17,22 @@ from typing import Protocol
 
 from transformers import PreTrainedTokenizerBase
 
+from edge_spec_ros.bench.payload import payload_table
 from edge_spec_ros.bench.profiles import PROFILES, Profile
 from edge_spec_ros.bench.tasks import TASK_KINDS, task_prompts, text_encoder
-from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
-from edge_spec_ros.bench.payload import payload_table
 from edge_spec_ros.edge.modes import LOSSY_MODES, MODES, EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.prompt import EncodedPrompt, PromptEncoder, decode_image, encode_image
+from edge_spec_ros.sim.samples import SimDataConfig, sim_sample
 from edge_spec_ros.spec.pipeline import PipelineTimes, async_cycle, async_throughput, expected_length
 from edge_spec_ros.spec.sampling import SamplingConfig
 
 log = logging.getLogger(__name__)
 
-INSTRUCTIONS = ("find the silver bottle", "go to the red chair", "turn left at the door",
-                "walk to the green plant", "stop at the blue box", "look for the yellow ball")
+BENCH_SEED = 2000  # bench rooms: never in the training data (seed 0) nor held-out evaluation (1000)
 
 
 @dataclass(frozen=True)
@@ -95,11 +94,15 @@ class ModeResult:
 
 
 def bench_prompts(encoder: PromptEncoder, n: int) -> list[tuple[EncodedPrompt, bytes]]:
-    """n fixed (prompt, JPEG) pairs; the prompt is encoded from the decoded JPEG the verifier sees."""
+    """n fixed (prompt, JPEG) pairs: decisions of the closed loop in the simulated room (held-out
+    states on the way to the named target, the camera frame and the instruction); the prompt is
+    encoded from the decoded JPEG the verifier sees."""
+    data = SimDataConfig(seed=BENCH_SEED, random_pose_fraction=0.0)
     out = []
     for i in range(n):
-        jpg = encode_image(synthetic_camera_image(seed=i))
-        out.append((encoder.encode(INSTRUCTIONS[i % len(INSTRUCTIONS)], decode_image(jpg)), jpg))
+        sample = sim_sample(data, i)
+        jpg = encode_image(sample.image)
+        out.append((encoder.encode(sample.instruction, decode_image(jpg)), jpg))
     return out
 
 

@@ -12,6 +12,7 @@ the grammar and the planner can reach the target at all, and it generates traini
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,13 +52,18 @@ class Episode:
     reached: bool = False
 
 
+Policy = Callable[[World, str], str]  # (world, target name) → "Reasoning: … Action: …"
+
+
 def run_episode(world: World, target: str, max_decisions: int = 30, nav: NavConfig | None = None,
-                dt: float = 0.05, keep_images: bool = True) -> Episode:
-    """Decide with the expert, execute with the action node's grammar and planner, until reached."""
+                dt: float = 0.05, keep_images: bool = True, policy: Policy = expert_text) -> Episode:
+    """Decide with ``policy`` (default: the expert), execute with the action node's grammar and
+    planner, until it says stop or ``max_decisions``; text without an action ends the episode, as the
+    action node would stop the robot."""
     nav = nav or NavConfig()
     episode = Episode(target)
     for _ in range(max_decisions):
-        text = expert_text(world, target)
+        text = policy(world, target)
         episode.poses.append(world.pose)
         episode.steps.append((world.render() if keep_images else np.zeros(0, np.uint8), text))
         action = parse_action(text, nav).action

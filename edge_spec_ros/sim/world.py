@@ -65,7 +65,7 @@ class World:
     config: WorldConfig = field(default_factory=WorldConfig)
 
     @classmethod
-    def random(cls, seed: int, target: str = "", distractors: int = 2, config: WorldConfig | None = None) -> "World":
+    def random(cls, seed: int, target: str = "", distractors: int = 2, config: WorldConfig | None = None) -> World:
         """A room with a target object and look-alike distractors (same kind in another colour, or
         same colour on another kind), placed apart, and the robot at one side facing a random way."""
         config = config or WorldConfig()

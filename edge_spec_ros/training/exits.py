@@ -63,31 +63,46 @@ def token_batches(tokenizer: PreTrainedTokenizerBase, texts: list[str], config: 
     return batch
 
 
-def _exit_outputs(model: Qwen2VLForConditionalGeneration, adapters: ExitAdapters, ids: torch.Tensor):
-    """(final logits (B, T, V), {layer: exit logits (B, T, V)}), base model without gradients."""
+@dataclass(frozen=True)
+class TokenBatch:
+    """Model inputs (``input_ids`` (B, T) and, for image prompts, the vision inputs) and the (B, T)
+    positions that count (None: all). A plain (B, T) id tensor is a text batch where all count."""
+
+    inputs: dict[str, torch.Tensor]
+    mask: torch.Tensor | None = None
+
+
+def _as_batch(batch: torch.Tensor | TokenBatch) -> TokenBatch:
+    return TokenBatch({"input_ids": batch}) if isinstance(batch, torch.Tensor) else batch
+
+
+def _exit_outputs(model: Qwen2VLForConditionalGeneration, adapters: ExitAdapters, batch: TokenBatch):
+    """(final logits (N, V), {layer: exit logits (N, V)}) over the N counted positions, base model
+    without gradients."""
     with torch.no_grad():
-        out = model(input_ids=ids, output_hidden_states=True)
+        out = model(**batch.inputs, output_hidden_states=True)
+    keep = (lambda t: t[batch.mask]) if batch.mask is not None else (lambda t: t.flatten(0, 1))
     text = model.model.language_model
-    exits = {l: model.lm_head(text.norm(adapters[l](out.hidden_states[l].detach()))) for l in adapters.layers}
-    return out.logits.detach(), exits
+    exits = {l: model.lm_head(text.norm(adapters[l](keep(out.hidden_states[l]).detach()))) for l in adapters.layers}
+    return keep(out.logits).detach(), exits
 
 
-def exit_losses(model, adapters: ExitAdapters, ids: torch.Tensor) -> dict[int, torch.Tensor]:
-    """KL(p_final ‖ p_exit) per exit layer, averaged over tokens."""
-    final, exits = _exit_outputs(model, adapters, ids)
+def exit_losses(model, adapters: ExitAdapters, batch: torch.Tensor | TokenBatch) -> dict[int, torch.Tensor]:
+    """KL(p_final ‖ p_exit) per exit layer, averaged over the counted positions."""
+    final, exits = _exit_outputs(model, adapters, _as_batch(batch))
     target = torch.log_softmax(final.float(), -1)
     return {l: torch.nn.functional.kl_div(torch.log_softmax(z.float(), -1), target, log_target=True,
-                                           reduction="batchmean") / ids.shape[1]
+                                           reduction="batchmean")
             for l, z in exits.items()}
 
 
 @torch.no_grad()
-def evaluate(model, adapters: ExitAdapters, batches: list[torch.Tensor]) -> ExitReport:
+def evaluate(model, adapters: ExitAdapters, batches: list[torch.Tensor | TokenBatch]) -> ExitReport:
     match = {l: 0.0 for l in adapters.layers}
     conf = {l: 0.0 for l in adapters.layers}
     final_conf = n = 0.0
-    for ids in batches:
-        final, exits = _exit_outputs(model, adapters, ids)
+    for batch in batches:
+        final, exits = _exit_outputs(model, adapters, _as_batch(batch))
         best = final.argmax(-1)
         final_conf += torch.softmax(final.float(), -1).amax(-1).sum().item()
         for l, z in exits.items():
@@ -98,7 +113,8 @@ def evaluate(model, adapters: ExitAdapters, batches: list[torch.Tensor]) -> Exit
                       [conf[l] / n for l in adapters.layers], final_conf / n)
 
 
-def train_exits(model: Qwen2VLForConditionalGeneration, adapters: ExitAdapters, batch: Callable[[int], torch.Tensor],
+def train_exits(model: Qwen2VLForConditionalGeneration, adapters: ExitAdapters,
+                batch: Callable[[int], torch.Tensor | TokenBatch],
                 config: ExitTrainingConfig, out_dir: str | Path,
                 progress: Callable[[int, float], None] = lambda step, loss: None) -> int:
     """Train (or resume training) until ``config.steps``; returns the step reached. Checkpoints to

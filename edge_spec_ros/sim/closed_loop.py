@@ -1,0 +1,122 @@
+"""Closed-loop evaluation: a model drives the simulated robot to the named object among distractors.
+
+The model decides from the rendered camera frame and the instruction alone (never the world state);
+its text goes through the action node's grammar and planner (``run_episode``). Greedy decoding is
+used, and every exact decoding mode (SD, FSD, DSSD, TK-SLT, …) emits the verifier's greedy tokens, so
+one greedy run gives the success rate of all of them; what differs between modes is the decision
+latency, measured by ``edge-spec-ros bench --scene sim``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerBase
+
+from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
+from edge_spec_ros.models.prompt import PromptEncoder
+from edge_spec_ros.models.verifier import EarlyExitVerifier
+from edge_spec_ros.sim.expert import Episode, run_episode
+from edge_spec_ros.sim.world import World
+
+
+@dataclass
+class ModelPolicy:
+    """Greedy decoding of the verifier on (camera frame, "find the <target>")."""
+
+    verifier: EarlyExitVerifier
+    encoder: PromptEncoder
+    tokenizer: PreTrainedTokenizerBase
+    max_new_tokens: int = 48
+    instruction: str = "find the {target}"
+    seconds: list[float] = field(default_factory=list)  # wall time per decision
+
+    def __call__(self, world: World, target: str) -> str:
+        t0 = time.perf_counter()
+        prompt = self.encoder.encode(self.instruction.format(target=target), world.render())
+        config = DecodeConfig(max_new_tokens=self.max_new_tokens, stop_tokens=(self.tokenizer.eos_token_id,))
+        tokens = autoregressive(self.verifier, prompt, config).tokens
+        self.seconds.append(time.perf_counter() - t0)
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    seed: int
+    target: str
+    distractors: int
+    reached: bool
+    decisions: int
+
+
+@dataclass
+class ClosedLoopReport:
+    episodes: list[EpisodeSummary]
+
+    @property
+    def success_rate(self) -> float:
+        return sum(e.reached for e in self.episodes) / len(self.episodes)
+
+
+def episode_world(seed: int) -> tuple[World, str]:
+    """The room of episode ``seed``: 1-3 look-alike distractors; the target is its first object."""
+    distractors = random.Random(seed).randint(1, 3)
+    world = World.random(seed, distractors=distractors)
+    return world, world.objects[0].name
+
+
+def evaluate(policy, seeds: list[int], max_decisions: int = 20,
+             on_episode=lambda summary, episode, world: None) -> ClosedLoopReport:
+    """Run one episode per seed with ``policy``; ``on_episode`` sees each (summary, episode, world)."""
+    summaries = []
+    for seed in seeds:
+        world, target = episode_world(seed)
+        start = World(world.objects, world.pose, world.config)
+        episode = run_episode(world, target, max_decisions=max_decisions, keep_images=False, policy=policy)
+        summary = EpisodeSummary(seed, target, len(world.objects) - 1, episode.reached, len(episode.steps))
+        summaries.append(summary)
+        on_episode(summary, episode, start)
+    return ClosedLoopReport(summaries)
+
+
+def plot_trajectory(world: World, episode: Episode, path: str | Path, title: str = "") -> Path:
+    """Top-down picture of the room: objects (target ringed), the robot's path, its decisions."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from edge_spec_ros.sim.world import COLOURS_RGB
+
+    c = world.config
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.add_patch(plt.Rectangle((0, 0), c.width_m, c.depth_m, fill=False, lw=2, color="k"))
+    for o in world.objects:
+        colour = [v / 255 for v in COLOURS_RGB[o.colour]]
+        ax.add_patch(plt.Circle((o.x, o.y), max(0.12, o.size[0] / 2), color=colour, ec="k"))
+        ax.annotate(o.name, (o.x, o.y), textcoords="offset points", xytext=(8, 8), fontsize=8)
+        if o.name == episode.target:
+            ax.add_patch(plt.Circle((o.x, o.y), c.reach_m + c.robot_radius_m, fill=False, ls="--", color="g"))
+    xs, ys = [p.x for p in episode.poses], [p.y for p in episode.poses]
+    ax.plot(xs, ys, "-", color="#333", lw=1.5)
+    for p in episode.poses[:-1]:
+        ax.arrow(p.x, p.y, 0.25 * math.cos(p.theta), 0.25 * math.sin(p.theta),
+                 head_width=0.08, color="#c33", length_includes_head=True)
+    ax.plot(xs[0], ys[0], "o", color="#33c", label="start")
+    ax.set_xlim(-0.2, c.width_m + 0.2)
+    ax.set_ylim(-0.2, c.depth_m + 0.2)
+    ax.set_aspect("equal")
+    ax.set_xlabel("x (m)")
+    ax.set_ylabel("y (m)")
+    outcome = "reached" if episode.reached else "not reached"
+    ax.set_title(title or f"find the {episode.target}: {len(episode.steps)} decisions, {outcome}", fontsize=10)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

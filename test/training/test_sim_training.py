@@ -1,0 +1,102 @@
+"""Training the simulated room's pair: deterministic samples, labels on the reply only, a loss that
+falls, a resumed run that is the same run, float16 weights that load, and the one-command pipeline."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from edge_spec_ros.models.embedded import load_pair
+from edge_spec_ros.models.loading import load_qwen2vl
+from edge_spec_ros.models.tiny import TinyModelSpec, build_tiny_qwen2vl
+from edge_spec_ros.nav import NavConfig, parse_action
+from edge_spec_ros.sim.samples import SimDataConfig, sim_sample
+from edge_spec_ros.training.sim_data import IGNORE, collate
+from edge_spec_ros.training.sim_pair import SimPairConfig, train_sim_pair
+from edge_spec_ros.training.vlm import LMTrainingConfig, lm_loss, save_model, train_lm
+
+SMALL = TinyModelSpec(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64, init_std=0.02)
+DATA = SimDataConfig(seed=3)
+
+
+def test_samples_are_a_function_of_seed_and_index():
+    a, b = sim_sample(DATA, 7), sim_sample(DATA, 7)
+    assert a.text == b.text and a.instruction == b.instruction and np.array_equal(a.image, b.image)
+    texts = {sim_sample(DATA, i).text for i in range(20)}
+    assert len(texts) > 5  # varied: search, turns, walks, stops
+    assert all(parse_action(t, NavConfig()).action is not None for t in texts)
+    assert sim_sample(SimDataConfig(seed=4), 7).text != a.text or not np.array_equal(sim_sample(SimDataConfig(seed=4),
+                                                                                                 7).image, a.image)
+
+
+def test_collate_labels_only_the_reply_and_its_end(tokenizer, encoder):
+    samples = [sim_sample(DATA, i) for i in range(3)]
+    batch = collate(samples, encoder, tokenizer)
+    B, T = batch.inputs["input_ids"].shape
+    assert B == 3 and batch.labels.shape == (B, T)
+    for i, s in enumerate(samples):
+        labelled = batch.labels[i][batch.labels[i] != IGNORE].tolist()
+        assert labelled[-1] == tokenizer.eos_token_id
+        assert tokenizer.decode(labelled[:-1]) == s.text
+        n = len(encoder.encode(s.instruction, s.image))
+        assert batch.labels[i, n - 1] == labelled[0]  # the last prompt position predicts the first reply token
+        assert torch.equal(batch.inputs["input_ids"][i, n:n + len(labelled)], torch.tensor(labelled))
+    grid = batch.inputs["image_grid_thw"]
+    assert batch.inputs["pixel_values"].shape[0] == int(grid.prod(-1).sum())
+
+
+def test_training_lowers_the_loss_and_resumes_exactly(tokenizer, encoder, tmp_path):
+    def batch(step):
+        return collate([sim_sample(DATA, 2 * step + i) for i in range(2)], encoder, tokenizer)
+
+    config = LMTrainingConfig(steps=6, batch_size=2, lr=3e-3, warmup=2, checkpoint_every=3)
+    straight = build_tiny_qwen2vl(SMALL, tokenizer, seed=5)
+    losses = train_lm(straight, batch, config, tmp_path / "straight")
+    assert len(losses) == 6 and losses[-1] < losses[0]
+    resumed = build_tiny_qwen2vl(SMALL, tokenizer, seed=5)
+    train_lm(resumed, batch, LMTrainingConfig(**{**config.__dict__, "steps": 3}), tmp_path / "resumed")
+    with pytest.raises(ValueError, match="another configuration"):
+        train_lm(resumed, batch, config, tmp_path / "resumed")  # steps are part of the schedule
+    resumed = build_tiny_qwen2vl(SMALL, tokenizer, seed=5)
+    train_lm(resumed, batch, config, tmp_path / "straight")  # a fresh process picks up the finished run
+    for k, v in straight.state_dict().items():
+        assert torch.equal(resumed.state_dict()[k], v)
+
+
+def test_distillation_loss_is_zero_against_itself(tokenizer, encoder):
+    model = build_tiny_qwen2vl(SMALL, tokenizer, seed=1)
+    batch = collate([sim_sample(DATA, 0)], encoder, tokenizer)
+    assert float(lm_loss(model, batch, teacher=model).detach()) == pytest.approx(0.0, abs=1e-5)
+    assert float(lm_loss(model, batch).detach()) > 1.0
+
+
+def test_saved_weights_are_float16_and_load_as_float32(tokenizer, tmp_path):
+    model = build_tiny_qwen2vl(SMALL, tokenizer, seed=2)
+    save_model(model, tmp_path / "m", tokenizer)
+    loaded = load_qwen2vl(str(tmp_path / "m"))
+    for k, v in model.state_dict().items():
+        w = loaded.state_dict()[k]
+        assert w.dtype == torch.float32
+        assert torch.equal(w, v.to(torch.float16).float())
+
+
+def test_the_one_command_pipeline_writes_a_loadable_pair_and_resumes(tmp_path):
+    config = SimPairConfig(verifier_steps=2, drafter_steps=2, exit_steps=2, batch_size=2, eval_samples=1)
+    phases = []
+    report = train_sim_pair(tmp_path, config, lambda phase, step, total, loss: phases.append(phase))
+    assert {"verifier", "drafter", "exits"} <= set(phases)
+    assert set(report) >= {"verifier", "drafter", "exits", "config"}
+    assert json.loads((tmp_path / "training_report.json").read_text())["config"]["seed"] == 0
+    pair = load_pair(tmp_path)
+    assert pair.verifier.exit_layers == (1, 2, 3, 4, 5)
+    phases.clear()
+    train_sim_pair(tmp_path, config, lambda phase, step, total, loss: phases.append(phase))
+    assert phases == []  # every phase's output exists: nothing is trained again
+
+
+def test_a_missing_pair_says_how_to_make_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="train-sim-pair"):
+        load_pair(tmp_path)
