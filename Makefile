@@ -12,7 +12,7 @@ export ROS_DOMAIN_ID ?= 77
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo compare test test-slow venv clean
+.PHONY: demo compare test test-slow venv clean sim-pair sim-eval
 
 venv: $(STAMP)
 
@@ -28,7 +28,15 @@ $(STAMP): requirements.txt setup.py CMakeLists.txt package.xml $(wildcard msg/*.
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/edge-spec-ros bringup --params config/go2_nav.yaml --serve --instruction "find the silver bottle"
+	$(BIN)/edge-spec-ros bringup --params config/go2_nav.yaml --serve --sim --instruction "find the silver bottle"
+
+# The shipped pair (edge_spec_ros/assets/sim_pair) is made by this one seeded command (resumable).
+sim-pair: $(STAMP)
+	$(BIN)/edge-spec-ros train-sim-pair --out edge_spec_ros/assets/sim_pair --seed 0 --verifier-steps 2000 \
+		--drafter-steps 1200 --exit-steps 400 --threads 1
+
+sim-eval: $(STAMP)
+	$(BIN)/edge-spec-ros sim-eval --episodes 50 --out artifacts/sim_eval
 
 compare: $(STAMP)
 	$(BIN)/edge-spec-ros demo

@@ -8,19 +8,24 @@ decisions (reasoning + action), parsed actions, /cmd_vel changes and decode stat
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
 import rclpy
-from geometry_msgs.msg import Twist
+from geometry_msgs.msg import PoseStamped, Twist
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
-from std_msgs.msg import String
+from std_msgs.msg import Bool, String
 
 from edge_spec_ros.msg import Decision, DecodeStats, NavAction
 from edge_spec_ros.nodes.ros_link import RELIABLE
+from edge_spec_ros.nodes.sim_node import LATCHED
+from edge_spec_ros.sim.closed_loop import plot_trajectory
+from edge_spec_ros.sim.expert import Episode
+from edge_spec_ros.sim.world import Pose, World
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,7 @@ class BringupConfig:
     camera_source: str = ""  # overrides the YAML's camera source when set
     bag: str = ""  # replay this bag instead of running the camera node
     sim: bool = False  # the simulated room (sim_node) instead of the camera node
+    trajectory: str = ""  # with sim: write a top-down picture of the robot's path here
 
 
 class Monitor(Node):
@@ -47,13 +53,20 @@ class Monitor(Node):
         self.actions: list[NavAction] = []
         self.twists: list[tuple[float, float]] = []
         self._last_twist = None
+        self.pose: Pose | None = None  # the simulated robot's latest pose
+        self.decision_poses: list[Pose] = []  # its pose when each decision was published
+        self.goal_reached = False
         self.create_subscription(Decision, "edge_spec/decision", self.on_decision, RELIABLE)
         self.create_subscription(NavAction, "edge_spec/action", self.on_action, RELIABLE)
         self.create_subscription(DecodeStats, "edge_spec/stats", self.on_stats, RELIABLE)
         self.create_subscription(Twist, "cmd_vel", self.on_twist, 10)
+        self.create_subscription(PoseStamped, "sim/pose", self.on_pose, 10)
+        self.create_subscription(Bool, "sim/goal_reached", self.on_goal, LATCHED)
 
     def on_decision(self, msg: Decision) -> None:
         self.decisions.append(msg)
+        if self.pose is not None:
+            self.decision_poses.append(self.pose)
         self.print(f"[decision {msg.decision} {msg.mode}] {msg.text!r}")
 
     def on_action(self, msg: NavAction) -> None:
@@ -71,6 +84,15 @@ class Monitor(Node):
                    f"τ={msg.tau:.2f} α={msg.alpha:.2f} r={msg.miss_rate:.0%} TTFT {msg.ttft_s * 1e3:.0f} ms, "
                    f"{msg.per_token_s * 1e3:.1f} ms/token, up {msg.bytes_up_per_round:.0f} B/round, "
                    f"down {msg.bytes_down_per_round:.0f} B/round")
+
+    def on_pose(self, msg: PoseStamped) -> None:
+        q = msg.pose.orientation
+        self.pose = Pose(msg.pose.position.x, msg.pose.position.y, 2 * math.atan2(q.z, q.w))
+
+    def on_goal(self, msg: Bool) -> None:
+        if msg.data and not self.goal_reached:
+            self.goal_reached = True
+            self.print("[sim] the robot reached the target")
 
     def on_twist(self, msg: Twist) -> None:
         twist = (round(msg.linear.x, 3), round(msg.angular.z, 3))
@@ -107,6 +129,7 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
             from edge_spec_ros.nodes.sim_node import SimNode
 
             nodes.append(SimNode())
+            start = World(nodes[-1].world.objects, nodes[-1].world.pose, nodes[-1].world.config)
         else:
             from edge_spec_ros.nodes.camera_node import CameraNode
 
@@ -132,6 +155,12 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
             pass
         finally:
             executor.shutdown()
+            if config.sim and config.trajectory:
+                sim = nodes[-1]
+                episode = Episode(sim.config.target, steps=[(None, d.text) for d in monitor.decisions],
+                                  poses=[*monitor.decision_poses, sim.world.pose], reached=sim.reached)
+                path = plot_trajectory(start, episode, config.trajectory)
+                print_fn(f"[sim] trajectory picture: {path}")
             for node in (*nodes, monitor):
                 node.destroy_node()
             rclpy.try_shutdown()

@@ -34,7 +34,7 @@ def _load_pair(args: argparse.Namespace):
     if not args.verifier:
         if args.drafter:
             raise SystemExit("--drafter needs --verifier (the pair must share one tokenizer)")
-        _log("building the embedded small Qwen2-VL pair (no download) ...")
+        _log("loading the embedded small Qwen2-VL pair (trained on the simulated room; no download) ...")
         return embedded_pair(args.quantize_drafter)
     from transformers import AutoTokenizer
 
@@ -48,14 +48,16 @@ def _load_pair(args: argparse.Namespace):
     return ModelPair(drafter, verifier, AutoTokenizer.from_pretrained(args.verifier))
 
 
-def _load_image(path: str | None):
+def _load_image(path: str | None, instruction: str):
     import numpy as np
     from PIL import Image
 
-    from edge_spec_ros.camera.synthetic import synthetic_camera_image
+    if path is None:  # the simulated room's first frame, with the instruction's object in it if it names one
+        from edge_spec_ros.sim.world import COLOURS_RGB, SHAPES, World
 
-    if path is None:
-        return synthetic_camera_image()
+        words = instruction.lower().split()
+        named = len(words) >= 2 and words[-2] in COLOURS_RGB and words[-1] in SHAPES
+        return World.random(0, " ".join(words[-2:]) if named else "").render()
     try:
         return np.asarray(Image.open(path).convert("RGB"))
     except OSError as exc:
@@ -94,7 +96,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     pair = _load_pair(args)
     encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=args.max_pixels))
-    image = _load_image(args.image)
+    image = _load_image(args.image, args.instruction)
     prompt = encoder.encode(args.instruction, image)
     config = DecodeConfig(
         max_new_tokens=args.max_new_tokens, gamma=args.gamma, sampling=SamplingConfig(args.temperature),
@@ -106,8 +108,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "speculative": speculative(pair.drafter, pair.verifier, prompt, config),
     }
     print(f"instruction: {args.instruction}")
-    if not args.verifier:
-        print("(embedded models have random weights: the text is meaningless, the exactness and statistics are not)")
     for mode, result in results.items():
         print(f"[{mode}] {encoder.decode(result.tokens)!r}")
     same = results["target-only"].tokens == results["speculative"].tokens
@@ -282,8 +282,10 @@ def cmd_bringup(args: argparse.Namespace) -> int:
         raise SystemExit(f"no parameters file at {args.params}")
     monitor = run(BringupConfig(params_file=args.params, serve=args.serve, instruction=args.instruction,
                                 duration_s=args.duration, camera_source=args.camera_source or "", bag=args.bag or "",
-                                sim=args.sim))
+                                sim=args.sim, trajectory=args.trajectory if args.sim else ""))
     print(f"{len(monitor.decisions)} decisions, {len(monitor.actions)} actions, {len(monitor.twists)} cmd_vel messages")
+    if args.sim:
+        print(f"simulated robot {'reached' if monitor.goal_reached else 'did NOT reach'} the target")
     return 0
 
 
@@ -474,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="decode one image + instruction: target-only vs speculative")
     demo.add_argument("--instruction", default=DEFAULT_INSTRUCTION)
-    demo.add_argument("--image", help="RGB image file (default: a synthetic camera frame)")
+    demo.add_argument("--image", help="RGB image file (default: the simulated room's first frame)")
     demo.add_argument("--verifier", help="Qwen2-VL hub id or path (default: embedded small model)")
     demo.add_argument("--drafter", help="drafter hub id or path sharing the verifier's tokenizer")
     demo.add_argument("--adapters", help="directory of trained exit adapters for the verifier")
@@ -541,6 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
     bringup.add_argument("--camera-source", help="override the camera source")
     bringup.add_argument("--bag", help="replay this bag instead of running the camera")
     bringup.add_argument("--sim", action="store_true", help="the simulated room instead of the camera")
+    bringup.add_argument("--trajectory", default="artifacts/sim_trajectory.png",
+                         help="with --sim: top-down picture of the robot's path")
     bringup.set_defaults(func=cmd_bringup)
 
     rec = sub.add_parser("record", help="record topics into a rosbag2")

@@ -38,6 +38,9 @@ def table(report: dict) -> str:
             v = report["modes"][m][key]
             cells.append(f"{v * 1e3:{width}.1f}" if fmt == "ms" else f"{fmt.format(v):>{width}}")
         lines.append(f"{label:<22}" + "".join(cells))
+    if report.get("decisions"):  # one decode per prompt: a decision of the navigation loop
+        lines.append(f"{'decision s (mean)':<22}" + "".join(
+            f"{report['modes'][m]['wall_s'] / report['decisions']:{width}.2f}" for m in modes))
     for name, value in report["speedups"].items():
         a, b = name.split("_", 2)[1:]
         lines.append(f"speedup {a.upper()} → {b.upper()}: {value:.2f}x")

@@ -167,6 +167,7 @@ class Bench:
             "emulated": self.profile.emulated(),
             "config": dataclasses.asdict(c),
             "modes": {m: r.stats.as_dict() for m, r in main.items()},
+            "decisions": len(self.prompts),
             "speedups": speedups({m: r.stats for m, r in main.items()}),
             "exact": exactness(main, c.temperature),
             "payload": payload_table(gamma=c.gamma),

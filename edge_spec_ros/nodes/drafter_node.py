@@ -59,6 +59,7 @@ class DrafterNodeConfig:
     jpeg_quality: int = field(default=90, metadata=doc("JPEG quality of the frame sent to the verifier"))
     repeat_decisions: bool = field(default=True, metadata=doc("decide again after each action until 'stop'"))
     max_decisions: int = field(default=20, metadata=doc("decisions per instruction at most"))
+    settle_s: float = field(default=0.2, metadata=doc("wait after an action ends before the next decision's frame"))
     image_timeout_s: float = field(default=2.0, metadata=doc("wait this long for a camera frame"))
     action_timeout_s: float = field(default=10.0, metadata=doc("wait this long for the action node"))
     open_timeout_s: float = field(default=30.0, metadata=doc("wait for the verifier's prefill (s)"))
@@ -183,7 +184,9 @@ class DrafterNode(Node):
         except queue.Empty:
             self.get_logger().warning("no action from the action node: ending the instruction cycle")
             return None
-        time.sleep(action.duration_s)  # the action node is executing it
+        time.sleep(action.duration_s + c.settle_s)  # the action node is executing it
+        with self._frame_cv:
+            self._frame = None  # the next decision waits for a frame taken after the motion
         return action
 
     def _latest_frame(self) -> np.ndarray | None:
