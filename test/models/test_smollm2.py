@@ -116,3 +116,23 @@ def test_a_missing_package_is_a_clear_error(monkeypatch, tmp_path):
         gguf_path()
     with pytest.raises(MissingSmolLM2, match="convert-smollm2"):
         smollm2_dir(tmp_path / "absent", convert=False)
+
+
+def test_speculative_decoding_of_smollm2_is_exact(llama, converted):
+    """Greedy speculative output (self-drafter: the first 6 layers) equals SmolLM2's own greedy output."""
+    from edge_spec_ros.bench.tasks import task_prompts, text_encoder
+    from edge_spec_ros.decoding.reference import (
+        DecodeConfig,
+        autoregressive,
+        speculative,
+    )
+
+    _, tokenizer = llama
+    verifier = EarlyExitVerifier(converted)
+    drafter = Drafter(self_draft_model(converted, 6, verifier.adapters[6]))
+    prompt = task_prompts(text_encoder(tokenizer), 1, tasks=("maths",))[0].prompt
+    config = DecodeConfig(max_new_tokens=12, gamma=3, stop_tokens=(tokenizer.eos_token_id,))
+    target = autoregressive(verifier, prompt, config)
+    spec = speculative(drafter, verifier, prompt, config)
+    assert spec.tokens == target.tokens and len(target.tokens) == 12
+    assert tokenizer.decode(target.tokens).strip()  # a real model writes text
