@@ -48,10 +48,15 @@ def test_a_text_prompt_encodes_as_before(tokenizer, encoder):
     assert encoder.encode("stop").input_ids.tolist() == tokenizer(text)["input_ids"]
 
 
-def test_bench_reports_every_task_kind(server_endpoint, target_model, tokenizer):
+def test_bench_reports_every_task_kind(start_server, target_model, tokenizer, tmp_path):
+    """A small random Qwen2-VL served from a checkpoint directory, its first 4 layers drafting."""
+    target_model.save_pretrained(tmp_path / "verifier")
+    tokenizer.save_pretrained(tmp_path / "verifier")
     config = BenchConfig(profile="loopback", task_set="text", prompts=1, max_new_tokens=4, threads=2)
     pair = RobotPair(Drafter(truncated_copy(target_model, 4)), tokenizer)
-    report = Bench(pair, server_endpoint, config).run()
+    serve = ("--verifier", str(tmp_path / "verifier"), "--dtype", "float32", "--device", "cpu", "--threads", "1")
+    with start_server(*serve) as endpoint:
+        report = Bench(pair, endpoint, config).run()
     assert report["exact"] == "identical outputs across ar, sd, fsd"
     tasks = report["tasks"]
     assert list(tasks) == [*TASK_KINDS, "average"]
