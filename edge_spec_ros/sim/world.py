@@ -19,7 +19,10 @@ COLOURS_RGB = {
     "red": (210, 40, 40), "green": (50, 170, 60), "blue": (40, 90, 210), "yellow": (230, 210, 40),
     "silver": (200, 200, 205), "grey": (120, 120, 125), "orange": (240, 140, 30), "purple": (140, 60, 170),
 }
-SHAPES = {"bottle": (0.12, 0.35), "box": (0.45, 0.35), "chair": (0.5, 0.8), "ball": (0.3, 0.3), "cone": (0.3, 0.45)}
+# (width, height) in metres: objects a legged robot is sent to, large enough to be told apart from
+# a few metres away in the 112 x 84 image the model sees (one image token per 28 x 28 px)
+SHAPES = {"bottle": (0.25, 0.6), "box": (0.6, 0.45), "chair": (0.6, 0.9), "ball": (0.45, 0.45), "cone": (0.4, 0.6)}
+WALL_RGB, FLOOR_RGB = (70, 85, 110), (120, 95, 70)  # a dark wall: silver and grey objects stand out
 
 
 @dataclass(frozen=True)
@@ -126,8 +129,8 @@ class World:
         focal = (w / 2) / math.tan(c.fov_rad / 2)
         horizon = h // 2
         img = np.empty((h, w, 3), np.uint8)
-        img[:horizon] = (205, 215, 225)
-        img[horizon:] = (120, 95, 70)
+        img[:horizon] = WALL_RGB
+        img[horizon:] = FLOOR_RGB
         visible = []
         for o in self.objects:
             distance, bearing = self.relative(o)

@@ -49,9 +49,9 @@ HELD_OUT_SEED_OFFSET = 1000  # held-out samples come from data seed + this, neve
 @dataclass(frozen=True)
 class SimPairConfig:
     seed: int = 0
-    verifier_steps: int = 1500
+    verifier_steps: int = 2500
     drafter_steps: int = 1000
-    exit_steps: int = 400
+    exit_steps: int = 300
     batch_size: int = 32
     lr: float = 2e-3
     exit_bottleneck: int = 32
