@@ -100,7 +100,7 @@ def plot_trajectory(world: World, episode: Episode, path: str | Path, title: str
         ax.add_patch(plt.Circle((o.x, o.y), max(0.12, o.size[0] / 2), color=colour, ec="k"))
         ax.annotate(o.name, (o.x, o.y), textcoords="offset points", xytext=(8, 8), fontsize=8)
         if o.name == episode.target:
-            ax.add_patch(plt.Circle((o.x, o.y), c.reach_m + c.robot_radius_m, fill=False, ls="--", color="g"))
+            ax.add_patch(plt.Circle((o.x, o.y), c.reach_m + o.size[0] / 2, fill=False, ls="--", color="g"))
     xs, ys = [p.x for p in episode.poses], [p.y for p in episode.poses]
     ax.plot(xs, ys, "-", color="#333", lw=1.5)
     for p in episode.poses[:-1]:

@@ -22,15 +22,17 @@ from edge_spec_ros.sim.world import Pose, World
 
 ALIGN_RAD = math.radians(10)  # turn first when the target is further off-centre than this
 MAX_STEP_CM = 100
+STOP_M = 0.85  # centre to centre: inside World.reached's success distance, so a model that stops a
+# step early or late still counts as arrived
 SEARCH_DEG = 45  # < the 70° field of view, so consecutive search views overlap
 
 
 def expert_text(world: World, target: str) -> str:
     """'Reasoning: … Action: …' for the current pose."""
     obj = world.target(target)
-    if world.reached(target):
-        return f"Reasoning: I reached the {target}. Action: stop"
     distance, bearing = world.relative(obj)
+    if distance <= STOP_M and abs(bearing) < world.config.fov_rad / 2:
+        return f"Reasoning: I reached the {target}. Action: stop"
     side = "left" if bearing > 0 else "right"
     if abs(bearing) > world.config.fov_rad / 2:
         return f"Reasoning: the {target} is not in view. Action: turn left {SEARCH_DEG} degrees"
@@ -39,7 +41,7 @@ def expert_text(world: World, target: str) -> str:
     if abs(bearing) > ALIGN_RAD:
         degrees = max(5, min(90, int(round(math.degrees(abs(bearing)) / 5) * 5)))
         return f"Reasoning: the {target} is to the {side}.{note} Action: turn {side} {degrees} degrees"
-    gap = distance - world.config.reach_m - world.config.robot_radius_m + 0.1
+    gap = distance - STOP_M + 0.1
     cm = max(25, min(MAX_STEP_CM, int(round(gap * 100 / 25)) * 25))
     return f"Reasoning: the {target} is ahead.{note} Action: move forward {cm} cm"
 

@@ -58,7 +58,9 @@ class WorldConfig:
     image_width: int = 224
     image_height: int = 168
     robot_radius_m: float = 0.25
-    reach_m: float = 0.6  # within this distance of the target (centre to centre) counts as reached
+    # success: the robot's centre within this distance of the target's surface, facing it (the
+    # 1 m success distance of Habitat's ObjectNav; the expert itself stops closer, sim/expert.py)
+    reach_m: float = 1.0
 
 
 @dataclass
@@ -120,7 +122,8 @@ class World:
 
     def reached(self, name: str) -> bool:
         distance, bearing = self.relative(self.target(name))
-        return distance <= self.config.reach_m + self.config.robot_radius_m and abs(bearing) < self.config.fov_rad / 2
+        surface = distance - self.target(name).size[0] / 2
+        return surface <= self.config.reach_m and abs(bearing) < self.config.fov_rad / 2
 
     def render(self) -> np.ndarray:
         """First-person RGB image (H, W, 3) uint8."""
