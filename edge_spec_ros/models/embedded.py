@@ -45,7 +45,7 @@ def load_pair(directory: str | Path = "embedded", quantize_drafter: bool = False
                if not (root / p).is_file()]
     if missing:
         raise FileNotFoundError(f"{root} lacks {missing}; train the pair with `edge-spec-ros train-sim-pair "
-                                f"--out {root}` (about 25 minutes on 2 CPU cores)")
+                                f"--out {root}` (about 35 minutes on 2 CPU cores)")
     verifier = EarlyExitVerifier(load_qwen2vl(str(root / "verifier")), ExitAdapters.load(root / "exits"))
     drafter = Drafter(load_qwen2vl(str(root / "drafter")), quantize=quantize_drafter)
     return ModelPair(drafter, verifier, load_tokenizer())
