@@ -9,7 +9,6 @@ exists is skipped. Same seed, same machine type → same weights.
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -83,8 +82,7 @@ def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
                    progress: Callable[[str, int, int, float], None] = lambda phase, step, total, loss: None) -> dict:
     """Run (or resume) every phase; returns the training report (also written to ``out``)."""
     out, work = Path(out_dir), Path(out_dir) / ".train"
-    torch.manual_seed(config.seed)
-    random.seed(config.seed)
+    torch.manual_seed(config.seed)  # the exit adapters' initialisation
     tokenizer = load_tokenizer()
     encoder = PromptEncoder(tokenizer)
     data = SimDataConfig(seed=config.seed)
