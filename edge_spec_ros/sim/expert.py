@@ -36,7 +36,8 @@ def expert_text(world: World, target: str) -> str:
     side = "left" if bearing > 0 else "right"
     if abs(bearing) > world.config.fov_rad / 2:
         return f"Reasoning: the {target} is not in view. Action: turn left {SEARCH_DEG} degrees"
-    others = [o.name for o in world.objects if o.name != target and abs(world.relative(o)[1]) < world.config.fov_rad / 2]
+    half_fov = world.config.fov_rad / 2
+    others = [o.name for o in world.objects if o.name != target and abs(world.relative(o)[1]) < half_fov]
     note = f" The {others[0]} is not the target." if others else ""
     if abs(bearing) > ALIGN_RAD:
         degrees = max(5, min(90, int(round(math.degrees(abs(bearing)) / 5) * 5)))
