@@ -4,7 +4,7 @@ The model decides from the rendered camera frame and the instruction alone (neve
 its text goes through the action node's grammar and planner (``run_episode``). Greedy decoding is
 used, and every exact decoding mode (SD, FSD, DSSD, TK-SLT, …) emits the verifier's greedy tokens, so
 one greedy run gives the success rate of all of them; what differs between modes is the decision
-latency, measured by ``edge-spec-ros bench --scene sim``.
+latency, measured by ``edge-spec-ros bench`` (its prompts are decisions of this loop).
 """
 
 from __future__ import annotations
