@@ -426,7 +426,7 @@ def cmd_sim_eval(args: argparse.Namespace) -> int:
     from edge_spec_ros.sim.closed_loop import ModelPolicy, evaluate, plot_trajectory
 
     pair = load_pair(args.models)
-    policy = ModelPolicy(pair.verifier, PromptEncoder(pair.tokenizer), pair.tokenizer)
+    policy = ModelPolicy(pair.verifier, PromptEncoder(pair.tokenizer))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 

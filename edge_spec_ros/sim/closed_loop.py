@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import PreTrainedTokenizerBase
+import numpy as np
 
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
 from edge_spec_ros.models.prompt import PromptEncoder
@@ -30,18 +30,20 @@ class ModelPolicy:
 
     verifier: EarlyExitVerifier
     encoder: PromptEncoder
-    tokenizer: PreTrainedTokenizerBase
     max_new_tokens: int = 48
     instruction: str = "find the {target}"
     seconds: list[float] = field(default_factory=list)  # wall time per decision
 
     def __call__(self, world: World, target: str) -> str:
+        return self.reply(world.render(), self.instruction.format(target=target))
+
+    def reply(self, image: np.ndarray, instruction: str) -> str:
+        """The verifier's greedy "Reasoning: … Action: …" for one frame and instruction."""
         t0 = time.perf_counter()
-        prompt = self.encoder.encode(self.instruction.format(target=target), world.render())
-        config = DecodeConfig(max_new_tokens=self.max_new_tokens, stop_tokens=(self.tokenizer.eos_token_id,))
-        tokens = autoregressive(self.verifier, prompt, config).tokens
+        config = DecodeConfig(max_new_tokens=self.max_new_tokens, stop_tokens=(self.encoder.tokenizer.eos_token_id,))
+        tokens = autoregressive(self.verifier, self.encoder.encode(instruction, image), config).tokens
         self.seconds.append(time.perf_counter() - t0)
-        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return self.encoder.decode(tokens)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import torch
 
-from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
 from edge_spec_ros.models.adapters import ExitAdapters
 from edge_spec_ros.models.loading import load_qwen2vl
 from edge_spec_ros.models.prompt import PromptEncoder
@@ -23,6 +22,7 @@ from edge_spec_ros.models.tiny import build_tiny_qwen2vl
 from edge_spec_ros.models.tokenizer import load_tokenizer
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.nav import NavConfig, parse_action
+from edge_spec_ros.sim.closed_loop import ModelPolicy
 from edge_spec_ros.sim.samples import SimDataConfig, sim_sample
 from edge_spec_ros.training.exits import (
     ExitTrainingConfig,
@@ -66,13 +66,11 @@ class HeldOutScore:
 
 
 def held_out_score(model, encoder: PromptEncoder, data: SimDataConfig, n: int) -> HeldOutScore:
-    verifier, tok, nav = EarlyExitVerifier(model), encoder.tokenizer, NavConfig()
-    config = DecodeConfig(max_new_tokens=48, stop_tokens=(tok.eos_token_id,))
+    policy, nav = ModelPolicy(EarlyExitVerifier(model), encoder), NavConfig()
     text = action = 0
     for i in range(n):
         s = sim_sample(data, i)
-        out = tok.decode(autoregressive(verifier, encoder.encode(s.instruction, s.image), config).tokens,
-                         skip_special_tokens=True)
+        out = policy.reply(s.image, s.instruction)
         text += out == s.text
         action += parse_action(out, nav).action == parse_action(s.text, nav).action
     return HeldOutScore(100 * text / n, 100 * action / n)

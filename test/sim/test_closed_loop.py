@@ -26,11 +26,11 @@ def test_the_trained_model_finds_the_target_among_distractors(pair):
     (4 of 8 on the reference machine; README: 46 % over 50 rooms), and the untrained pair — the
     negative control, same loop — in none."""
     seeds = list(range(100, 100 + EPISODES))
-    trained = evaluate(ModelPolicy(pair.verifier, PromptEncoder(pair.tokenizer), pair.tokenizer), seeds)
+    trained = evaluate(ModelPolicy(pair.verifier, PromptEncoder(pair.tokenizer)), seeds)
     assert sum(e.reached for e in trained.episodes) >= 3, trained.episodes
     assert all(e.decisions >= 1 for e in trained.episodes)
     untrained = random_pair()
-    control = evaluate(ModelPolicy(untrained.verifier, PromptEncoder(untrained.tokenizer), untrained.tokenizer), seeds)
+    control = evaluate(ModelPolicy(untrained.verifier, PromptEncoder(untrained.tokenizer)), seeds)
     assert control.success_rate == 0.0
 
 
