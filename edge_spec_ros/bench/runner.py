@@ -97,7 +97,7 @@ def bench_prompts(encoder: PromptEncoder, n: int) -> list[tuple[EncodedPrompt, b
     """n fixed (prompt, JPEG) pairs: decisions of the closed loop in the simulated room (held-out
     states on the way to the named target, the camera frame and the instruction); the prompt is
     encoded from the decoded JPEG the verifier sees."""
-    data = SimDataConfig(seed=BENCH_SEED, random_pose_fraction=0.0)
+    data = SimDataConfig(seed=BENCH_SEED, random_pose_fraction=0.0, lookalike_fraction=0.0, detour_fraction=0.0)
     out = []
     for i in range(n):
         sample = sim_sample(data, i)

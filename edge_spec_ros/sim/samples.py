@@ -1,10 +1,19 @@
 """Samples of the simulated room: (camera image, instruction) → the expert's reasoning + action.
 
 Sample ``i`` of a data seed is a pure function of (seed, i), so a batch never has to be stored and a
-resumed run sees the same data. By default half of the samples are states on the expert's own way to
-the target (the states a good policy visits); the other half are random poses, so that a model that
-strays from the expert's way still has seen where it ends up (a one-shot substitute for DAgger's
-on-policy data).
+resumed run sees the same data. The image goes through the robot's image path (JPEG at the drafter's
+quality, decoded), so the model trains on the frames it will be given. A sample's state is drawn from
+a mix:
+
+* ``path``: a state on the expert's own way to the target (the states a good policy visits);
+* ``random``: a free pose anywhere, facing anywhere (where a model that strays ends up);
+* ``lookalike``: on the way to a look-alike distractor, facing it (where a model that took the
+  look-alike for the target ends up: close to it, the label says it is not the target);
+* ``detour``: a state of an episode in which the expert's action is, with probability
+  ``detour_noise``, replaced by a random one (overshoots, half-turns, approaches from odd angles).
+
+The last two stand in for DAgger's on-policy data (states the model's own policy visits, labelled by
+the expert) without a model in the loop, so sample i stays a pure function of (seed, i).
 """
 
 from __future__ import annotations
@@ -16,13 +25,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from edge_spec_ros.models.corpus import INSTRUCTION_VERBS
+from edge_spec_ros.models.prompt import decode_image, encode_image
 from edge_spec_ros.sim.expert import expert_text, run_episode
 from edge_spec_ros.sim.world import Pose, World
+
+JPEG_QUALITY = 90  # the drafter node's jpeg_quality: frames travel as JPEG once per decision
+# Training rooms come from this range of room seeds and evaluation rooms (sim/closed_loop.py) from
+# below it, so no evaluated room was trained on.
+TRAINING_ROOM_SEEDS = (1 << 24, 1 << 31)
 
 
 @dataclass(frozen=True)
 class SimSample:
-    image: np.ndarray  # (H, W, 3) uint8 first-person frame
+    image: np.ndarray  # (H, W, 3) uint8 first-person frame, after the JPEG round trip
     instruction: str
     text: str  # the expert's "Reasoning: … Action: …"
 
@@ -32,7 +47,24 @@ class SimDataConfig:
     seed: int = 0
     min_distractors: int = 1
     max_distractors: int = 3
-    random_pose_fraction: float = 0.5
+    random_pose_fraction: float = 0.2
+    lookalike_fraction: float = 0.25
+    detour_fraction: float = 0.2  # the rest are states on the expert's way
+    detour_noise: float = 0.3
+    jpeg_quality: int = JPEG_QUALITY  # 0: raw frames
+
+    def __post_init__(self) -> None:
+        fractions = (self.random_pose_fraction, self.lookalike_fraction, self.detour_fraction, self.detour_noise)
+        if min(fractions) < 0 or sum(fractions[:3]) > 1 or self.detour_noise > 1:
+            raise ValueError(f"sample fractions must be >= 0 and sum to <= 1, got {self}")
+
+
+def free(world: World, x: float, y: float, margin: float = 0.1) -> bool:
+    c = world.config
+    inside = c.robot_radius_m + margin <= x <= c.width_m - c.robot_radius_m - margin and \
+        c.robot_radius_m + margin <= y <= c.depth_m - c.robot_radius_m - margin
+    return inside and all(math.hypot(x - o.x, y - o.y) > c.robot_radius_m + o.size[0] / 2 + margin
+                          for o in world.objects)
 
 
 def random_pose(world: World, rng: random.Random) -> Pose:
@@ -40,17 +72,54 @@ def random_pose(world: World, rng: random.Random) -> Pose:
     c = world.config
     while True:
         x, y = rng.uniform(0.4, c.width_m - 0.4), rng.uniform(0.4, c.depth_m - 0.4)
-        if all(math.hypot(x - o.x, y - o.y) > c.robot_radius_m + o.size[0] / 2 + 0.1 for o in world.objects):
+        if free(world, x, y):
             return Pose(x, y, rng.uniform(-math.pi, math.pi))
+
+
+def lookalike_pose(world: World, rng: random.Random) -> Pose:
+    """A free pose 0.5-3.5 m from a look-alike distractor's surface, facing it within ±25°."""
+    obj = rng.choice(world.objects[1:])
+    for _ in range(100):
+        distance = obj.size[0] / 2 + rng.uniform(0.5, 3.5)
+        around = rng.uniform(-math.pi, math.pi)
+        x, y = obj.x + distance * math.cos(around), obj.y + distance * math.sin(around)
+        if free(world, x, y):
+            return Pose(x, y, around + math.pi + rng.uniform(-math.radians(25), math.radians(25)))
+    return random_pose(world, rng)
+
+
+def detour_pose(world: World, target: str, rng: random.Random, noise: float) -> Pose:
+    """A state of an episode where each of the expert's actions is, with probability ``noise``, a
+    random move or turn instead."""
+
+    def noisy(w: World, t: str) -> str:
+        if rng.random() >= noise:
+            return expert_text(w, t)
+        if rng.random() < 0.5:
+            return f"Action: move forward {rng.choice((25, 50, 75, 100))} cm"
+        return f"Action: turn {rng.choice(('left', 'right'))} {rng.choice(range(15, 181, 15))} degrees"
+
+    episode = run_episode(World(world.objects, world.pose, world.config), target, max_decisions=20,
+                          keep_images=False, policy=noisy)
+    return rng.choice(episode.poses)
 
 
 def sim_sample(config: SimDataConfig, index: int) -> SimSample:
     rng = random.Random(config.seed * 1_000_003 + index)
-    world = World.random(rng.randrange(2**31), distractors=rng.randint(config.min_distractors, config.max_distractors))
+    world = World.random(rng.randrange(*TRAINING_ROOM_SEEDS),
+                         distractors=rng.randint(config.min_distractors, config.max_distractors))
     target = world.objects[0].name
-    if rng.random() < config.random_pose_fraction:
+    draw = rng.random()
+    if draw < config.random_pose_fraction:
         world.pose = random_pose(world, rng)
+    elif draw < config.random_pose_fraction + config.lookalike_fraction:
+        world.pose = lookalike_pose(world, rng)
+    elif draw < config.random_pose_fraction + config.lookalike_fraction + config.detour_fraction:
+        world.pose = detour_pose(world, target, rng, config.detour_noise)
     else:
         episode = run_episode(World(world.objects, world.pose, world.config), target, keep_images=False)
         world.pose = episode.poses[rng.randrange(len(episode.steps))]
-    return SimSample(world.render(), f"{rng.choice(INSTRUCTION_VERBS)} {target}", expert_text(world, target))
+    image = world.render()
+    if config.jpeg_quality:
+        image = decode_image(encode_image(image, quality=config.jpeg_quality))
+    return SimSample(image, f"{rng.choice(INSTRUCTION_VERBS)} {target}", expert_text(world, target))

@@ -1,46 +1,93 @@
-"""sim_node in its own process: camera frames out, /cmd_vel in, the pose follows, it stops when
-commands stop."""
+"""sim_node in its own process: it owns simulated time (/clock), renders camera frames on simulated
+time, integrates /cmd_vel over simulated time, publishes odometry, and stops when commands stop."""
 
 from __future__ import annotations
 
 import math
-import time
+import threading
 
 from geometry_msgs.msg import PoseStamped, Twist
+from nav_msgs.msg import Odometry
 from rclpy.qos import qos_profile_sensor_data
+from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image
 from std_msgs.msg import Bool
 
-from edge_spec_ros.nodes.sim_node import LATCHED
+from edge_spec_ros.nodes.sim_node import CLOCK_QOS, LATCHED
 from rosharness import node_command, process, wait_for
 
-
-def yaw(p: PoseStamped) -> float:
-    return 2 * math.atan2(p.pose.orientation.z, p.pose.orientation.w)
+NS = 1_000_000_000
 
 
-def test_sim_node_drives_and_renders(ros, tmp_path):
+def yaw(q) -> float:
+    return 2 * math.atan2(q.z, q.w)
+
+
+def stamp_ns(stamp) -> int:
+    return stamp.sec * NS + stamp.nanosec
+
+
+def test_sim_node_owns_time_and_integrates_commands_over_it(ros, tmp_path):
     images = ros.collect(Image, "camera/image_raw", qos_profile_sensor_data)
     poses = ros.collect(PoseStamped, "sim/pose", 10)
+    odom = ros.collect(Odometry, "odom", 10)
     goal = ros.collect(Bool, "sim/goal_reached", LATCHED)
     cmd = ros.node.create_publisher(Twist, "cmd_vel", 10)
+    turn = Twist()
+    turn.angular.z = 0.5
+    window: dict[str, int] = {}  # simulated time: when the test starts and stops commanding
+    done = threading.Event()
+
+    def on_clock(msg: Clock) -> None:  # command a turn for exactly 1 s of simulated time
+        now = stamp_ns(msg.clock)
+        if "start" in window and not done.is_set():
+            if now - window["start"] < NS - NS // 100:
+                cmd.publish(turn)
+            else:
+                cmd.publish(Twist())
+                window["end"] = now
+                done.set()
+
+    clocks = []
+    ros.node.create_subscription(Clock, "/clock", lambda m: (clocks.append(m), on_clock(m)), CLOCK_QOS)
     with process(node_command("sim_node", "-p", "seed:=4", "-p", "camera_rate_hz:=10.0"), tmp_path / "sim.log") as proc:
-        wait_for(lambda: images and poses and goal and cmd.get_subscription_count() > 0, 20, "the sim")
+        wait_for(lambda: images and odom and goal and clocks and cmd.get_subscription_count() > 0, 20, "the sim")
         assert images[-1].encoding == "rgb8" and (images[-1].height, images[-1].width) == (168, 224)
         assert goal[-1].data is False
-        start = poses[-1]
-        twist = Twist()
-        twist.angular.z = 0.5
-        t_end = time.monotonic() + 1.0
-        while time.monotonic() < t_end:  # turn in place for a second
-            cmd.publish(twist)
-            time.sleep(0.05)
-        time.sleep(1.0)  # commands stopped: the robot stops after cmd_timeout_s
-        turned = yaw(poses[-1]) - yaw(start)
-        turned = math.atan2(math.sin(turned), math.cos(turned))
-        assert 0.3 < turned < 0.9  # about 0.5 rad in 1 s, plus at most one timeout's worth
-        still = yaw(poses[-1])
-        time.sleep(0.3)
-        assert abs(yaw(poses[-1]) - still) < 1e-6
-        assert poses[-1].pose.position.x == start.pose.position.x  # turning in place
+        assert odom[0].header.frame_id == "odom" and odom[0].child_frame_id == "base_link"
+        assert odom[0].pose.pose.position.x == 0.0 and yaw(odom[0].pose.pose.orientation) == 0.0
+        ticks = [stamp_ns(c.clock) for c in clocks[-5:]]
+        assert all(b - a == NS // 50 for a, b in zip(ticks, ticks[1:], strict=False))  # fixed 20 ms steps
+        frames = [stamp_ns(i.header.stamp) for i in images[-3:]]
+        assert all((b - a) == NS // 10 for a, b in zip(frames, frames[1:], strict=False))  # 10 Hz of sim time
+        start = odom[-1]
+        window["start"] = stamp_ns(start.header.stamp)
+        wait_for(done.is_set, 30, "1 s of simulated time")
+        wait_for(lambda: stamp_ns(odom[-1].header.stamp) > window["end"] + NS, 30, "the robot to settle")
+        turned = yaw(odom[-1].pose.pose.orientation) - yaw(start.pose.pose.orientation)
+        # 0.5 rad in 1 s of simulated time; the command reaches the sim within a tick or two
+        assert abs(turned - 0.5) < 0.03, turned
+        assert odom[-1].twist.twist.angular.z == 0.0  # stopped
+        still = poses[-1]
+        wait_for(lambda: stamp_ns(poses[-1].header.stamp) > stamp_ns(still.header.stamp) + NS // 2, 10, "time")
+        assert yaw(poses[-1].pose.orientation) == yaw(still.pose.orientation)
+        assert poses[-1].pose.position.x == still.pose.position.x  # turning in place, then still
         assert proc.poll() is None
+
+
+def test_a_command_stream_that_stops_is_a_stop(ros, tmp_path):
+    """The last command expires after cmd_timeout_s of simulated time, as the robot's own watchdog."""
+    odom = ros.collect(Odometry, "odom", 10)
+    cmd = ros.node.create_publisher(Twist, "cmd_vel", 10)
+    forward = Twist()
+    forward.linear.x = 0.3
+    args = ("-p", "seed:=4", "-p", "cmd_timeout_s:=0.2", "-p", "start_x:=0.6", "-p", "start_y:=1.5",
+            "-p", f"start_theta:={math.pi / 2}")
+    with process(node_command("sim_node", *args), tmp_path / "sim.log"):
+        wait_for(lambda: odom and cmd.get_subscription_count() > 0, 20, "the sim")
+        cmd.publish(forward)  # once, then nothing
+        wait_for(lambda: odom[-1].twist.twist.linear.x > 0, 10, "motion")
+        t0 = stamp_ns(odom[-1].header.stamp)
+        wait_for(lambda: stamp_ns(odom[-1].header.stamp) > t0 + NS, 10, "simulated time")
+        assert odom[-1].twist.twist.linear.x == 0.0
+        assert 0.03 <= odom[-1].pose.pose.position.x <= 0.3 * 0.2 + 0.013  # 0.2 s at 0.3 m/s, give or take a tick
