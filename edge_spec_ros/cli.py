@@ -423,11 +423,13 @@ def cmd_train_sim_pair(args: argparse.Namespace) -> int:
 
 def cmd_sim_eval(args: argparse.Namespace) -> int:
     from edge_spec_ros.models.embedded import load_pair
-    from edge_spec_ros.models.prompt import PromptEncoder
-    from edge_spec_ros.sim.closed_loop import ModelPolicy, evaluate, plot_trajectory
+    from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
+    from edge_spec_ros.sim.closed_loop import ModelPolicy, Task, evaluate, plot_trajectory
 
     pair = load_pair(args.models)
-    policy = ModelPolicy(pair.verifier, PromptEncoder(pair.tokenizer))
+    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=args.max_pixels or pair.max_pixels))
+    policy = ModelPolicy(pair.verifier, encoder, jpeg_quality=args.jpeg_quality)
+    task = Task(args.target, args.distractors)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -439,12 +441,20 @@ def cmd_sim_eval(args: argparse.Namespace) -> int:
             (out / f"trajectory_{summary.seed:04d}.txt").write_text("\n".join(t for _, t in episode.steps) + "\n")
 
     seeds = list(range(args.seed, args.seed + args.episodes))
-    report = evaluate(policy, seeds, args.max_decisions, on_episode)
+    report = evaluate(policy, seeds, args.max_decisions, task, on_episode)
     seconds = sorted(policy.seconds)
-    result = {"episodes": len(seeds), "success_rate": report.success_rate,
+    groups = {"distractors": report.by(lambda e: e.distractors),
+              "colour": report.by(lambda e: e.target.split()[0]), "kind": report.by(lambda e: e.target.split()[1]),
+              "target": report.by(lambda e: e.target)}
+    result = {"episodes": len(seeds), "task": task.__dict__, "first_seed": args.seed,
+              "max_pixels": encoder.config.max_pixels, "jpeg_quality": args.jpeg_quality,
+              "max_decisions": args.max_decisions, "success_rate": report.success_rate,
+              **{f"by_{name}": {str(k): list(v) for k, v in g.items()} for name, g in groups.items()},
               "decisions": len(seconds), "median_decision_s_local_greedy": seconds[len(seconds) // 2],
               "per_episode": [s.__dict__ for s in report.episodes]}
     (out / "closed_loop.json").write_text(json.dumps(result, indent=2) + "\n")
+    for name in ("distractors", "colour", "kind"):
+        print(f"by {name}: " + ", ".join(f"{k} {r}/{n}" for k, (r, n) in groups[name].items()))
     print(f"success: {sum(s.reached for s in report.episodes)}/{len(seeds)} episodes "
           f"({100 * report.success_rate:.0f}%); {len(seconds)} decisions; results and pictures in {out}")
     return 0
@@ -608,7 +618,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim_eval.add_argument("--models", default="embedded", help="'embedded' or a train-sim-pair directory")
     sim_eval.add_argument("--episodes", type=int, default=50)
     sim_eval.add_argument("--seed", type=int, default=0, help="first episode seed (room layout and target)")
-    sim_eval.add_argument("--max-decisions", type=int, default=20)
+    sim_eval.add_argument("--target", default="", help="'<colour> <kind>' in every room (default: drawn per room)")
+    sim_eval.add_argument("--distractors", type=int, default=0, help="look-alikes per room (0: drawn, 1-3)")
+    sim_eval.add_argument("--max-decisions", type=int, default=20, help="the drafter node's max_decisions")
+    sim_eval.add_argument("--max-pixels", type=int, default=0, help="image pixel budget (0: the pair's own)")
+    sim_eval.add_argument("--jpeg-quality", type=int, default=90, help="the drafter's JPEG quality (0: raw frames)")
     sim_eval.add_argument("--pictures", type=int, default=3, help="trajectory pictures of the first N episodes")
     sim_eval.add_argument("--out", default="artifacts/sim_eval")
     sim_eval.set_defaults(func=cmd_sim_eval)

@@ -13,6 +13,7 @@ unrelated random models would almost never agree. Real deployments load Qwen2-VL
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from transformers import PreTrainedTokenizerBase
 from edge_spec_ros.models.adapters import ExitAdapters
 from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.loading import load_qwen2vl
+from edge_spec_ros.models.prompt import PromptConfig
 from edge_spec_ros.models.tiny import VERIFIER_SPEC, build_tiny_qwen2vl, truncated_copy
 from edge_spec_ros.models.tokenizer import load_tokenizer
 from edge_spec_ros.models.verifier import EarlyExitVerifier
@@ -30,11 +32,15 @@ VERIFIER_SEED = 0
 SIM_PAIR_DIR = Path(__file__).resolve().parent.parent / "assets" / "sim_pair"
 
 
+PROMPT_FILE = "prompt.json"  # in a train-sim-pair directory: the image pixel budget it was trained at
+
+
 @dataclass
 class ModelPair:
     drafter: Drafter
     verifier: EarlyExitVerifier
     tokenizer: PreTrainedTokenizerBase
+    max_pixels: int = PromptConfig.max_pixels  # the image pixel budget the pair was trained at
 
 
 def load_pair(directory: str | Path = "embedded", quantize_drafter: bool = False) -> ModelPair:
@@ -48,7 +54,8 @@ def load_pair(directory: str | Path = "embedded", quantize_drafter: bool = False
                                 f"--out {root}` (about 35 minutes on 2 CPU cores)")
     verifier = EarlyExitVerifier(load_qwen2vl(str(root / "verifier")), ExitAdapters.load(root / "exits"))
     drafter = Drafter(load_qwen2vl(str(root / "drafter")), quantize=quantize_drafter)
-    return ModelPair(drafter, verifier, load_tokenizer())
+    prompt = json.loads((root / PROMPT_FILE).read_text()) if (root / PROMPT_FILE).is_file() else {}
+    return ModelPair(drafter, verifier, load_tokenizer(), int(prompt.get("max_pixels", PromptConfig.max_pixels)))
 
 
 def embedded_pair(quantize_drafter: bool = False) -> ModelPair:

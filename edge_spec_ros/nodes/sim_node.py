@@ -34,6 +34,7 @@ from std_msgs.msg import Bool
 from edge_spec_ros.nodes.convert import rgb_to_image
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.sim.simulation import Simulation
+from edge_spec_ros.sim.tasks import Task, episode_world
 from edge_spec_ros.sim.world import Pose, World
 
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -42,10 +43,11 @@ CLOCK_QOS = QoSProfile(depth=1)  # /clock: the latest time is all that matters
 
 @dataclass(frozen=True)
 class SimConfig:
-    seed: int = field(default=0, metadata=doc("room seed: the room is World.random(seed, target, distractors), "
+    seed: int = field(default=0, metadata=doc("room seed: the room is episode_world(seed, target, distractors), "
                                               "the distribution sim-eval evaluates"))
-    target: str = field(default="silver bottle", metadata=doc("'<colour> <kind>' of the object to find"))
-    distractors: int = field(default=2, metadata=doc("look-alike objects besides the target"))
+    target: str = field(default="silver bottle", metadata=doc("'<colour> <kind>' of the object to find "
+                                                              "('': drawn from the seed)"))
+    distractors: int = field(default=2, metadata=doc("look-alike objects besides the target (0: drawn, 1-3)"))
     camera_rate_hz: float = field(default=5.0, metadata=doc("camera frames per second of simulated time"))
     physics_rate_hz: float = field(default=50.0, metadata=doc("physics ticks per second of simulated time"))
     real_time_factor: float = field(default=1.0, metadata=doc("simulated seconds per wall second"))
@@ -69,24 +71,23 @@ class SimConfig:
 PARAMETER_CONFIGS = (SimConfig,)
 
 
-def sim_world(config: SimConfig) -> World:
-    """The room of ``config``, with its start pose overridden where the config says so."""
-    world = World.random(config.seed, config.target, config.distractors)
-    world.target(config.target)  # fails early on an unknown target
+def sim_world(config: SimConfig) -> tuple[World, str]:
+    """The room of ``config`` and its target, with the start pose overridden where the config says so."""
+    world, target = episode_world(config.seed, Task(config.target, config.distractors))
     p = world.pose
     world.pose = Pose(*(p if math.isnan(v) else v for p, v in
                         ((p.x, config.start_x), (p.y, config.start_y), (p.theta, config.start_theta))))
-    return world
+    return world, target
 
 
 class SimNode(Node):
     def __init__(self) -> None:
         super().__init__("sim")
         self.config = c = declare_config(self, SimConfig)
-        self.world = sim_world(c)
+        self.world, self.target = sim_world(c)
         self.sim = Simulation(self.world, 1.0 / c.physics_rate_hz, c.cmd_timeout_s)
         self.frame_every = max(1, round(c.physics_rate_hz / c.camera_rate_hz))
-        self.reached = self.world.reached(c.target)
+        self.reached = self.world.reached(self.target)
         self.clock = self.create_publisher(ClockMsg, "/clock", CLOCK_QOS)
         self.camera = self.create_publisher(Image, "camera/image_raw", qos_profile_sensor_data)
         self.odom = self.create_publisher(Odometry, "odom", 10)
@@ -97,7 +98,7 @@ class SimNode(Node):
         self.create_timer(1.0 / (c.physics_rate_hz * c.real_time_factor), self.tick, clock=self.steady)
         self.goal.publish(Bool(data=self.reached))
         self._publish_state()
-        self.get_logger().info(f"room {c.seed} with {[o.name for o in self.world.objects]}; target {c.target}; "
+        self.get_logger().info(f"room {c.seed} with {[o.name for o in self.world.objects]}; target {self.target}; "
                                f"simulated time at {c.physics_rate_hz:g} Hz × {c.real_time_factor:g}")
 
     def on_cmd(self, msg: Twist) -> None:
@@ -106,11 +107,11 @@ class SimNode(Node):
     def tick(self) -> None:
         self.sim.tick()
         self._publish_state()
-        reached = self.world.reached(self.config.target)
+        reached = self.world.reached(self.target)
         if reached != self.reached:
             self.reached = reached
             self.goal.publish(Bool(data=reached))
-            self.get_logger().info(f"{'at' if reached else 'left'} the {self.config.target}")
+            self.get_logger().info(f"{'at' if reached else 'left'} the {self.target}")
 
     def _publish_state(self) -> None:
         stamp = Time(nanoseconds=self.sim.time_ns).to_msg()

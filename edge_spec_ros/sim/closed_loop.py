@@ -1,8 +1,12 @@
 """Closed-loop evaluation: a model drives the simulated robot to the named object among distractors.
 
-The model decides from the rendered camera frame and the instruction alone (never the world state);
-its text goes through the action node's grammar and planner (``run_episode``). Greedy decoding is
-used, and every exact decoding mode (SD, FSD, DSSD, TK-SLT, …) emits the verifier's greedy tokens, so
+The evaluation is the ROS loop's, without ROS: the same rooms (``episode_world``, which ``sim_node``
+builds from the same parameters), the same image path (the frame is JPEG-encoded at the drafter's
+quality and decoded, then resized to the same pixel budget), the same grammar and planner executed
+in the same simulated time (``run_episode``), the same decision budget, and an end-state success
+criterion: where the robot is when the episode ends (``World.reached``: within the success distance
+of the target and facing it), not whether it passed it on the way. The model decides from the frame
+and the instruction alone (never the world state). Greedy decoding is used, and every exact decoding mode (SD, FSD, DSSD, TK-SLT, …) emits the verifier's greedy tokens, so
 one greedy run gives the success rate of all of them; what differs between modes is the decision
 latency, measured by ``edge-spec-ros bench`` (its prompts are decisions of this loop).
 """
@@ -10,7 +14,6 @@ latency, measured by ``edge-spec-ros bench`` (its prompts are decisions of this 
 from __future__ import annotations
 
 import math
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,24 +21,33 @@ from pathlib import Path
 import numpy as np
 
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
-from edge_spec_ros.models.prompt import PromptEncoder
+from edge_spec_ros.models.prompt import PromptEncoder, decode_image, encode_image
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.sim.expert import Episode, run_episode
+from edge_spec_ros.sim.samples import JPEG_QUALITY
+from edge_spec_ros.sim.tasks import Task, episode_world
 from edge_spec_ros.sim.world import World
+
+MAX_DECISIONS = 20  # the drafter node's max_decisions
 
 
 @dataclass
 class ModelPolicy:
-    """Greedy decoding of the verifier on (camera frame, "find the <target>")."""
+    """Greedy decoding of the verifier on (camera frame, "find the <target>"); the frame goes through
+    the robot's JPEG round trip first (``jpeg_quality`` 0: raw), the encoder's pixel budget resizes it."""
 
     verifier: EarlyExitVerifier
     encoder: PromptEncoder
     max_new_tokens: int = 48
     instruction: str = "find the {target}"
+    jpeg_quality: int = JPEG_QUALITY
     seconds: list[float] = field(default_factory=list)  # wall time per decision
 
     def __call__(self, world: World, target: str) -> str:
-        return self.reply(world.render(), self.instruction.format(target=target))
+        image = world.render()
+        if self.jpeg_quality:
+            image = decode_image(encode_image(image, quality=self.jpeg_quality))
+        return self.reply(image, self.instruction.format(target=target))
 
     def reply(self, image: np.ndarray, instruction: str) -> str:
         """The verifier's greedy "Reasoning: … Action: …" for one frame and instruction."""
@@ -63,20 +75,21 @@ class ClosedLoopReport:
     def success_rate(self) -> float:
         return sum(e.reached for e in self.episodes) / len(self.episodes)
 
+    def by(self, key) -> dict:
+        """{key(summary): (reached, episodes)}, sorted by key."""
+        out: dict = {}
+        for e in self.episodes:
+            reached, total = out.get(key(e), (0, 0))
+            out[key(e)] = (reached + e.reached, total + 1)
+        return dict(sorted(out.items()))
 
-def episode_world(seed: int) -> tuple[World, str]:
-    """The room of episode ``seed``: 1-3 look-alike distractors; the target is its first object."""
-    distractors = random.Random(seed).randint(1, 3)
-    world = World.random(seed, distractors=distractors)
-    return world, world.objects[0].name
 
-
-def evaluate(policy, seeds: list[int], max_decisions: int = 20,
+def evaluate(policy, seeds: list[int], max_decisions: int = MAX_DECISIONS, task: Task = Task(),
              on_episode=lambda summary, episode, world: None) -> ClosedLoopReport:
     """Run one episode per seed with ``policy``; ``on_episode`` sees each (summary, episode, world)."""
     summaries = []
     for seed in seeds:
-        world, target = episode_world(seed)
+        world, target = episode_world(seed, task)
         start = World(world.objects, world.pose, world.config)
         episode = run_episode(world, target, max_decisions=max_decisions, keep_images=False, policy=policy)
         summary = EpisodeSummary(seed, target, len(world.objects) - 1, episode.reached, len(episode.steps))

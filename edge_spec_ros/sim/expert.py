@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edge_spec_ros.nav import NavConfig, parse_action, plan_motion
+from edge_spec_ros.sim.simulation import PHYSICS_DT_S, Simulation, execute
 from edge_spec_ros.sim.world import Pose, World
 
 ALIGN_RAD = math.radians(10)  # turn first when the target is further off-centre than this
@@ -59,12 +60,13 @@ Policy = Callable[[World, str], str]  # (world, target name) → "Reasoning: …
 
 
 def run_episode(world: World, target: str, max_decisions: int = 30, nav: NavConfig | None = None,
-                dt: float = 0.05, keep_images: bool = True, policy: Policy = expert_text) -> Episode:
+                dt: float = PHYSICS_DT_S, keep_images: bool = True, policy: Policy = expert_text) -> Episode:
     """Decide with ``policy`` (default: the expert), execute with the action node's grammar and
-    planner, until it says stop or ``max_decisions``; text without an action ends the episode, as the
-    action node would stop the robot."""
+    planner in simulated time (``sim_node``'s physics step ``dt``), until it says stop or
+    ``max_decisions``; text without an action ends the episode, as the action node would stop the robot."""
     nav = nav or NavConfig()
     episode = Episode(target)
+    sim = Simulation(world, dt, cmd_timeout_s=1.0)
     for _ in range(max_decisions):
         text = policy(world, target)
         episode.poses.append(world.pose)
@@ -72,9 +74,7 @@ def run_episode(world: World, target: str, max_decisions: int = 30, nav: NavConf
         action = parse_action(text, nav).action
         if action is None or action.kind == "stop":
             break
-        plan = plan_motion(action, nav)
-        for _ in range(int(round(plan.duration_s / dt))):
-            world.step(plan.linear_x, plan.angular_z, dt)
+        execute(sim, plan_motion(action, nav))
     episode.poses.append(world.pose)
     episode.reached = world.reached(target)
     return episode

@@ -27,12 +27,10 @@ import numpy as np
 from edge_spec_ros.models.corpus import INSTRUCTION_VERBS
 from edge_spec_ros.models.prompt import decode_image, encode_image
 from edge_spec_ros.sim.expert import expert_text, run_episode
+from edge_spec_ros.sim.tasks import TRAINING_ROOM_SEEDS
 from edge_spec_ros.sim.world import Pose, World
 
 JPEG_QUALITY = 90  # the drafter node's jpeg_quality: frames travel as JPEG once per decision
-# Training rooms come from this range of room seeds and evaluation rooms (sim/closed_loop.py) from
-# below it, so no evaluated room was trained on.
-TRAINING_ROOM_SEEDS = (1 << 24, 1 << 31)
 
 
 @dataclass(frozen=True)

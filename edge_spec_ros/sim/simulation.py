@@ -16,9 +16,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from edge_spec_ros.nav.planner import MotionPlan
 from edge_spec_ros.sim.world import Pose, World
 
 NS_PER_S = 1_000_000_000
+PHYSICS_DT_S = 0.02  # sim_node's default physics step (physics_rate_hz 50)
 
 
 @dataclass(frozen=True)
@@ -82,3 +84,12 @@ class Simulation:
         self.odometry = Odometry(self.time_ns, odom_pose(self.origin, after), forward / self.dt_s,
                                  turned / self.dt_s)
         return self.odometry
+
+
+def execute(sim: Simulation, plan: MotionPlan) -> None:
+    """Carry out ``plan`` as the action node does on simulated time: its command for the ticks that
+    fit its duration (rounded to the nearest tick), then zero."""
+    for _ in range(round(plan.duration_s / sim.dt_s)):
+        sim.command(plan.linear_x, plan.angular_z)
+        sim.tick()
+    sim.command(0.0, 0.0)

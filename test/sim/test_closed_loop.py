@@ -57,3 +57,29 @@ def test_trajectory_picture(tmp_path):
     path = plot_trajectory(start, episode, tmp_path / "t.png")
     assert path.stat().st_size > 5000 and path.read_bytes()[:4] == b"\x89PNG"
     assert len(episode.poses) == len(episode.steps) + 1
+
+
+def test_rooms_of_a_task_are_the_sim_nodes_rooms_and_never_training_rooms():
+    from edge_spec_ros.sim.tasks import TRAINING_ROOM_SEEDS, Task
+    from edge_spec_ros.sim.world import World
+
+    world, target = episode_world(12, Task("silver bottle", 2))
+    assert target == "silver bottle" and len(world.objects) == 3
+    assert world.objects == World.random(12, "silver bottle", 2).objects
+    drawn = {episode_world(seed)[1] for seed in range(60)}
+    assert len(drawn) > 20  # every colour and kind, drawn per room
+    with pytest.raises(ValueError, match="training rooms"):
+        episode_world(TRAINING_ROOM_SEEDS[0])
+    with pytest.raises(ValueError, match="colour"):
+        Task("gold bottle")
+    with pytest.raises(ValueError, match="distractors"):
+        Task("silver bottle", 5)
+
+
+def test_the_report_counts_per_group():
+    from edge_spec_ros.sim.closed_loop import ClosedLoopReport, EpisodeSummary
+
+    report = ClosedLoopReport([EpisodeSummary(0, "red box", 1, True, 3), EpisodeSummary(1, "red ball", 2, False, 20),
+                               EpisodeSummary(2, "blue box", 1, True, 5)])
+    assert report.by(lambda e: e.distractors) == {1: (2, 2), 2: (0, 1)}
+    assert report.by(lambda e: e.target.split()[0]) == {"blue": (1, 1), "red": (1, 2)}
