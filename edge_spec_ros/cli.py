@@ -398,13 +398,18 @@ def cmd_train_sim_pair(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    config = SimPairConfig(seed=args.seed, verifier_steps=args.verifier_steps, drafter_steps=args.drafter_steps,
-                           exit_steps=args.exit_steps, batch_size=args.batch_size, eval_samples=args.eval_samples)
+    config = SimPairConfig(seed=args.seed, verifier_steps=args.verifier_steps, dagger_rounds=args.dagger_rounds,
+                           dagger_rooms=args.dagger_rooms, dagger_steps=args.dagger_steps,
+                           drafter_steps=args.drafter_steps, exit_steps=args.exit_steps, batch_size=args.batch_size,
+                           eval_samples=args.eval_samples, validation_rooms=args.validation_rooms,
+                           max_pixels=args.max_pixels)
     bars: dict[str, tqdm] = {}
 
     def progress(phase: str, step: int, total: int, loss: float) -> None:
-        bar = bars.get(phase) or bars.setdefault(phase, tqdm(total=total, desc=phase, unit="step", initial=step - 1))
-        bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        bar = bars.get(phase) or bars.setdefault(phase, tqdm(total=total, desc=phase, initial=step - 1,
+                                                              unit="room" if phase.endswith("rollouts") else "step"))
+        if loss == loss:  # rollouts report no loss
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
         bar.update(step - bar.n)
 
     report = train_sim_pair(args.out, config, progress)
@@ -414,6 +419,8 @@ def cmd_train_sim_pair(args: argparse.Namespace) -> int:
         r = report[name]
         print(f"{name}: {r['parameters']:,} parameters, held-out text match {r['text_match_pct']:.1f}%, "
               f"action match {r['action_match_pct']:.1f}%")
+    print("closed-loop validation success per stage: " + ", ".join(
+        f"{stage} {pct:.0f}%" for stage, pct in report.get("validation_success_pct", {}).items()))
     e = report["exits"]
     print("exit token match % with the final exit: " + ", ".join(
         f"{layer}: {m:.0f}" for layer, m in zip(e["layers"], e["match_pct"], strict=True)))
@@ -606,7 +613,12 @@ def build_parser() -> argparse.ArgumentParser:
     pair = sub.add_parser("train-sim-pair", help="train the simulated room's Qwen2-VL pair (resumable)")
     pair.add_argument("--out", default="edge_spec_ros/assets/sim_pair", help="output directory")
     pair.add_argument("--seed", type=int, default=0)
-    pair.add_argument("--verifier-steps", type=int, default=2500)
+    pair.add_argument("--verifier-steps", type=int, default=3000)
+    pair.add_argument("--dagger-rounds", type=int, default=2, help="DAgger rounds after the verifier's first phase")
+    pair.add_argument("--dagger-rooms", type=int, default=200, help="training rooms rolled out per DAgger round")
+    pair.add_argument("--dagger-steps", type=int, default=1000, help="fine-tuning steps per DAgger round")
+    pair.add_argument("--validation-rooms", type=int, default=50, help="closed-loop validation rooms per stage")
+    pair.add_argument("--max-pixels", type=int, default=224 * 168, help="image pixel budget (one token per 28x28 px)")
     pair.add_argument("--drafter-steps", type=int, default=1000)
     pair.add_argument("--exit-steps", type=int, default=300)
     pair.add_argument("--batch-size", type=int, default=32)

@@ -1,14 +1,26 @@
 """``edge-spec-ros train-sim-pair``: verifier, distilled drafter and exit adapters for the simulated room.
 
+Phases (each resumable, a finished phase is skipped):
+
+1. ``verifier``: M_q on the expert's samples (``sim/samples.py``);
+2. ``dagger1`` … ``daggerN``: DAgger rounds (``training/dagger.py``): roll the verifier out in training
+   rooms, then fine-tune it on the states it visited (labelled by the expert) mixed with fresh expert
+   samples; the closed-loop success on validation rooms is recorded after every stage;
+3. ``drafter``: M_p distilled from the final verifier on the same mix;
+4. ``exits``: the verifier's early-exit adapters.
+
 Output (``out``): ``verifier/`` and ``drafter/`` (config.json, float16 model.safetensors, tokenizer),
-``exits/`` (exit adapters + the Fig. 7-style report), ``training_report.json`` (losses and held-out
-accuracy). Checkpoints live in ``out/.train`` and make the command resumable; a phase whose output
-exists is skipped. Same seed, same machine type → same weights.
+``exits/`` (exit adapters + the Fig. 7-style report), ``prompt.json`` (the image pixel budget the pair
+was trained at; the robot and the verifier must encode images with it), ``training_report.json``
+(losses, held-out accuracy, closed-loop validation success per stage, CPU seconds per phase).
+Checkpoints live in ``out/.train``. Same seed, same machine type → same weights.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,17 +28,19 @@ from pathlib import Path
 import torch
 
 from edge_spec_ros.models.adapters import ExitAdapters
+from edge_spec_ros.models.embedded import PROMPT_FILE
 from edge_spec_ros.models.loading import load_qwen2vl
-from edge_spec_ros.models.prompt import PromptEncoder
+from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
 from edge_spec_ros.models.tiny import build_tiny_qwen2vl
 from edge_spec_ros.models.tokenizer import load_tokenizer
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.nav import NavConfig, parse_action
-from edge_spec_ros.sim.closed_loop import ModelPolicy
-from edge_spec_ros.sim.samples import SimDataConfig, sim_sample
+from edge_spec_ros.sim.closed_loop import MAX_DECISIONS, ModelPolicy, evaluate
+from edge_spec_ros.sim.samples import SimDataConfig, SimSample, sim_sample
+from edge_spec_ros.training.dagger import dagger_sample, load_states, rollout_states, save_states
 from edge_spec_ros.training.exits import (
     ExitTrainingConfig,
-    evaluate,
+    evaluate as evaluate_exits,
     train_exits,
     write_report,
 )
@@ -43,18 +57,28 @@ from edge_spec_ros.training.vlm import (
 log = logging.getLogger(__name__)
 
 HELD_OUT_SEED_OFFSET = 1000  # held-out samples come from data seed + this, never trained on
+VALIDATION_ROOMS_FROM = 100_000  # closed-loop validation rooms during training: evaluation seeds, but far
+# from the 0-99 that sim-eval reports, so choosing nothing on them touches the reported figure
+DAGGER_OFFSET = 10_000_000  # expert-mix sample indices of DAgger round r start at r × this
 
 
 @dataclass(frozen=True)
 class SimPairConfig:
     seed: int = 0
-    verifier_steps: int = 2500
+    verifier_steps: int = 3000
+    dagger_rounds: int = 2
+    dagger_rooms: int = 200  # training rooms rolled out per round
+    dagger_steps: int = 1000  # fine-tuning steps per round
+    dagger_fraction: float = 0.5  # of each DAgger batch: visited states; the rest expert-mix samples
     drafter_steps: int = 1000
     exit_steps: int = 300
     batch_size: int = 32
     lr: float = 2e-3
+    dagger_lr: float = 1e-3
     exit_bottleneck: int = 32
     eval_samples: int = 200
+    validation_rooms: int = 50
+    max_pixels: int = 224 * 168  # the camera's full frame: 8 × 6 = 48 image tokens
 
 
 @dataclass(frozen=True)
@@ -76,37 +100,120 @@ def held_out_score(model, encoder: PromptEncoder, data: SimDataConfig, n: int) -
     return HeldOutScore(100 * text / n, 100 * action / n)
 
 
+def validation_success(model, encoder: PromptEncoder, rooms: int) -> float:
+    """Closed-loop success rate (%) of the model's greedy policy in validation rooms."""
+    if rooms <= 0:
+        return float("nan")
+    policy = ModelPolicy(EarlyExitVerifier(model), encoder)
+    return 100 * evaluate(policy, list(range(VALIDATION_ROOMS_FROM, VALIDATION_ROOMS_FROM + rooms))).success_rate
+
+
+class _CpuTimer:
+    """CPU seconds of this process per phase (the figure docs/sim.md quotes)."""
+
+    def __init__(self, report: dict) -> None:
+        self.seconds = report.setdefault("cpu_s", {})
+
+    def __call__(self, phase: str):
+        timer = self
+
+        class _Phase:
+            def __enter__(self):
+                self.t0 = time.process_time()
+
+            def __exit__(self, *exc):
+                timer.seconds[phase] = timer.seconds.get(phase, 0.0) + time.process_time() - self.t0
+
+        return _Phase()
+
+
 def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
                    progress: Callable[[str, int, int, float], None] = lambda phase, step, total, loss: None) -> dict:
     """Run (or resume) every phase; returns the training report (also written to ``out``)."""
     out, work = Path(out_dir), Path(out_dir) / ".train"
+    work.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)  # the exit adapters' initialisation
     tokenizer = load_tokenizer()
-    encoder = PromptEncoder(tokenizer)
+    encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=config.max_pixels))
     data = SimDataConfig(seed=config.seed)
     held_out = SimDataConfig(seed=config.seed + HELD_OUT_SEED_OFFSET)
+    report_path = work / "report.json"  # the report so far: survives an interruption
+    report: dict = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    report["config"] = asdict(config)
+    cpu = _CpuTimer(report)
 
-    def batch(step: int, source: SimDataConfig = data):
-        return collate([sim_sample(source, step * config.batch_size + i) for i in range(config.batch_size)],
-                       encoder, tokenizer)
+    def samples_batch(samples: list[SimSample]):
+        return collate(samples, encoder, tokenizer)
 
-    report: dict = {"config": asdict(config)}
+    def batch(step: int, source: SimDataConfig = data, offset: int = 0):
+        n = config.batch_size
+        return samples_batch([sim_sample(source, offset + step * n + i) for i in range(n)])
+
+    def lm(steps: int, lr: float) -> LMTrainingConfig:
+        return LMTrainingConfig(steps=steps, batch_size=config.batch_size, lr=lr)
+
+    def save_report() -> None:
+        write_json(report_path, report)
+
     models = {}
-    for name, spec, steps, teacher in (("verifier", SIM_VERIFIER_SPEC, config.verifier_steps, None),
-                                       ("drafter", SIM_DRAFTER_SPEC, config.drafter_steps, "verifier")):
-        done = out / name / "config.json"
-        if not done.is_file():
-            model = build_tiny_qwen2vl(spec, tokenizer, seed=config.seed + (name == "drafter"))
-            lm = LMTrainingConfig(steps=steps, batch_size=config.batch_size, lr=config.lr)
-            losses = train_lm(model, batch, lm, work / name, models.get(teacher),
-                              lambda s, loss, n=name, t=steps: progress(n, s, t, loss))
-            save_model(model, out / name, tokenizer)
-            write_json(work / name / "losses.json", {"losses": losses})
-        models[name] = load_qwen2vl(str(out / name))  # evaluate (and teach) what ships: the float16 weights
-        score = held_out_score(models[name], encoder, held_out, config.eval_samples)
-        report[name] = {"parameters": sum(p.numel() for p in models[name].parameters()), **asdict(score)}
-        log.info("%s: held-out text match %.1f%%, action match %.1f%%", name, score.text_match_pct,
-                 score.action_match_pct)
+    if not (out / "verifier" / "config.json").is_file():
+        model = build_tiny_qwen2vl(SIM_VERIFIER_SPEC, tokenizer, seed=config.seed)
+        with cpu("verifier"):
+            train_lm(model, batch, lm(config.verifier_steps, config.lr), work / "verifier", None,
+                     lambda s, loss: progress("verifier", s, config.verifier_steps, loss))
+        stages = report.setdefault("validation_success_pct", {})
+        if "verifier" not in stages:
+            with cpu("validation"):
+                stages["verifier"] = validation_success(model, encoder, config.validation_rooms)
+            save_report()
+        visited = []
+        for r in range(1, config.dagger_rounds + 1):
+            name = f"dagger{r}"
+            states = load_states(work / name)
+            if states is None:
+                with cpu(f"{name} rollouts"):
+                    states = rollout_states(
+                        lambda verb: ModelPolicy(EarlyExitVerifier(model), encoder, instruction=f"{verb} {{target}}"),
+                        config.seed * 100 + r, config.dagger_rooms, MAX_DECISIONS,
+                        lambda done, total, n=name: progress(f"{n} rollouts", done, total, float("nan")))
+                save_states(states, work / name)
+            visited += states  # DAgger aggregates every round's states
+            pool = list(visited)
+            k = round(config.dagger_fraction * config.batch_size)
+
+            def dagger_batch(step: int, pool=pool, r=r):
+                n = config.batch_size
+                own = [dagger_sample(pool, config.seed * 100 + r, step * n + i, data.jpeg_quality) for i in range(k)]
+                mix = [sim_sample(data, r * DAGGER_OFFSET + step * n + i) for i in range(n - k)]
+                return samples_batch(own + mix)
+
+            with cpu(name):
+                train_lm(model, dagger_batch, lm(config.dagger_steps, config.dagger_lr), work / name, None,
+                         lambda s, loss, n=name: progress(n, s, config.dagger_steps, loss))
+            if name not in stages:
+                with cpu("validation"):
+                    stages[name] = validation_success(model, encoder, config.validation_rooms)
+                report.setdefault("dagger_states", {})[name] = len(states)
+                save_report()
+        save_model(model, out / "verifier", tokenizer)
+    if not (out / "drafter" / "config.json").is_file():
+        teacher = load_qwen2vl(str(out / "verifier"))  # distil from what ships: the float16 weights
+        model = build_tiny_qwen2vl(SIM_DRAFTER_SPEC, tokenizer, seed=config.seed + 1)
+        with cpu("drafter"):
+            train_lm(model, batch, lm(config.drafter_steps, config.lr), work / "drafter", teacher,
+                     lambda s, loss: progress("drafter", s, config.drafter_steps, loss))
+        save_model(model, out / "drafter", tokenizer)
+    (out / PROMPT_FILE).write_text(json.dumps({"max_pixels": config.max_pixels}) + "\n")
+    for name in ("verifier", "drafter"):
+        models[name] = load_qwen2vl(str(out / name))  # evaluate what ships: the float16 weights
+        if name not in report or report[name].get("eval_samples") != config.eval_samples:
+            with cpu("held-out"):
+                score = held_out_score(models[name], encoder, held_out, config.eval_samples)
+            report[name] = {"parameters": sum(p.numel() for p in models[name].parameters()),
+                            "eval_samples": config.eval_samples, **asdict(score)}
+            save_report()
+        log.info("%s: held-out text match %.1f%%, action match %.1f%%", name, report[name]["text_match_pct"],
+                 report[name]["action_match_pct"])
 
     verifier = models["verifier"]
     L = verifier.config.text_config.num_hidden_layers
@@ -115,11 +222,13 @@ def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
     if (out / "exits" / "exit_adapters.json").is_file():
         adapters = ExitAdapters.load(out / "exits")
     else:
-        train_exits(verifier, adapters, lambda k: batch(k).token_batch(), exits_cfg, work / "exits",
-                    lambda s, loss: progress("exits", s, config.exit_steps, loss))
+        with cpu("exits"):
+            train_exits(verifier, adapters, lambda k: batch(k).token_batch(), exits_cfg, work / "exits",
+                        lambda s, loss: progress("exits", s, config.exit_steps, loss))
         adapters.save(out / "exits")
-    exit_report = evaluate(verifier, adapters, [batch(i, held_out).token_batch() for i in range(4)])
+    exit_report = evaluate_exits(verifier, adapters, [batch(i, held_out).token_batch() for i in range(4)])
     write_report(exit_report, out / "exits")
     report["exits"] = asdict(exit_report)
+    save_report()
     write_json(out / "training_report.json", report)
     return report

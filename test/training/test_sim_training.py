@@ -84,14 +84,18 @@ def test_saved_weights_are_float16_and_load_as_float32(tokenizer, tmp_path):
 
 
 def test_the_one_command_pipeline_writes_a_loadable_pair_and_resumes(tmp_path):
-    config = SimPairConfig(verifier_steps=2, drafter_steps=2, exit_steps=2, batch_size=2, eval_samples=1)
+    config = SimPairConfig(verifier_steps=2, dagger_rounds=1, dagger_rooms=2, dagger_steps=2, drafter_steps=2,
+                           exit_steps=2, batch_size=2, eval_samples=1, validation_rooms=1, max_pixels=112 * 84)
     phases = []
     report = train_sim_pair(tmp_path, config, lambda phase, step, total, loss: phases.append(phase))
-    assert {"verifier", "drafter", "exits"} <= set(phases)
-    assert set(report) >= {"verifier", "drafter", "exits", "config"}
+    assert {"verifier", "dagger1 rollouts", "dagger1", "drafter", "exits"} <= set(phases)
+    assert set(report) >= {"verifier", "drafter", "exits", "config", "validation_success_pct", "cpu_s"}
+    assert set(report["validation_success_pct"]) == {"verifier", "dagger1"}
+    assert report["dagger_states"]["dagger1"] >= 2  # at least a start and an end pose per room
     assert json.loads((tmp_path / "training_report.json").read_text())["config"]["seed"] == 0
     pair = load_pair(tmp_path)
     assert pair.verifier.exit_layers == (1, 2, 3, 4, 5)
+    assert pair.max_pixels == 112 * 84  # the budget it was trained at travels with it
     phases.clear()
     train_sim_pair(tmp_path, config, lambda phase, step, total, loss: phases.append(phase))
     assert phases == []  # every phase's output exists: nothing is trained again
@@ -100,3 +104,21 @@ def test_the_one_command_pipeline_writes_a_loadable_pair_and_resumes(tmp_path):
 def test_a_missing_pair_says_how_to_make_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="train-sim-pair"):
         load_pair(tmp_path)
+
+
+def test_dagger_states_are_labelled_by_the_expert_and_stored(tmp_path):
+    from edge_spec_ros.sim.expert import expert_text
+    from edge_spec_ros.training.dagger import dagger_sample, load_states, rollout_states, save_states
+
+    def walk_forward(verb):
+        return lambda world, target: "Action: move forward 50 cm"
+
+    states = rollout_states(walk_forward, seed=1, rooms=3, max_decisions=4)
+    assert len(states) == 3 * 5 and len({s.room_seed for s in states}) == 3
+    save_states(states, tmp_path)
+    assert load_states(tmp_path) == states and load_states(tmp_path / "none") is None
+    s = dagger_sample(states, seed=1, index=5, jpeg_quality=90)
+    again = dagger_sample(states, seed=1, index=5, jpeg_quality=90)
+    assert np.array_equal(s.image, again.image) and s.text == again.text
+    picked = [st for st in states if st.world()[1] in s.instruction and f"{st.verb} " in s.instruction]
+    assert any(expert_text(*st.world()) == s.text for st in picked)  # the expert's label of that state

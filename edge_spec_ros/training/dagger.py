@@ -1,0 +1,85 @@
+"""DAgger for the simulated room (Ross et al., 2011): the states the model's own policy visits,
+labelled by the expert.
+
+A policy trained on the expert's states drifts into states the expert never visits (walking at a
+look-alike, overshooting, facing a wall) and has no label for them; DAgger rolls the trained model
+out in training rooms, keeps every state it visited, and trains on those states with the expert's
+reply. The states are stored (``states.json``: room seed, distractors, pose, instruction verb, a few
+kB), so a round's data are fixed once collected and a resumed run trains on the same data.
+
+Departure: the paper aggregates every round's data and retrains from scratch; here each round
+fine-tunes the current model on its new states mixed with fresh expert-mix samples (same effect on
+this small problem, a fraction of the CPU time).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from edge_spec_ros.models.corpus import INSTRUCTION_VERBS
+from edge_spec_ros.models.prompt import decode_image, encode_image
+from edge_spec_ros.sim.expert import Policy, expert_text, run_episode
+from edge_spec_ros.sim.samples import SimSample
+from edge_spec_ros.sim.tasks import TRAINING_ROOM_SEEDS
+from edge_spec_ros.sim.world import Pose, World
+
+STATES_FILE = "states.json"
+
+
+@dataclass(frozen=True)
+class VisitedState:
+    """A decision state of a rollout: the room (``World.random(room_seed, distractors=...)``, target its
+    first object), the robot's pose, and the instruction verb it was given."""
+
+    room_seed: int
+    distractors: int
+    x: float
+    y: float
+    theta: float
+    verb: str
+
+    def world(self) -> tuple[World, str]:
+        world = World.random(self.room_seed, distractors=self.distractors)
+        world.pose = Pose(self.x, self.y, self.theta)
+        return world, world.objects[0].name
+
+
+def rollout_states(make_policy: Callable[[str], Policy], seed: int, rooms: int, max_decisions: int,
+                   progress: Callable[[int, int], None] = lambda done, total: None) -> list[VisitedState]:
+    """Roll the policy made by ``make_policy(verb)`` out in ``rooms`` training rooms of ``seed``; every
+    decision state (and the final one) of every episode."""
+    rng = random.Random(seed * 1_000_003 + 7)
+    states: list[VisitedState] = []
+    for i in range(rooms):
+        room_seed, distractors = rng.randrange(*TRAINING_ROOM_SEEDS), rng.randint(1, 3)
+        verb = rng.choice(INSTRUCTION_VERBS)
+        world = World.random(room_seed, distractors=distractors)
+        episode = run_episode(world, world.objects[0].name, max_decisions, keep_images=False,
+                              policy=make_policy(verb))
+        states += [VisitedState(room_seed, distractors, p.x, p.y, p.theta, verb) for p in episode.poses]
+        progress(i + 1, rooms)
+    return states
+
+
+def save_states(states: list[VisitedState], directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / STATES_FILE).write_text(json.dumps([asdict(s) for s in states]) + "\n")
+
+
+def load_states(directory: Path) -> list[VisitedState] | None:
+    path = directory / STATES_FILE
+    return [VisitedState(**s) for s in json.loads(path.read_text())] if path.is_file() else None
+
+
+def dagger_sample(states: list[VisitedState], seed: int, index: int, jpeg_quality: int) -> SimSample:
+    """Sample ``index``: a visited state drawn by (seed, index), rendered, labelled by the expert."""
+    state = states[random.Random(seed * 1_000_003 + index).randrange(len(states))]
+    world, target = state.world()
+    image = world.render()
+    if jpeg_quality:
+        image = decode_image(encode_image(image, quality=jpeg_quality))
+    return SimSample(image, f"{state.verb} {target}", expert_text(world, target))
