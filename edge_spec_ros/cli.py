@@ -96,7 +96,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from edge_spec_ros.spec.sampling import SamplingConfig
 
     pair = _load_pair(args)
-    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=args.max_pixels))
+    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=args.max_pixels or _model_max_pixels(
+        args.verifier or "embedded")))
     image = _load_image(args.image, args.instruction)
     prompt = encoder.encode(args.instruction, image)
     config = DecodeConfig(
@@ -121,6 +122,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         _log("error: greedy speculative output differs from the target's own greedy output")
         return 1
     return 0
+
+
+def _model_max_pixels(name: str) -> int:
+    """The image pixel budget of a model: the embedded pair's training budget, 112 x 112 otherwise."""
+    from edge_spec_ros.models.embedded import embedded_max_pixels
+    from edge_spec_ros.models.prompt import PromptConfig
+
+    return embedded_max_pixels() if name == "embedded" else PromptConfig.max_pixels
 
 
 def _model_path(name: str) -> str:
@@ -184,7 +193,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = ServerConfig(bind=args.bind, workers=args.workers, session_timeout_s=args.session_timeout,
                           max_sessions=args.max_sessions, max_requests=args.max_requests,
                           idle_exit_s=args.idle_exit, curve=curve)
-    server = VerifierServer(verifier, PromptEncoder(tokenizer, PromptConfig(max_pixels=args.max_pixels)), config)
+    max_pixels = args.max_pixels or _model_max_pixels(args.verifier)
+    server = VerifierServer(verifier, PromptEncoder(tokenizer, PromptConfig(max_pixels=max_pixels)), config)
     endpoint = server.start()
     print(f"listening on {endpoint}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: server._done.set())
@@ -251,7 +261,7 @@ def _bench_pair(args: argparse.Namespace):
         if args.draft_layers:
             adapter = ExitAdapters.load(args.adapters)[args.draft_layers] if args.adapters else None
             model = self_draft_model(pair.verifier.stack.model, args.draft_layers, adapter)
-            pair = ModelPair(Drafter(model), pair.verifier, pair.tokenizer)
+            pair = ModelPair(Drafter(model), pair.verifier, pair.tokenizer, pair.max_pixels)
         return pair, ()
     from transformers import AutoTokenizer
 
@@ -513,7 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-new-tokens", type=int, default=48)
     demo.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--max-pixels", type=int, default=112 * 112, help="image pixel budget after resizing")
+    demo.add_argument("--max-pixels", type=int, default=0,
+                      help="image pixel budget after resizing (0: the model's own; 112 x 112 for a checkpoint)")
     demo.add_argument("--json", help="also write the statistics to this JSON file")
     demo.set_defaults(func=cmd_demo)
 
@@ -530,7 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-requests", type=int, default=0, help="stop after this many requests (0: never)")
     serve.add_argument("--idle-exit", type=float, default=0.0, help="stop after this long without requests (s)")
     serve.add_argument("--curve-keys", help="directory made by `edge-spec-ros keys` (enables CURVE)")
-    serve.add_argument("--max-pixels", type=int, default=112 * 112, help="image pixel budget after resizing")
+    serve.add_argument("--max-pixels", type=int, default=0,
+                       help="image pixel budget after resizing (0: the model's own; 112 x 112 for a checkpoint)")
     serve.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     serve.set_defaults(func=cmd_serve)
 

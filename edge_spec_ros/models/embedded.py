@@ -54,8 +54,19 @@ def load_pair(directory: str | Path = "embedded", quantize_drafter: bool = False
                                 f"--out {root}` (about 35 minutes on 2 CPU cores)")
     verifier = EarlyExitVerifier(load_qwen2vl(str(root / "verifier")), ExitAdapters.load(root / "exits"))
     drafter = Drafter(load_qwen2vl(str(root / "drafter")), quantize=quantize_drafter)
-    prompt = json.loads((root / PROMPT_FILE).read_text()) if (root / PROMPT_FILE).is_file() else {}
-    return ModelPair(drafter, verifier, load_tokenizer(), int(prompt.get("max_pixels", PromptConfig.max_pixels)))
+    return ModelPair(drafter, verifier, load_tokenizer(), pair_max_pixels(root))
+
+
+def pair_max_pixels(directory: str | Path = "embedded") -> int:
+    """The image pixel budget a train-sim-pair directory was trained at ('embedded': the shipped one);
+    the robot and the verifier encode images with it."""
+    root = SIM_PAIR_DIR if str(directory) == "embedded" else Path(directory)
+    path = root / PROMPT_FILE
+    return int(json.loads(path.read_text())["max_pixels"]) if path.is_file() else PromptConfig.max_pixels
+
+
+def embedded_max_pixels() -> int:
+    return pair_max_pixels("embedded")
 
 
 def embedded_pair(quantize_drafter: bool = False) -> ModelPair:

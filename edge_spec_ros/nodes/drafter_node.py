@@ -55,7 +55,8 @@ class DrafterNodeConfig:
     server_queue_policy: str = field(default="priority", metadata=doc("verifier's exit queue policy"))
     emulate_tp_s: float = field(default=0.0, metadata=doc("emulated draft-forward time (benchmarks; 0: off)"))
     emulate_tq_s: float = field(default=0.0, metadata=doc("emulated verification time (benchmarks; 0: off)"))
-    max_pixels: int = field(default=112 * 112, metadata=doc("image pixel budget after resizing"))
+    max_pixels: int = field(default=0, metadata=doc("image pixel budget after resizing (0: the model's own: "
+                                                    "the embedded pair's training budget, else 112 x 112)"))
     jpeg_quality: int = field(default=90, metadata=doc("JPEG quality of the frame sent to the verifier"))
     repeat_decisions: bool = field(default=True, metadata=doc("decide again after each action until 'stop'"))
     max_decisions: int = field(default=20, metadata=doc("decisions per instruction at most"))
@@ -71,6 +72,15 @@ class DrafterNodeConfig:
 
 
 PARAMETER_CONFIGS = (DrafterNodeConfig,)
+
+
+def model_max_pixels(name: str) -> int:
+    """The pixel budget a model was trained at: the embedded pair's own, PromptConfig's otherwise."""
+    if name == "embedded":
+        from edge_spec_ros.models.embedded import embedded_max_pixels
+
+        return embedded_max_pixels()
+    return PromptConfig.max_pixels
 
 
 def load_drafter(name: str, quantize: bool):
@@ -93,7 +103,8 @@ class DrafterNode(Node):
         self.config = c = declare_config(self, DrafterNodeConfig)
         self.get_logger().info(f"loading drafter {c.drafter_model} ...")
         drafter, tokenizer = load_drafter(c.drafter_model, c.quantize_int8)
-        self.encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=c.max_pixels))
+        max_pixels = c.max_pixels or model_max_pixels(c.drafter_model)
+        self.encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=max_pixels))
         group = ReentrantCallbackGroup()
         self.link = RosVerifierLink(self, c.open_timeout_s, c.reply_timeout_s)
         decode = DecodeConfig(max_new_tokens=c.max_new_tokens, gamma=c.gamma, sampling=SamplingConfig(c.temperature),
