@@ -89,10 +89,10 @@ class Monitor(Node):
         q = msg.pose.orientation
         self.pose = Pose(msg.pose.position.x, msg.pose.position.y, 2 * math.atan2(q.z, q.w))
 
-    def on_goal(self, msg: Bool) -> None:
-        if msg.data and not self.goal_reached:
-            self.goal_reached = True
-            self.print("[sim] the robot reached the target")
+    def on_goal(self, msg: Bool) -> None:  # the robot's state now: success is where it ends (end state)
+        if msg.data != self.goal_reached:
+            self.goal_reached = msg.data
+            self.print("[sim] the robot is at the target" if msg.data else "[sim] the robot left the target")
 
     def on_twist(self, msg: Twist) -> None:
         twist = (round(msg.linear.x, 3), round(msg.angular.z, 3))

@@ -27,7 +27,7 @@ def test_the_robot_reaches_the_silver_bottle(server_endpoint, tmp_path):
     with process(cmd, log) as proc:
         proc.wait(timeout=200)
     out = log.read_text()
-    assert "[sim] the robot reached the target" in out, out[-4000:]
+    assert "[sim] the robot is at the target" in out, out[-4000:]
     assert "simulated robot reached the target" in out
     assert "[action" in out and "] stop " in out, out[-4000:]  # it also knows it has arrived
     assert picture.read_bytes()[:4] == b"\x89PNG"
