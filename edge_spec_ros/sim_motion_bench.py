@@ -40,6 +40,7 @@ class Motion:
     kind: str  # "forward" (m) or "turn" (rad)
     commanded: float
     travelled: float
+    real_time_factor: float  # simulated seconds per wall second while the command was held
 
     @property
     def error_pct(self) -> float:
@@ -110,7 +111,9 @@ def measure(driver: MotionDriver, nav: NavConfig, metres: float, degrees: float)
     for kind, amount, speed in (("forward", metres, nav.cruise_linear_speed),
                                 ("turn", math.radians(degrees), nav.cruise_angular_speed)):
         before = driver.odom
+        wall0, sim0 = time.monotonic(), driver.now_ns()
         driver.hold(speed if kind == "forward" else 0.0, speed if kind == "turn" else 0.0, amount / speed)
+        rtf = (driver.now_ns() - sim0) / 1e9 / (time.monotonic() - wall0)
         driver.wait_sim(SETTLE_S)
         after = driver.odom
         if kind == "forward":
@@ -119,7 +122,7 @@ def measure(driver: MotionDriver, nav: NavConfig, metres: float, degrees: float)
         else:
             turned = yaw(after) - yaw(before)
             travelled = math.atan2(math.sin(turned), math.cos(turned))
-        out.append(Motion(kind, amount, travelled))
+        out.append(Motion(kind, amount, travelled, rtf))
     return out
 
 
@@ -165,13 +168,15 @@ def run(repeats: int = 3, busy: int = 2, metres: float = 1.0, degrees: float = 4
                     stop(p)
     finally:
         executor.shutdown()
+        spinner.join(timeout=MOTION_TIMEOUT_S)
         driver.destroy_node()
         rclpy.try_shutdown()
     return results
 
 
 def table(results: dict[str, list[Motion]]) -> str:
-    lines = ["| condition | motion | commanded | travelled (per run) | worst error |", "|---|---|---|---|---|"]
+    lines = ["| condition | motion | commanded | travelled (per run) | worst error | sim s per wall s |",
+             "|---|---|---|---|---|---|"]
     for condition, motions in results.items():
         for kind, unit, scale in (("forward", "m", 1.0), ("turn", "°", 180 / math.pi)):
             ms = [m for m in motions if m.kind == kind]
@@ -179,5 +184,6 @@ def table(results: dict[str, list[Motion]]) -> str:
                 continue
             worst = max((m.error_pct for m in ms), key=abs)
             lines.append(f"| {condition} | {kind} | {ms[0].commanded * scale:.3f} {unit} | "
-                         + ", ".join(f"{m.travelled * scale:.3f}" for m in ms) + f" {unit} | {worst:+.2f} % |")
+                         + ", ".join(f"{m.travelled * scale:.3f}" for m in ms) + f" {unit} | {worst:+.2f} % | "
+                         + f"{min(m.real_time_factor for m in ms):.2f}-{max(m.real_time_factor for m in ms):.2f} |")
     return "\n".join(lines)

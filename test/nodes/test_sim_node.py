@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import threading
 
+import pytest
 from geometry_msgs.msg import PoseStamped, Twist
 from nav_msgs.msg import Odometry
 from rclpy.qos import qos_profile_sensor_data
@@ -91,3 +92,12 @@ def test_a_command_stream_that_stops_is_a_stop(ros, tmp_path):
         wait_for(lambda: stamp_ns(odom[-1].header.stamp) > t0 + NS, 10, "simulated time")
         assert odom[-1].twist.twist.linear.x == 0.0
         assert 0.03 <= odom[-1].pose.pose.position.x <= 0.3 * 0.2 + 0.013  # 0.2 s at 0.3 m/s, give or take a tick
+
+
+@pytest.mark.slow
+def test_the_motion_bench_measures_commanded_against_travelled():
+    from edge_spec_ros.sim_motion_bench import run, table
+
+    results = run(repeats=1, busy=1)
+    assert [m.kind for m in results["idle"]] == ["forward", "turn"]
+    assert all(abs(m.error_pct) < 2.0 for motions in results.values() for m in motions), table(results)
