@@ -6,6 +6,7 @@ replay node publishes the stored bytes, so a bag replays bit-identically.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,15 +17,34 @@ from rosbags.rosbag2 import Reader, Writer
 from rosbags.rosbag2.enums import StoragePlugin
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
-MSG_DIR = Path(__file__).resolve().parent.parent / "msg"
+MSG_DIR = Path(__file__).resolve().parent.parent / "msg"  # msg/ of a source checkout
 STORAGE = {"sqlite3": StoragePlugin.SQLITE3, "mcap": StoragePlugin.MCAP}
 
 
+def msg_dir() -> Path | None:
+    """Where this package's .msg definitions are: msg/ of the source checkout this module runs from,
+    else share/edge_spec_ros/msg of the installed package (colcon / ament install, found through the
+    ament index, i.e. AMENT_PREFIX_PATH), else that of the Python prefix (the pip virtual environment
+    the interfaces were built into); None when there are none."""
+    if (MSG_DIR / "Decision.msg").is_file():
+        return MSG_DIR
+    candidates = []
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        candidates.append(Path(get_package_share_directory("edge_spec_ros")) / "msg")
+    except (ImportError, LookupError, OSError, ValueError):  # no ament index, or the package is not in it
+        pass
+    candidates.append(Path(sys.prefix) / "share" / "edge_spec_ros" / "msg")
+    return next((d for d in candidates if (d / "Decision.msg").is_file()), None)
+
+
 def typestore():
-    """ROS 2 Jazzy's standard types plus this package's interfaces (from msg/ when available)."""
+    """ROS 2 Jazzy's standard types plus this package's interfaces (from ``msg_dir()`` when found)."""
     store = get_typestore(Stores.ROS2_JAZZY)
     types = {}
-    for path in sorted(MSG_DIR.glob("*.msg")) if MSG_DIR.is_dir() else []:
+    directory = msg_dir()
+    for path in sorted(directory.glob("*.msg")) if directory else []:
         types.update(get_types_from_msg(path.read_text(), f"edge_spec_ros/msg/{path.stem}"))
     store.register(types)
     return store
