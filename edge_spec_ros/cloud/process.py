@@ -5,12 +5,42 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
+
+
+@dataclass
+class ServerProcess:
+    """A running ``edge-spec-ros serve``: its endpoint, its process and its output so far."""
+
+    endpoint: str
+    proc: subprocess.Popen
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def memory_kib(self) -> dict[str, int]:
+        """VmRSS and VmHWM (peak RSS) from /proc, in KiB (Linux)."""
+        out = {}
+        with open(f"/proc/{self.pid}/status") as status:
+            for line in status:
+                name, _, value = line.partition(":")
+                if name in ("VmRSS", "VmHWM"):
+                    out[name] = int(value.split()[0])
+        return out
+
+    def reset_peak(self) -> None:
+        """Reset VmHWM to the current RSS (Linux: ``echo 5 > /proc/PID/clear_refs``)."""
+        with open(f"/proc/{self.pid}/clear_refs", "w") as f:
+            f.write("5")
 
 
 @contextmanager
@@ -18,8 +48,16 @@ def verifier_process(*args: str, idle_exit_s: float = 120.0) -> Iterator[str]:
     """Start a verifier on a free 127.0.0.1 port; yield its endpoint; stop it on exit.
 
     The server also stops by itself after ``idle_exit_s`` without a request, so nothing outlives a
-    crashed parent for long.
+    crashed parent for long. Loopback test and bench servers honour ``Open.compute_tq_s``
+    (``--allow-client-emulation``) until every caller configures emulation on the server instead.
     """
+    with verifier_server("--allow-client-emulation", *args, idle_exit_s=idle_exit_s) as server:
+        yield server.endpoint
+
+
+@contextmanager
+def verifier_server(*args: str, idle_exit_s: float = 120.0) -> Iterator[ServerProcess]:
+    """``verifier_process`` yielding a ``ServerProcess`` handle (endpoint, pid, memory)."""
     cmd = [sys.executable, "-m", "edge_spec_ros.cli", "serve", "--bind", "tcp://127.0.0.1:*",
            "--idle-exit", str(idle_exit_s), *args]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
@@ -38,10 +76,15 @@ def verifier_process(*args: str, idle_exit_s: float = 120.0) -> Iterator[str]:
         proc.kill()
         proc.wait()
         raise RuntimeError("the verifier server did not start:\n" + "".join(lines[-20:]))
+    server = ServerProcess(endpoint, proc, lines)
+    # keep reading its output, so a chatty server never blocks on a full pipe
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
     try:
-        yield endpoint
+        yield server
     finally:
         stop(proc)
+        reader.join(timeout=STOP_TIMEOUT_S)
         proc.stdout.close()
 
 

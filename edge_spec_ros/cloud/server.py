@@ -1,10 +1,17 @@
 """The verifier service: a ZeroMQ ROUTER serving many robots' decisions at once.
 
-The I/O thread decodes and validates every frame set and answers protocol errors itself; valid
-requests become jobs run by a worker pool, one job at a time per session, in arrival order. Results
-go to a per-session outbox ordered by the session's queue policy (FSD Algorithm 2, SENDER; Table 7):
-the final exit is sent before any early exit still waiting, and early exits of a round whose final
-result has left are dropped, since the robot no longer needs them.
+The I/O thread decodes every frame set under the server's limits (``cloud/limits.py``: sizes are
+checked before anything is decompressed), validates every field of the request, and answers each
+refusal itself with an ``Error`` carrying a code and a reason. Nothing slow runs there: decoding the
+image, prefill, verification and generation are jobs run by worker threads, one job at a time per
+session, in arrival order. Workers take sessions round-robin, and cloud-only generation gives the
+worker back after every token, so one client's long generation only interleaves with the others'
+rounds. Close and session expiry cancel a session's queued work and stop its running work at the
+next token or emulated layer.
+
+Results go to a per-session outbox ordered by the session's queue policy (FSD Algorithm 2, SENDER;
+Table 7): the final exit is sent before any early exit still waiting, and early exits of a round
+whose final result has left are dropped, since the robot no longer needs them.
 """
 
 from __future__ import annotations
@@ -15,17 +22,19 @@ import math
 import threading
 import time
 from collections import Counter, deque
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-from edge_spec_ros.cloud.session import RequestError, VerifySession
+from edge_spec_ros.cloud.limits import (
+    DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits, RequestError, check_draft, check_generate, check_open,
+)
+from edge_spec_ros.cloud.session import Cancelled, ComputeProfile, VerifySession
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
-from edge_spec_ros.spec.queues import POLICIES
 from edge_spec_ros.wire.codec import SESSION_BYTES, WireError, decode, encode
 from edge_spec_ros.wire.emulator import LinkShape
 from edge_spec_ros.wire.link import CurveKeys, IOThread
@@ -36,34 +45,59 @@ from edge_spec_ros.wire.messages import (
 log = logging.getLogger(__name__)
 
 HOUSEKEEPING_PERIOD_S = 0.5
+WORKER_JOIN_S = 0.5  # how long stop() waits for each worker (a forward pass in flight is not interrupted)
+RECEIVE_HWM = 100  # frame sets ZeroMQ buffers per connection before it stops reading that peer
 
 
 @dataclass(frozen=True)
 class ServerConfig:
     """bind: ZeroMQ endpoint (``tcp://127.0.0.1:*`` picks a free port); workers: verification threads;
-    session_timeout_s: an idle session is dropped after this; max_requests / idle_exit_s: stop after
-    that many requests / that long without one (0 = never; tests and benches use them)."""
+    session_timeout_s: an idle session is dropped after this; max_sessions: in all;
+    max_sessions_per_client: per CURVE key (without CURVE: per connection); max_requests /
+    idle_exit_s: stop after that many requests / that long without one (0 = never; tests and benches
+    use them); limits: what a request may ask for; emulate_tq_s: emulated verification time per
+    forward for benchmarks (0: real compute only); allow_client_emulation: also honour
+    ``Open.compute_tq_s`` (loopback test servers only; it lets a client slow the shared workers)."""
 
     bind: str = "tcp://127.0.0.1:5555"
     workers: int = 1
     session_timeout_s: float = 60.0
     max_sessions: int = 64
+    max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT
     max_requests: int = 0
     idle_exit_s: float = 0.0
     curve: CurveKeys | None = None
+    limits: Limits = field(default_factory=Limits)
+    emulate_tq_s: float = 0.0
+    allow_client_emulation: bool = False
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.emulate_tq_s) and self.emulate_tq_s >= 0):
+            raise ValueError(f"emulate_tq_s must be finite and >= 0, got {self.emulate_tq_s}")
+        if self.workers < 1 or self.max_sessions < 1 or self.max_sessions_per_client < 1:
+            raise ValueError("workers, max_sessions and max_sessions_per_client must be >= 1")
+
+
+Job = Callable[[], "Iterator[None] | None"]  # a job may be a generator: it yields where it may be paused
 
 
 @dataclass
 class _Session:
     identity: bytes
     sid: bytes
-    state: VerifySession
+    client: bytes  # whose quota the session counts against
+    request: Open
     shape: LinkShape | None
     policy: str
     last_seen: float
+    state: VerifySession | None = None  # set by the open job, on a worker
+    next_round: int = 0
     jobs: deque = field(default_factory=deque)
-    running: bool = False
+    current: Iterator[None] | None = None  # a sliced job in progress
+    on_error: Callable[[], None] | None = None  # of the job in progress
+    scheduled: bool = False  # in the ready queue or running on a worker
     closed: bool = False
+    cancel: threading.Event = field(default_factory=threading.Event)
 
 
 class VerifierServer:
@@ -71,10 +105,17 @@ class VerifierServer:
         self.verifier = verifier
         self.encoder = encoder
         self.config = config
+        self.vocab = verifier.stack.vocab_size
+        self.decode_limits = config.limits.decode_limits(self.vocab)
+        self.max_message_bytes = config.limits.max_message_bytes(self.vocab)
+        self.compute = ComputeProfile(config.emulate_tq_s)
         self.counters: Counter[str] = Counter()
         self.sessions: dict[tuple[bytes, bytes], _Session] = {}
-        self._lock = threading.Lock()  # sessions, jobs, counters
-        self._pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="verify")
+        self._per_client: Counter[bytes] = Counter()
+        self._lock = threading.Lock()  # sessions, jobs, the ready queue, counters
+        self._ready_cv = threading.Condition(self._lock)
+        self._ready: deque[_Session] = deque()
+        self._workers: list[threading.Thread] = []
         self._ctx = zmq.Context()
         self._auth: ThreadAuthenticator | None = None
         self._done = threading.Event()
@@ -86,6 +127,9 @@ class VerifierServer:
         """Bind and start serving; returns the bound endpoint."""
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)  # a vanished robot's replies are dropped, not fatal
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)  # a larger frame: the peer is cut off
+        sock.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
+        sock.setsockopt(zmq.LINGER, 0)
         if self.config.curve is not None:
             self._auth = ThreadAuthenticator(self._ctx)
             self._auth.start()
@@ -95,8 +139,12 @@ class VerifierServer:
             sock.curve_secretkey = self.config.curve.secret
         sock.bind(self.config.bind)
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._io = IOThread(sock, self._on_frames, "verifier-io")
+        self._io = IOThread(sock, self._on_frames, "verifier-io", user_ids=self.config.curve is not None)
         self._io.start()
+        for i in range(self.config.workers):
+            worker = threading.Thread(target=self._work, name=f"verify-{i}", daemon=True)
+            worker.start()
+            self._workers.append(worker)
         self._housekeeper = threading.Thread(target=self._housekeeping, name="verifier-housekeeping", daemon=True)
         self._housekeeper.start()
         return self.endpoint
@@ -104,127 +152,212 @@ class VerifierServer:
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Ask ``wait`` to return (safe in a signal handler)."""
         self._done.set()
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        self._io.stop()
+
+    def stop(self) -> bool:
+        """Stop serving within a bounded time; True when every thread has ended (a worker inside a
+        forward pass is left to the interpreter's exit: its threads are daemons)."""
+        self._done.set()
+        with self._lock:
+            for session in self.sessions.values():
+                self._cancel(session)
+            self._ready_cv.notify_all()
+        ended = self._io.stop()
+        deadline = time.monotonic() + WORKER_JOIN_S
+        for worker in self._workers:
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))
+        ended = ended and not any(w.is_alive() for w in self._workers)
         if self._auth is not None:
             self._auth.stop()
-        self._ctx.term()
+        if ended:
+            self._ctx.term()
+        return ended
 
     def stats(self) -> dict[str, int]:
         with self._lock:
             return dict(self.counters, sessions_open=len(self.sessions))
 
     # --- I/O thread --------------------------------------------------------------------------------
-    def _on_frames(self, frames: list[bytes]) -> None:
+    def _on_frames(self, frames: list[bytes], user_id: bytes = b"") -> None:
         identity, body = frames[0], frames[1:]
         self._count("frames_received")
         self._last_request = time.monotonic()
+        if self.config.max_requests and self.counters["frames_received"] >= self.config.max_requests:
+            self._done.set()
         try:
-            env = decode(body)
+            env = decode(body, self.decode_limits)
         except WireError as exc:
             self._count("malformed" if exc.code == ErrorCode.MALFORMED else "unsupported_version")
             session = body[0][4:4 + SESSION_BYTES] if body and len(body[0]) >= 4 + SESSION_BYTES else bytes(16)
             self._reply(identity, session, Error(int(exc.code), str(exc)))
             return
         self._count(f"msg_{type(env.message).__name__}")
-        if self.config.max_requests and self.counters["frames_received"] >= self.config.max_requests:
-            self._done.set()
         try:
-            self._dispatch(identity, env.session, env.message)
+            self._dispatch(identity, user_id or identity, env.session, env.message)
         except RequestError as exc:
-            self._count("bad_request")
-            self._reply(identity, env.session, Error(int(ErrorCode.BAD_REQUEST), str(exc)))
+            self._refuse(identity, env.session, exc, getattr(env.message, "round", -1))
 
-    def _dispatch(self, identity: bytes, sid: bytes, msg: Message) -> None:
+    def _refuse(self, identity: bytes, sid: bytes, exc: RequestError, round_: int = -1) -> None:
+        self._count(f"refused_{exc.code.name.lower()}")
+        if exc.code == ErrorCode.BAD_REQUEST:
+            self._count("bad_request")
+        self._reply(identity, sid, Error(int(exc.code), str(exc), round_))
+
+    def _dispatch(self, identity: bytes, client: bytes, sid: bytes, msg: Message) -> None:
         key = (identity, sid)
         if isinstance(msg, Stats):
             self._reply(identity, sid, StatsReply(json.dumps(self.stats())))
             return
         if isinstance(msg, Open):
-            self._open(key, msg)
+            self._open(key, client, msg)
             return
+        if not isinstance(msg, (Close, DraftBlock, Generate)):
+            raise RequestError(f"{type(msg).__name__} is not a request")
         with self._lock:
             session = self.sessions.get(key)
         if session is None:
             self._count("unknown_session")
-            self._reply(identity, sid, Error(int(ErrorCode.UNKNOWN_SESSION), "no open decision with this session id"))
+            self._reply(identity, sid, Error(int(ErrorCode.UNKNOWN_SESSION), "no open decision with this session id",
+                                             getattr(msg, "round", -1)))
             return
         session.last_seen = time.monotonic()
         if isinstance(msg, Close):
             self._close(key)
         elif isinstance(msg, DraftBlock):
-            if msg.round != session.state.next_round:
+            check_draft(msg, session.request, self.config.limits, self.vocab)
+            if msg.round != session.next_round:
                 self._count("out_of_order")
                 self._reply(identity, sid, Error(int(ErrorCode.OUT_OF_ORDER),
-                                                 f"draft for round {msg.round}, expected {session.state.next_round}",
+                                                 f"draft for round {msg.round}, expected {session.next_round}",
                                                  msg.round))
                 return
-            session.state.check_draft(msg)
             if msg.partial:  # the same round's whole block follows
                 self._submit(session, lambda: session.state.prepare(msg))
                 return
-            session.state.next_round += 1
+            session.next_round += 1
             self._submit(session, lambda: session.state.verify(msg, lambda r: self._emit_exit(session, r)))
-        elif isinstance(msg, Generate):
-            self._submit(session, lambda: session.state.generate(msg, lambda t: self._emit(session, t)))
         else:
-            raise RequestError(f"{type(msg).__name__} is not a request")
+            check_generate(msg, self.config.limits, self.vocab)
+            self._submit(session, lambda: session.state.generate_steps(msg, lambda t: self._emit(session, t)))
 
-    def _open(self, key: tuple[bytes, bytes], msg: Open) -> None:
-        if msg.queue_policy not in POLICIES:
-            raise RequestError(f"queue_policy must be one of {POLICIES}")
-        with self._lock:
-            busy = key not in self.sessions and len(self.sessions) >= self.config.max_sessions
-        if busy:
-            self._count("busy")
-            self._reply(*key, Error(int(ErrorCode.BUSY), f"the server holds {self.config.max_sessions} sessions"))
-            return
-        state = VerifySession(self.verifier, self.encoder, msg)  # validates; RequestError on bad input
+    def _open(self, key: tuple[bytes, bytes], client: bytes, msg: Open) -> None:
+        check_open(msg, self.config.limits, self.vocab, self.config.allow_client_emulation)
         shape = LinkShape(msg.down_delay_s, msg.down_jitter_s, msg.down_bandwidth_bps, msg.down_loss)
-        session = _Session(key[0], key[1], state, shape, msg.queue_policy, time.monotonic())
+        session = _Session(key[0], key[1], client, msg, shape, msg.queue_policy, time.monotonic())
         with self._lock:
-            old = self.sessions.pop(key, None)
+            old = self.sessions.get(key)
+            if old is None and len(self.sessions) >= self.config.max_sessions:
+                raise RequestError(f"the server holds {self.config.max_sessions} sessions", ErrorCode.BUSY)
+            held = self._per_client[client] - (old is not None and old.client == client)
+            if held >= self.config.max_sessions_per_client:
+                raise RequestError(f"this client holds {held} sessions, the most one client may "
+                                   "(close finished decisions)", ErrorCode.QUOTA)
             if old is not None:
-                old.closed = True
+                self._drop(key)
             self.sessions[key] = session
+            self._per_client[client] += 1
             self.counters["sessions_opened"] += 1
-        self._submit(session, lambda: self._emit(session, session.state.prefill()))
+        compute = self.compute if not msg.compute_tq_s else ComputeProfile(msg.compute_tq_s)
+        max_tokens = self.config.limits.max_prompt_tokens + self.config.limits.max_new_tokens
+
+        def open_job() -> None:
+            session.state = VerifySession(self.verifier, self.encoder, msg, compute, session.cancel, max_tokens)
+            if session.cancel.is_set():
+                raise Cancelled()
+            self._emit(session, session.state.prefill())
+        self._submit(session, open_job, on_error=lambda: self._forget(session))
 
     def _close(self, key: tuple[bytes, bytes]) -> None:
         with self._lock:
-            session = self.sessions.pop(key, None)
-            if session is not None:
-                session.closed = True
+            if key in self.sessions:
+                self._drop(key)
                 self.counters["sessions_closed"] += 1
 
-    # --- jobs ------------------------------------------------------------------------------------
-    def _submit(self, session: _Session, job) -> None:
+    def _forget(self, session: _Session) -> None:
+        """Drop a session whose Open failed (unless the robot has opened it again since)."""
+        key = (session.identity, session.sid)
         with self._lock:
-            session.jobs.append(job)
-            if session.running:
-                return
-            session.running = True
-        self._pool.submit(self._run_jobs, session)
+            if self.sessions.get(key) is session:
+                self._drop(key)
 
-    def _run_jobs(self, session: _Session) -> None:
+    def _drop(self, key: tuple[bytes, bytes]) -> None:
+        """Forget a session and cancel its work (lock held)."""
+        session = self.sessions.pop(key)
+        self._per_client[session.client] -= 1
+        if self._per_client[session.client] <= 0:
+            del self._per_client[session.client]
+        self._cancel(session)
+
+    def _cancel(self, session: _Session) -> None:
+        session.closed = True
+        session.cancel.set()
+        if session.jobs:
+            self.counters["jobs_cancelled"] += len(session.jobs)
+            session.jobs.clear()
+
+    # --- jobs ------------------------------------------------------------------------------------
+    def _submit(self, session: _Session, job: Job, on_error: Callable[[], None] | None = None) -> None:
+        with self._lock:
+            if session.closed:
+                return
+            session.jobs.append((job, on_error))
+            if not session.scheduled:
+                session.scheduled = True
+                self._ready.append(session)
+                self._ready_cv.notify()
+
+    def _work(self) -> None:
+        """A worker: run one step of the next ready session's work, then put the session back at the
+        end of the queue if it has more (round-robin between sessions)."""
         while True:
             with self._lock:
-                if not session.jobs or session.closed:
-                    session.running = False
-                    session.jobs.clear()
+                while not self._ready and not self._done.is_set():
+                    self._ready_cv.wait()
+                if self._done.is_set():
                     return
-                job = session.jobs.popleft()
-            try:
-                job()
-            except RequestError as exc:
+                session = self._ready.popleft()
+                if session.current is None and session.jobs and not session.closed:
+                    job, session.on_error = session.jobs.popleft()
+                else:
+                    job = None
+            self._step(session, job)
+            with self._lock:
+                if (session.current is not None or session.jobs) and not session.closed:
+                    self._ready.append(session)
+                    self._ready_cv.notify()
+                else:
+                    session.scheduled = False
+                    session.current = None
+
+    def _step(self, session: _Session, job: Job | None) -> None:
+        try:
+            if session.closed:
+                raise Cancelled()
+            if job is not None:
+                out = job()
+                session.current = out if isinstance(out, Iterator) else None
+            if session.current is not None:
+                try:
+                    next(session.current)
+                except StopIteration:
+                    session.current = None
+            return
+        except Cancelled:  # closed or expired: nobody waits for a reply
+            self._count("jobs_cancelled")
+        except RequestError as exc:
+            self._count(f"refused_{exc.code.name.lower()}")
+            if exc.code == ErrorCode.BAD_REQUEST:
                 self._count("bad_request")
-                self._emit(session, Error(int(ErrorCode.BAD_REQUEST), str(exc)))
-            except Exception as exc:  # the model failed: tell the robot, keep serving others
-                log.exception("verification job failed")
-                self._count("internal_error")
-                self._emit(session, Error(int(ErrorCode.INTERNAL), f"{type(exc).__name__}: {exc}"))
+            self._emit(session, Error(int(exc.code), str(exc)))
+        except Exception as exc:  # the model failed: tell the robot, keep serving others
+            log.exception("verification job failed")
+            self._count("internal_error")
+            self._emit(session, Error(int(ErrorCode.INTERNAL), f"{type(exc).__name__}: {exc}"))
+        session.current = None
+        if session.on_error is not None:
+            session.on_error()
 
     # --- sending ---------------------------------------------------------------------------------
     def _emit(self, session: _Session, msg: Message, confidence: float = math.inf, tag=None) -> None:
@@ -264,7 +397,7 @@ class VerifierServer:
             with self._lock:
                 expired = [k for k, s in self.sessions.items() if now - s.last_seen > self.config.session_timeout_s]
                 for key in expired:
-                    self.sessions.pop(key).closed = True
+                    self._drop(key)
                     self.counters["sessions_expired"] += 1
             for key in expired:
                 self._io.call(lambda key=key: self._io.outboxes.pop(key, None))

@@ -9,57 +9,62 @@ Legend: γ — draft length; δ^(l) — accepted by exit l; L — final layer; T
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
+from edge_spec_ros.cloud import limits as request_limits
+from edge_spec_ros.cloud.limits import RequestError
 from edge_spec_ros.models.prompt import PromptEncoder, decode_image
 from edge_spec_ros.models.verifier import EarlyExitVerifier, ExitLogits
 from edge_spec_ros.spec.exits import exit_confidence, verify_exit
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose, probs_from_logits
 from edge_spec_ros.spec.sparse import densify, prune_topk
 from edge_spec_ros.spec.verify import split_verify_server
-from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Generate, Open, Opened, Tokens
-
-MAX_GAMMA = 64
-MAX_PROMPT_TOKENS = 16384
-MAX_NEW_TOKENS = 4096
+from edge_spec_ros.wire.messages import DraftBlock, ErrorCode, ExitResult, Generate, Open, Opened, Tokens
 
 
-class RequestError(ValueError):
-    """A request that decodes but cannot be served (answered with ErrorCode.BAD_REQUEST)."""
+class Cancelled(Exception):
+    """The session was closed or expired: its work stops at the next layer or token."""
 
 
 @dataclass(frozen=True)
 class ComputeProfile:
-    """Emulated verifier compute: each forward pass takes at least ``tq_s`` (0: real time only).
-    Exit l of L is released at t0 + T_q·l/L, so early exits stream out as they would on real
-    hardware where layers take equal time."""
+    """Emulated verifier compute, set by the server's operator (``serve --emulate-tq-s``), never by a
+    request: each forward pass takes at least ``tq_s`` (0: real time only). Exit l of L is released
+    at t0 + T_q·l/L, so early exits stream out as they would on real hardware where layers take equal
+    time."""
 
     tq_s: float = 0.0
 
-    def wait_for_layer(self, t0: float, layer: int, num_layers: int) -> None:
+    def wait_for_layer(self, t0: float, layer: int, num_layers: int, cancel: threading.Event | None = None) -> None:
         if self.tq_s > 0:
             delay = t0 + self.tq_s * layer / num_layers - time.perf_counter()
             if delay > 0:
-                time.sleep(delay)
+                if cancel is None:
+                    time.sleep(delay)
+                elif cancel.wait(delay):
+                    raise Cancelled()
 
 
 class VerifySession:
-    """State of one open decision."""
+    """State of one open decision. ``request`` has passed ``limits.check_open``; building the session
+    decodes the image (JPEG/PNG) and may take a while: a worker does it, not the I/O thread.
+    ``compute``: emulated compute (None: the request's own ``compute_tq_s``, which only the in-process
+    link honours; the server always passes its operator's profile); ``max_tokens``: the longest
+    committed sequence (prompt + decoded) the session may reach."""
 
-    def __init__(self, verifier: EarlyExitVerifier, encoder: PromptEncoder, request: Open) -> None:
+    def __init__(self, verifier: EarlyExitVerifier, encoder: PromptEncoder, request: Open,
+                 compute: ComputeProfile | None = None, cancel: threading.Event | None = None,
+                 max_tokens: int = 1 << 30) -> None:
         ids = np.asarray(request.input_ids)
         vocab = verifier.stack.vocab_size
-        if ids.ndim != 1 or not 2 <= ids.size <= MAX_PROMPT_TOKENS:
-            raise RequestError(f"prompt must be 2..{MAX_PROMPT_TOKENS} ids, got shape {ids.shape}")
-        if ids.min() < 0 or ids.max() >= vocab:
-            raise RequestError(f"prompt ids must be in [0, {vocab})")
-        if not (np.isfinite(request.temperature) and request.temperature >= 0):
-            raise RequestError(f"temperature must be finite and >= 0, got {request.temperature}")
+        if ids.ndim != 1 or ids.size < 2 or ids.min() < 0 or ids.max() >= vocab:
+            raise RequestError(f"the prompt must be at least 2 ids in [0, {vocab})")
         try:
             image = decode_image(request.image) if request.image else None
             self.prompt = encoder.from_ids(ids, image)
@@ -69,9 +74,10 @@ class VerifySession:
         self.sampling = SamplingConfig(request.temperature)
         self.rng = PositionalRNG(request.seed)
         self.want_exits = request.want_exits
-        self.compute = ComputeProfile(request.compute_tq_s)
-        if request.p_top_k < 0:
-            raise RequestError(f"p_top_k must be >= 0, got {request.p_top_k}")
+        self.request = request
+        self.compute = compute if compute is not None else ComputeProfile(request.compute_tq_s)
+        self.cancel = cancel if cancel is not None else threading.Event()
+        self.max_tokens = max_tokens
         self.p_top_k = request.p_top_k
         self.awaiting_resample = False  # DSSD: the robot owes the token it resampled last round
         self.prepared: _Prepared | None = None  # PicoSpec fast verification: a partial block's work
@@ -85,42 +91,13 @@ class VerifySession:
         return Opened(self.verifier.num_layers, self.verifier.exit_layers, time.perf_counter() - t0)
 
     def check_draft(self, draft: DraftBlock) -> None:
-        """Validate a draft block before queueing it (cheap; runs on the I/O thread)."""
-        tokens = np.asarray(draft.tokens)
-        vocab = self.verifier.stack.vocab_size
-        if tokens.ndim != 1 or not 1 <= tokens.size <= MAX_GAMMA:
-            raise RequestError(f"a draft has 1..{MAX_GAMMA} tokens, got shape {tokens.shape}")
-        if tokens.min() < 0 or tokens.max() >= vocab:
-            raise RequestError(f"draft ids must be in [0, {vocab})")
-        if draft.resampled >= vocab:
-            raise RequestError(f"resampled token must be in [0, {vocab})")
-        if self.sampling.greedy:
-            return
-        forms = [draft.q is not None, draft.q_ids is not None or draft.q_values is not None, draft.q_draft is not None]
-        if sum(forms) != 1:
-            raise RequestError("sampled verification needs exactly one of q, (q_ids, q_values) or q_draft")
-        if draft.q is not None:
-            if draft.q.shape != (tokens.size, vocab) or draft.q.dtype != np.float32:
-                raise RequestError(f"sampled verification needs q of shape ({tokens.size}, {vocab}) float32")
-            values = draft.q
-        elif draft.q_draft is not None:
-            if draft.q_draft.shape != (tokens.size,):
-                raise RequestError(f"q_draft must have shape ({tokens.size},)")
-            if self.want_exits:
-                raise RequestError("split verification (q_draft) runs on the final exit only: open with want_exits=False")
-            values = draft.q_draft
-        else:
-            if draft.q_ids is None or draft.q_values is None or draft.q_ids.shape != draft.q_values.shape \
-                    or draft.q_ids.ndim != 2 or draft.q_ids.shape[0] != tokens.size:
-                raise RequestError(f"sparse q needs q_ids and q_values of the same shape ({tokens.size}, K)")
-            if draft.q_ids.size and (draft.q_ids.min() < 0 or draft.q_ids.max() >= vocab):
-                raise RequestError(f"q_ids must be in [0, {vocab})")
-            values = draft.q_values
-        if not np.isfinite(values).all() or (values < 0).any():
-            raise RequestError("q must be finite and non-negative")
+        """Validate a draft block before queueing it (cheap): ``limits.check_draft``."""
+        request_limits.check_draft(draft, self.request, request_limits.Limits(), self.verifier.stack.vocab_size)
 
     def verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> None:
-        """Verify at every exit, streaming results; the final exit commits its tokens."""
+        """Verify at every exit, streaming results; the final exit commits its tokens. One block is one
+        forward pass, not sliced: the layers run inside one ``torch.inference_mode`` block, which
+        another session's work must not interleave with on the same thread."""
         if draft.chained:
             draft = self._unchain(draft, emit)
             if draft is None:
@@ -132,6 +109,9 @@ class VerifySession:
             self.awaiting_resample = False
         if draft.position != len(self.committed):
             raise RequestError(f"draft at position {draft.position}, the committed prefix has {len(self.committed)}")
+        if draft.position + len(draft.tokens) + 1 > self.max_tokens:
+            raise RequestError(f"the decision would pass {self.max_tokens} tokens (serve --max-prompt-tokens "
+                               "+ --max-new-tokens)", ErrorCode.TOO_LARGE)
         t0 = time.perf_counter()
         tokens = [int(t) for t in draft.tokens]
         prepared, self.prepared = self.prepared, None
@@ -149,7 +129,9 @@ class VerifySession:
         for out in outputs:
             result = verify_exit(out.layer, out.logits, tokens, q, self.sampling, self.rng, draft.position,
                                  out.is_final)
-            self.compute.wait_for_layer(t0, out.layer, L)
+            self.compute.wait_for_layer(t0, out.layer, L, self.cancel)
+            if self.cancel.is_set():
+                raise Cancelled()
             if out.is_final:
                 self.committed.extend(result.verdict.tokens)
             emit(ExitResult(round=draft.round, layer=out.layer, accepted=result.verdict.accepted,
@@ -222,7 +204,7 @@ class VerifySession:
         logits = final.logits  # (γ+1, V)
         p = probs_from_logits(logits, self.sampling)
         split = split_verify_server(tokens, p, torch.from_numpy(np.array(draft.q_draft)), self.rng, draft.position)
-        self.compute.wait_for_layer(t0, 1, 1)
+        self.compute.wait_for_layer(t0, 1, 1, self.cancel)
         self.committed.extend(split.tokens)
         row = p_ids = None
         tv = 0.0
@@ -242,25 +224,35 @@ class VerifySession:
     def generate(self, request: Generate, emit: Callable[[Tokens], None]) -> None:
         """Cloud-only autoregressive decoding (the baseline): one target forward per token, each token
         streamed as soon as it exists."""
-        if not 1 <= request.max_new_tokens <= MAX_NEW_TOKENS:
-            raise RequestError(f"max_new_tokens must be in 1..{MAX_NEW_TOKENS}")
+        for _ in self.generate_steps(request, emit):
+            pass
+
+    def generate_steps(self, request: Generate, emit: Callable[[Tokens], None]) -> Iterator[None]:
+        """``generate``, yielding after each token (between whole forward passes) so that a scheduler
+        may run other sessions' work in between."""
         if self.awaiting_resample != (request.resampled >= 0):
             raise RequestError("after a DSSD rejection cloud-only decoding must start with the resampled token")
         if request.resampled >= 0:
             self.committed.append(request.resampled)
             self.awaiting_resample = False
+        if len(self.committed) + request.max_new_tokens > self.max_tokens:
+            raise RequestError(f"the decision would pass {self.max_tokens} tokens (serve --max-prompt-tokens "
+                               "+ --max-new-tokens)", ErrorCode.TOO_LARGE)
         stop = set(request.stop_tokens)
         for i in range(request.max_new_tokens):
+            if self.cancel.is_set():
+                raise Cancelled()
             t0 = time.perf_counter()
             logits = self.verifier.logits(self.kv, self.committed, len(self.committed) - 1)[-1]
             token, _ = choose(logits, self.sampling, self.rng, Stream.TARGET, len(self.committed))
-            self.compute.wait_for_layer(t0, 1, 1)
+            self.compute.wait_for_layer(t0, 1, 1, self.cancel)
             self.committed.append(token)
             final = token in stop or i == request.max_new_tokens - 1
             emit(Tokens(tokens=np.asarray([token], dtype=np.int32), is_final=final,
                         compute_s=time.perf_counter() - t0))
             if final:
                 return
+            yield
 
 
 @dataclass(frozen=True)

@@ -8,16 +8,20 @@ compressed when that saves at least ``LZ4_MIN_SAVING`` of a buffer of ``LZ4_MIN_
 
 Decoding validates everything (magic, version, type, JSON, field names and types, dtypes, shapes,
 sizes, decompressed lengths) and raises ``WireError`` with a clear message on the first problem.
+Every descriptor (name, dtype, rank, declared size against ``DecodeLimits``) is checked before any
+buffer is decompressed, so a small frame set cannot make the receiver allocate more than the limits.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import struct
 import types
 import typing
+from collections.abc import Mapping
 
 import lz4.block
 import numpy as np
@@ -38,6 +42,21 @@ MAX_NDIM = 4
 # Arrays whose dtype is fixed by the protocol (others: any allowed dtype).
 FIELD_DTYPES = {"input_ids": "int32", "tokens": "int32", "image": "uint8", "q_ids": "int32", "p_ids": "int32",
                 "q_draft": "float32"}
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeLimits:
+    """What a receiver accepts before decompressing anything: bytes per array field (fields not
+    listed: ``MAX_ARRAY_BYTES``) and in all arrays of one message together."""
+
+    field_bytes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    max_total_bytes: int = MAX_ARRAY_BYTES
+
+    def for_field(self, name: str) -> int:
+        return min(self.field_bytes.get(name, MAX_ARRAY_BYTES), MAX_ARRAY_BYTES)
+
+
+DEFAULT_LIMITS = DecodeLimits()
 
 
 class WireError(ValueError):
@@ -89,7 +108,7 @@ def encoded_size(session: bytes, message: Message) -> int:
     return sum(len(f) for f in encode(Envelope(session, message)))
 
 
-def decode(frames: list[bytes]) -> Envelope:
+def decode(frames: list[bytes], limits: DecodeLimits = DEFAULT_LIMITS) -> Envelope:
     """Frames → Envelope, or ``WireError``."""
     if not frames or len(frames[0]) < HEADER.size:
         raise WireError("missing or short header frame")
@@ -115,38 +134,80 @@ def decode(frames: list[bytes]) -> Envelope:
     descriptors = meta.pop("arrays")
     if len(descriptors) != len(frames) - 1:
         raise WireError(f"{len(descriptors)} arrays described but {len(frames) - 1} buffer frames")
+    array_fields = _array_fields(cls)
+    checked, seen, total = [], set(meta), 0
+    for desc, data in zip(descriptors, frames[1:]):  # every descriptor first, nothing decompressed yet
+        name, np_dtype, shape, codec, nbytes = _check_descriptor(cls, desc, data, array_fields, limits)
+        if name in seen:
+            raise WireError(f"{cls.__name__}: field {name!r} given twice")
+        seen.add(name)
+        total += nbytes
+        if total > limits.max_total_bytes:
+            raise WireError(f"{cls.__name__}: arrays of {total}+ bytes exceed the limit of {limits.max_total_bytes}")
+        checked.append((name, np_dtype, shape, codec, nbytes, data))
     values = dict(meta)
-    for desc, data in zip(descriptors, frames[1:]):
-        name, array = _decode_array(desc, data)
-        values[name] = array
+    for name, np_dtype, shape, codec, nbytes, data in checked:
+        values[name] = _decode_array(name, np_dtype, shape, codec, nbytes, data)
     return Envelope(session, _build(cls, values))
 
 
-def _decode_array(desc: typing.Any, data: bytes) -> tuple[str, np.ndarray]:
+@functools.cache
+def _array_fields(cls: type) -> frozenset[str]:
+    """Fields of ``cls`` that may travel as a buffer frame (numpy arrays and bytes)."""
+    hints = typing.get_type_hints(cls)
+    out = set()
+    for f in dataclasses.fields(cls):
+        options = typing.get_args(hints[f.name]) if isinstance(hints[f.name], types.UnionType) else (hints[f.name],)
+        if np.ndarray in options or bytes in options:
+            out.add(f.name)
+    return frozenset(out)
+
+
+def _check_descriptor(cls: type, desc: typing.Any, data: bytes, array_fields: frozenset[str],
+                      limits: DecodeLimits):
     if not (isinstance(desc, list) and len(desc) == 5):
-        raise WireError(f"bad array descriptor {desc!r}")
+        raise WireError(f"bad array descriptor {str(desc)[:100]}")
     name, dtype, shape, codec, nbytes = desc
-    if not isinstance(name, str) or not isinstance(dtype, str) or dtype not in ALLOWED_DTYPES:
-        raise WireError(f"array {name!r}: dtype {dtype!r} not allowed")
+    if not isinstance(name, str):
+        raise WireError(f"array name {str(name)[:40]!r} not allowed")
+    if name not in array_fields:
+        if name in {f.name for f in dataclasses.fields(cls)}:
+            raise WireError(f"{cls.__name__}.{name}: ndarray does not fit (not an array field)")
+        raise WireError(f"{cls.__name__}: unknown fields [{name[:40]!r}] (array not allowed)")
+    if not isinstance(dtype, str) or dtype not in ALLOWED_DTYPES:
+        raise WireError(f"array {name!r}: dtype {str(dtype)[:20]!r} not allowed")
     if FIELD_DTYPES.get(name, dtype) != dtype:
         raise WireError(f"array {name!r} must be {FIELD_DTYPES[name]}, got {dtype}")
     if not (isinstance(shape, list) and len(shape) <= MAX_NDIM and all(type(d) is int and d >= 0 for d in shape)):
-        raise WireError(f"array {name!r}: bad shape {shape!r}")
+        raise WireError(f"array {name!r}: bad shape {str(shape)[:60]}")
     np_dtype = np.dtype(ALLOWED_DTYPES[dtype])
     expected = math.prod(shape) * np_dtype.itemsize  # Python ints: no overflow
-    if not isinstance(nbytes, int) or nbytes != expected or nbytes > MAX_ARRAY_BYTES:
-        raise WireError(f"array {name!r}: size {nbytes!r} does not match shape {shape} {dtype} "
-                        f"or exceeds {MAX_ARRAY_BYTES}")
+    cap = limits.for_field(name)
+    if not isinstance(nbytes, int) or nbytes != expected:
+        raise WireError(f"array {name!r}: size {str(nbytes)[:20]} does not match shape {shape} {dtype}")
+    if nbytes > cap:
+        raise WireError(f"array {name!r}: {nbytes} bytes exceeds the limit of {cap}")
+    if codec == "raw":
+        if len(data) != nbytes:
+            raise WireError(f"array {name!r}: {len(data)} bytes, expected {nbytes}")
+    elif codec == "lz4":
+        if len(data) > nbytes:  # the sender only compresses what shrinks
+            raise WireError(f"array {name!r}: {len(data)} compressed bytes for {nbytes}")
+    else:
+        raise WireError(f"array {name!r}: unknown codec {str(codec)[:20]!r}")
+    return name, np_dtype, shape, codec, nbytes
+
+
+def _decode_array(name: str, np_dtype: np.dtype, shape: list[int], codec: str, nbytes: int,
+                  data: bytes) -> np.ndarray:
     if codec == "lz4":
         try:
             data = lz4.block.decompress(data, uncompressed_size=nbytes)
         except lz4.block.LZ4BlockError as exc:
             raise WireError(f"array {name!r}: LZ4 data corrupt: {exc}") from None
-    elif codec != "raw":
-        raise WireError(f"array {name!r}: unknown codec {codec!r}")
-    if len(data) != nbytes:
-        raise WireError(f"array {name!r}: {len(data)} bytes, expected {nbytes}")
-    return name, np.frombuffer(data, dtype=np_dtype).reshape(shape)
+        if len(data) != nbytes:
+            raise WireError(f"array {name!r}: {len(data)} bytes, expected {nbytes}")
+    return np.frombuffer(data, dtype=np_dtype).reshape(shape)
 
 
 def _build(cls: type, values: dict[str, typing.Any]) -> Message:

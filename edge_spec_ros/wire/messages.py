@@ -35,7 +35,10 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER = 4  # a draft for a round other than the next one
     BAD_REQUEST = 5  # decodes, but its content is invalid (ids out of vocabulary, bad image, ...)
     INTERNAL = 6  # the server failed while serving a valid request
-    BUSY = 7  # too many sessions
+    BUSY = 7  # the server holds as many sessions as it may
+    TOO_LARGE = 8  # over a server limit: message, prompt, image pixels or bytes, max_new_tokens
+    QUOTA = 9  # this client holds as many sessions as one client may
+    CANCELLED = 10  # the session was closed or expired while the request waited or ran
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class Open:
     seed: int = 0
     want_exits: bool = True  # stream early exits (FSD) or only the final one (SD)
     queue_policy: str = "priority"  # server early-exit queue: priority | fifo | random
-    compute_tq_s: float = 0.0  # emulated verification time per forward (0: none), see ComputeProfile
+    compute_tq_s: float = 0.0  # DEPRECATED: refused unless 0 (compute emulation is `serve --emulate-tq-s`)
     p_top_k: int = 0  # DSSD downlink: send only p_δ's K largest entries (LOSSY, PicoSpec); 0: all of p_δ
     down_delay_s: float = 0.0  # emulated downlink (wire.emulator.LinkShape), benches and tests only
     down_jitter_s: float = 0.0

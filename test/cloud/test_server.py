@@ -97,7 +97,7 @@ def test_protocol_errors(robot, prompts, text_prompt):
 
     out_of_vocab = DraftBlock(round=0, position=len(ids), tokens=np.array([20, 10**6], np.int32))
     reply = robot.request(encode(Envelope(sid, out_of_vocab)))
-    assert isinstance(reply, Error) and reply.code == ErrorCode.BAD_REQUEST and "draft ids" in reply.message
+    assert isinstance(reply, Error) and reply.code == ErrorCode.BAD_REQUEST and "DraftBlock.tokens" in reply.message
 
     wrong_position = DraftBlock(round=0, position=5, tokens=np.array([20, 21], np.int32))
     reply = robot.request(encode(Envelope(sid, wrong_position)))
