@@ -175,36 +175,58 @@ def _load_verifier(args: argparse.Namespace):
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
+    import os
     import signal
 
+    from edge_spec_ros.cloud.limits import Limits
     from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
     from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
-    from edge_spec_ros.wire.curve import server_keys
+    from edge_spec_ros.wire.curve import KeyFileError, server_keys
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    curve = server_keys(Path(args.curve_keys) / "server.key_secret", Path(args.curve_keys) / "authorized") \
-        if args.curve_keys else None
+    try:
+        curve = server_keys(Path(args.curve_keys) / "server.key_secret", Path(args.curve_keys) / "authorized") \
+            if args.curve_keys else None
+    except KeyFileError as exc:
+        _log(f"error: {exc}")
+        return 2
     _log(f"loading verifier {args.verifier} ...")
     verifier, tokenizer = _load_verifier(args)
-    config = ServerConfig(bind=args.bind, workers=args.workers, session_timeout_s=args.session_timeout,
-                          max_sessions=args.max_sessions, max_requests=args.max_requests,
-                          idle_exit_s=args.idle_exit, curve=curve)
+    try:
+        limits = Limits(max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
+                        max_image_pixels=args.max_image_pixels, max_image_bytes=args.max_image_bytes)
+        config = ServerConfig(bind=args.bind, workers=args.workers, session_timeout_s=args.session_timeout,
+                              max_sessions=args.max_sessions, max_sessions_per_client=args.max_sessions_per_client,
+                              max_requests=args.max_requests, idle_exit_s=args.idle_exit, curve=curve,
+                              limits=limits, emulate_tq_s=args.emulate_tq_s,
+                              allow_client_emulation=args.allow_client_emulation)
+    except ValueError as exc:
+        _log(f"error: {exc}")
+        return 2
     max_pixels = args.max_pixels or _model_max_pixels(args.verifier)
     server = VerifierServer(verifier, PromptEncoder(tokenizer, PromptConfig(max_pixels=max_pixels)), config)
     endpoint = server.start()
+    if config.emulate_tq_s:
+        _log(f"emulating T_q = {config.emulate_tq_s * 1e3:.0f} ms per verification forward")
+    _log(f"limits: {limits}, largest frame {server.max_message_bytes} bytes")
     print(f"listening on {endpoint}", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: server._done.set())
+    signal.signal(signal.SIGTERM, lambda *_: server.request_stop())
     try:
-        server.wait()
+        while not server.wait(SERVE_POLL_S):
+            pass
     except KeyboardInterrupt:
         pass
     finally:
-        server.stop()
+        ended = server.stop()
         _log(f"stopped; counters: {json.dumps(server.stats())}")
+    if not ended:  # a worker is inside a long forward pass: do not wait for it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
@@ -492,6 +514,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
     for path in make_keys(args.out, args.robot):
         print(path)
+    _log("secret keys (*.key_secret) are readable by their owner only (0600); keep them so, "
+         "the verifier and the robot refuse group- or world-readable ones")
     return 0
 
 
@@ -507,7 +531,15 @@ def cmd_build_tokenizer(args: argparse.Namespace) -> int:
     return 0
 
 
+SERVE_POLL_S = 0.5  # the serve loop wakes this often (a SIGTERM is seen within it)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from edge_spec_ros.cloud.limits import (
+        DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_PROMPT_TOKENS,
+        DEFAULT_MAX_SESSIONS_PER_CLIENT,
+    )
+
     parser = argparse.ArgumentParser(prog="edge-spec-ros", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -544,6 +576,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-pixels", type=int, default=0,
                        help="image pixel budget after resizing (0: the model's own; 112 x 112 for a checkpoint)")
     serve.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    serve.add_argument("--max-sessions-per-client", type=int, default=DEFAULT_MAX_SESSIONS_PER_CLIENT,
+                       help="sessions one CURVE key (without CURVE: one connection) may hold "
+                            f"(default {DEFAULT_MAX_SESSIONS_PER_CLIENT})")
+    serve.add_argument("--max-prompt-tokens", type=int, default=DEFAULT_MAX_PROMPT_TOKENS,
+                       help=f"longest prompt, image tokens included (default {DEFAULT_MAX_PROMPT_TOKENS})")
+    serve.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
+                       help=f"most tokens one cloud-only Generate may ask for (default {DEFAULT_MAX_NEW_TOKENS})")
+    serve.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_IMAGE_PIXELS,
+                       help="largest image, width x height read from its header before decoding "
+                            f"(default {DEFAULT_MAX_IMAGE_PIXELS})")
+    serve.add_argument("--max-image-bytes", type=int, default=DEFAULT_MAX_IMAGE_BYTES,
+                       help=f"largest image file (default {DEFAULT_MAX_IMAGE_BYTES})")
+    serve.add_argument("--emulate-tq-s", type=float, default=0.0,
+                       help="benchmarks: every verification forward takes at least this long (s; default 0: off)")
+    serve.add_argument("--allow-client-emulation", action="store_true",
+                       help="loopback test servers only: also honour a request's compute_tq_s (any client "
+                            "can then slow every client down)")
     serve.set_defaults(func=cmd_serve)
 
     bench = sub.add_parser("bench", help="AR, SD and FSD side by side over an emulated link")
