@@ -1,8 +1,10 @@
-"""camera_node: publishes camera frames as sensor_msgs/Image (rgb8).
+"""camera_node: publishes camera frames, raw or compressed, as camera drivers do.
 
-Publishes   camera/image_raw
-Sources: ``synthetic`` (a rendered room, no hardware), an OpenCV device index (``0``), a video file,
-or a directory of images (played in name order, looping).
+Publishes   camera/image_raw (sensor_msgs/Image in ``encoding``) with ``image_transport: raw``, or
+            camera/image_raw/compressed (sensor_msgs/CompressedImage, JPEG or PNG) with ``compressed``
+Sources: ``synthetic`` (a rendered room, no hardware), an OpenCV device index (``0``, as a string or an
+integer), a video file, or a directory of images (played in name order, looping). A source that cannot
+be opened is an error: the node logs why and exits with status 1.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import rclpy
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import CompressedImage, Image
 
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
-from edge_spec_ros.nodes.convert import rgb_to_image
+from edge_spec_ros.nodes.convert import COMPRESSED_FORMATS, WRITABLE_ENCODINGS, rgb_to_compressed, rgb_to_image
+from edge_spec_ros.nodes.image_input import QOS_CHOICES, RELIABLE_IMAGES, TRANSPORTS
 from edge_spec_ros.nodes.params import declare_config, doc
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp"}
@@ -27,15 +30,35 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp"}
 
 @dataclass(frozen=True)
 class CameraConfig:
-    source: str = field(default="synthetic", metadata=doc("synthetic | device index | video file | image folder"))
+    source: str = field(default="synthetic", metadata=doc(
+        "synthetic | device index (0, /dev/video0) | video file | image folder"))
     rate_hz: float = field(default=5.0, metadata=doc("frames per second"))
     frame_id: str = field(default="camera", metadata=doc("header.frame_id"))
     width: int = field(default=224, metadata=doc("synthetic frame width"))
     height: int = field(default=168, metadata=doc("synthetic frame height"))
+    image_transport: str = field(default="raw", metadata=doc(
+        "raw: sensor_msgs/Image on camera/image_raw | compressed: sensor_msgs/CompressedImage on "
+        "camera/image_raw/compressed"))
+    encoding: str = field(default="rgb8", metadata=doc("raw frames' encoding: rgb8 | bgr8 | rgba8 | bgra8 | mono8 | "
+                                                      "mono16 | yuv422 | yuv422_yuy2"))
+    compressed_format: str = field(default="jpeg", metadata=doc("compressed frames' codec: jpeg | png"))
+    jpeg_quality: int = field(default=90, metadata=doc("JPEG quality of compressed frames (1-100)"))
+    qos: str = field(default="sensor_data", metadata=doc("sensor_data (best effort) | reliable"))
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "source", str(self.source))  # a device index may come as an integer
         if not self.rate_hz > 0:
             raise ValueError(f"rate_hz must be > 0, got {self.rate_hz}")
+        if self.image_transport not in TRANSPORTS:
+            raise ValueError(f"image_transport must be one of {TRANSPORTS}, got {self.image_transport!r}")
+        if self.compressed_format not in COMPRESSED_FORMATS:
+            raise ValueError(f"compressed_format must be one of {COMPRESSED_FORMATS}, got {self.compressed_format!r}")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(f"jpeg_quality must be in 1..100, got {self.jpeg_quality}")
+        if self.qos not in QOS_CHOICES:
+            raise ValueError(f"qos must be one of {QOS_CHOICES}, got {self.qos!r}")
+        if self.encoding not in WRITABLE_ENCODINGS:
+            raise ValueError(f"encoding must be one of {tuple(WRITABLE_ENCODINGS)}, got {self.encoding!r}")
 
 
 PARAMETER_CONFIGS = (CameraConfig,)
@@ -82,36 +105,60 @@ class FrameSource:
 class CameraNode(Node):
     def __init__(self) -> None:
         super().__init__("camera")
-        self.config = declare_config(self, CameraConfig)
-        self.source = FrameSource(self.config)
-        self.publisher = self.create_publisher(Image, "camera/image_raw", qos_profile_sensor_data)
-        self.timer = self.create_timer(1.0 / self.config.rate_hz, self.tick)
-        self.get_logger().info(f"camera source {self.config.source} at {self.config.rate_hz} Hz")
+        self.source: FrameSource | None = None
+        self.config = c = declare_config(self, CameraConfig)
+        self.source = FrameSource(c)
+        qos = qos_profile_sensor_data if c.qos == "sensor_data" else RELIABLE_IMAGES
+        if c.image_transport == "raw":
+            self.publisher = self.create_publisher(Image, "camera/image_raw", qos)
+        else:
+            self.publisher = self.create_publisher(CompressedImage, "camera/image_raw/compressed", qos)
+        self.timer = self.create_timer(1.0 / c.rate_hz, self.tick)
+        what = c.encoding if c.image_transport == "raw" else c.compressed_format
+        self.get_logger().info(f"camera source {c.source} at {c.rate_hz} Hz on {self.publisher.topic_name} ({what})")
+
+    def declare_parameter(self, name, value=None, descriptor=None, ignore_override=False):
+        if name == "source" and descriptor is not None:
+            descriptor.dynamic_typing = True  # `source: 0` in YAML and `-p camera:source:=0` are integers
+        return super().declare_parameter(name, value, descriptor, ignore_override)
 
     def tick(self) -> None:
         frame = self.source.read()
         if frame is None:
             self.get_logger().warning("camera source ended", once=True)
             return
-        self.publisher.publish(rgb_to_image(frame, self.get_clock().now().to_msg(), self.config.frame_id))
+        c = self.config
+        stamp = self.get_clock().now().to_msg()
+        if c.image_transport == "raw":
+            self.publisher.publish(rgb_to_image(frame, stamp, c.frame_id, c.encoding))
+        else:
+            self.publisher.publish(rgb_to_compressed(frame, stamp, c.frame_id, c.compressed_format, c.jpeg_quality))
 
     def destroy_node(self) -> None:
-        self.source.close()
+        if self.source is not None:
+            self.source.close()
+            self.source = None
         super().destroy_node()
 
 
 def main(args: list[str] | None = None) -> None:
     rclpy.init(args=args)
     node = None
+    failed = False
     try:
         node = CameraNode()
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except ValueError as exc:  # a source that cannot be opened, an invalid parameter
+        rclpy.logging.get_logger("camera").fatal(str(exc))
+        failed = True
     finally:
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

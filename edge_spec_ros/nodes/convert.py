@@ -30,6 +30,11 @@ _BAYER = {"bayer_rggb8": cv2.COLOR_BayerRGGB2RGB, "bayer_bggr8": cv2.COLOR_Bayer
           "bayer_gbrg8": cv2.COLOR_BayerGBRG2RGB, "bayer_grbg8": cv2.COLOR_BayerGRBG2RGB}
 
 IMAGE_ENCODINGS = (*_PLANAR, *_YUV422, *_BAYER)
+# what rgb_to_image writes: encoding -> OpenCV conversion from RGB
+WRITABLE_ENCODINGS = {"rgb8": None, "bgr8": cv2.COLOR_RGB2BGR, "rgba8": cv2.COLOR_RGB2RGBA, "bgra8": cv2.COLOR_RGB2BGRA,
+                      "mono8": cv2.COLOR_RGB2GRAY, "mono16": cv2.COLOR_RGB2GRAY, "yuv422": cv2.COLOR_RGB2YUV_UYVY,
+                      "uyvy": cv2.COLOR_RGB2YUV_UYVY, "yuv422_yuy2": cv2.COLOR_RGB2YUV_YUYV,
+                      "yuyv": cv2.COLOR_RGB2YUV_YUYV}
 COMPRESSED_FORMATS = ("jpeg", "png")
 
 
@@ -114,13 +119,10 @@ def rgb_to_image(rgb: np.ndarray, stamp, frame_id: str, encoding: str = "rgb8") 
     rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
     if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.shape[0] == 0 or rgb.shape[1] == 0:
         raise ValueError(f"expected a non-empty RGB array (H, W, 3), got shape {rgb.shape}")
-    conversions = {"rgb8": None, "bgr8": cv2.COLOR_RGB2BGR, "rgba8": cv2.COLOR_RGB2RGBA, "bgra8": cv2.COLOR_RGB2BGRA,
-                   "mono8": cv2.COLOR_RGB2GRAY, "mono16": cv2.COLOR_RGB2GRAY, "yuv422": cv2.COLOR_RGB2YUV_UYVY,
-                   "uyvy": cv2.COLOR_RGB2YUV_UYVY, "yuv422_yuy2": cv2.COLOR_RGB2YUV_YUYV,
-                   "yuyv": cv2.COLOR_RGB2YUV_YUYV}
-    if encoding not in conversions:
-        raise ValueError(f"cannot write encoding {encoding!r} (supported: {', '.join(conversions)})")
-    pixels = rgb if conversions[encoding] is None else cv2.cvtColor(rgb, conversions[encoding])
+    if encoding not in WRITABLE_ENCODINGS:
+        raise ValueError(f"cannot write encoding {encoding!r} (supported: {', '.join(WRITABLE_ENCODINGS)})")
+    conversion = WRITABLE_ENCODINGS[encoding]
+    pixels = rgb if conversion is None else cv2.cvtColor(rgb, conversion)
     if encoding == "mono16":
         pixels = pixels.astype("<u2") * 257
     msg = Image()

@@ -1,12 +1,16 @@
-"""camera_node's frame sources: synthetic, an image folder (looping) and a video file."""
+"""camera_node: its frame sources (synthetic, an image folder looping, a video file), its options, an
+integer device index, and a camera that cannot open (one error, exit status 1)."""
 
 from __future__ import annotations
+
+import subprocess
 
 import cv2
 import numpy as np
 import pytest
 
 from edge_spec_ros.nodes.camera_node import CameraConfig, FrameSource
+from rosharness import node_command
 
 
 def test_synthetic_frames():
@@ -43,3 +47,29 @@ def test_bad_sources_say_why(tmp_path):
         FrameSource(CameraConfig(source=str(tmp_path / "missing.mp4")))
     with pytest.raises(ValueError, match="rate_hz"):
         CameraConfig(rate_hz=0)
+
+
+def test_camera_options_are_checked():
+    assert CameraConfig(source=3).source == "3"  # a device index given as an integer
+    for bad, match in [({"image_transport": "h264"}, "image_transport"), ({"encoding": "32FC1"}, "encoding"),
+                       ({"compressed_format": "webp"}, "compressed_format"), ({"jpeg_quality": 0}, "jpeg_quality"),
+                       ({"qos": "fast"}, "qos")]:
+        with pytest.raises(ValueError, match=match):
+            CameraConfig(**bad)
+
+
+@pytest.mark.parametrize("how", ["yaml", "command line"])
+def test_integer_device_index_and_a_camera_that_cannot_open(tmp_path, how):
+    """`source: 7` in the YAML and `-p source:=0` are integers: the node takes them as device indices;
+    a device that cannot be opened is one clear error and exit status 1 (no traceback)."""
+    if how == "yaml":
+        params = tmp_path / "params.yaml"
+        params.write_text("camera:\n  ros__parameters:\n    source: 7\n")
+        args, index = ["--params-file", str(params)], 7
+    else:
+        args, index = ["-p", "source:=0"], 0
+    result = subprocess.run(node_command("camera_node", *args), capture_output=True, text=True, timeout=60)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert f"[camera]: cannot open camera source '{index}'" in out
+    assert "Traceback" not in out and "InvalidParameterType" not in out and "AttributeError" not in out

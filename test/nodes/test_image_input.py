@@ -1,0 +1,156 @@
+"""ImageInput (nodes/image_input.py) in the test process, fed by camera_node and bag_replay_node
+processes: raw frames in another encoding, compressed frames, the wrong type or QoS on the topic
+(the warning says what is there and what was expected), unreadable frames (dropped, the next good
+frame still arrives), stale frames."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from rosbags.rosbag2 import Writer
+from rosbags.typesys import Stores, get_typestore
+
+from edge_spec_ros.nodes.image_input import ImageInput, ImageInputConfig
+from rosharness import node_command, process, wait_for
+
+RNG = np.random.default_rng(3)
+PICTURE = RNG.integers(0, 256, (48, 64, 3), dtype=np.uint8)  # RGB; noise: any channel swap shows
+
+
+class Warnings:
+    """Stands in for the node's logger: keeps the warnings."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def warning(self, text: str) -> None:
+        self.texts.append(text)
+
+
+def image_input(ros, **config) -> tuple[ImageInput, Warnings]:
+    images = ImageInput(ros.node, ImageInputConfig(**config))
+    images.logger = warnings = Warnings()
+    return images, warnings
+
+
+@pytest.fixture(scope="module")
+def picture_folder(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("pictures")
+    cv2.imwrite(str(folder / "frame.png"), PICTURE[..., ::-1])
+    return folder
+
+
+def camera(namespace: str, folder: Path, *params: str) -> list[str]:
+    return node_command("camera_node", "-r", f"__ns:={namespace}", "-p", f"source:={folder}",
+                        "-p", "rate_hz:=10.0", *(a for p in params for a in ("-p", p)))
+
+
+def test_config_checks_and_topic_convention():
+    assert ImageInputConfig().subscribed_topic == "camera/image_raw"
+    assert ImageInputConfig(image_transport="compressed").subscribed_topic == "camera/image_raw/compressed"
+    assert ImageInputConfig(image_topic="/cam/compressed", image_transport="compressed").subscribed_topic == "/cam/compressed"
+    for bad, match in [({"image_transport": "theora"}, "image_transport"), ({"image_qos": "fast"}, "image_qos"),
+                       ({"image_max_age_s": 0.0}, "image_max_age_s"), ({"image_topic": ""}, "image_topic")]:
+        with pytest.raises(ValueError, match=match):
+            ImageInputConfig(**bad)
+
+
+def test_raw_bgr8_frames_from_a_camera_process(ros, picture_folder, tmp_path):
+    images, warnings = image_input(ros, image_topic="/t1/camera/image_raw", image_warn_period_s=0.0)
+    assert images.latest() is None and "nobody publishes on /t1/camera/image_raw" in warnings.texts[-1]
+    with process(camera("/t1", picture_folder, "encoding:=bgr8", "frame_id:=head"), tmp_path / "camera.log"):
+        frame = images.wait(timeout_s=20.0)
+        assert frame is not None, (tmp_path / "camera.log").read_text()
+        assert np.array_equal(frame.rgb, PICTURE)  # bgr8 on the wire, RGB out, bit exact
+        assert frame.source == "sensor_msgs/msg/Image bgr8" and frame.frame_id == "head" and frame.stamp_ns > 0
+        assert images.latest() is not None
+        later = images.wait(timeout_s=5.0, newer_than_ns=frame.received_ns)
+        assert later is not None and later.received_ns > frame.received_ns
+    time.sleep(0.6)
+    assert images.latest(max_age_s=0.5) is None  # the camera stopped: its last frame is stale
+    assert re.search(r"the latest frame on /t1/camera/image_raw is \d+\.\d s old \(at most 0\.5 s\)", warnings.texts[-1])
+    images.destroy()
+
+
+def test_compressed_frames(ros, picture_folder, tmp_path):
+    compressed, _ = image_input(ros, image_topic="/t2/camera/image_raw", image_transport="compressed")
+    reliable, w_qos = image_input(ros, image_topic="/t2/camera/image_raw", image_transport="compressed",
+                                  image_qos="reliable", image_warn_period_s=0.0)
+    with process(camera("/t2", picture_folder, "image_transport:=compressed", "compressed_format:=png"),
+                 tmp_path / "camera.log"):
+        frame = compressed.wait(timeout_s=20.0)
+        assert frame is not None, (tmp_path / "camera.log").read_text()
+        assert np.array_equal(frame.rgb, PICTURE)
+        assert frame.source == "sensor_msgs/msg/CompressedImage format 'rgb8; png compressed bgr8'"
+        # a reliable subscription cannot hear best-effort publishers: the warning says so
+        assert reliable.latest() is None and reliable.received == 0
+        assert "/t2/camera/image_raw/compressed" in w_qos.texts[-1]
+        assert "best effort: use image_qos sensor_data" in w_qos.texts[-1]
+        reliable.latest()
+        assert len(w_qos.texts) == 2  # image_warn_period_s 0: every time
+    compressed.destroy()
+    reliable.destroy()
+
+
+def test_a_wrong_subscription_is_told_what_the_topic_carries(ros, picture_folder, tmp_path):
+    raw_on_compressed, w_type = image_input(ros, image_topic="/t4/camera/image_raw/compressed")
+    raw_on_base, w_base = image_input(ros, image_topic="/t4/camera/image_raw")
+    with process(camera("/t4", picture_folder, "image_transport:=compressed"), tmp_path / "camera.log"):
+        wait_for(lambda: ros.node.count_publishers("/t4/camera/image_raw/compressed") == 1, 20, "the camera")
+        time.sleep(0.5)  # frames flow (and are not received: the type differs)
+        # the same topic, the wrong type: the warning names the topic, the type there and the type expected
+        assert raw_on_compressed.latest() is None and raw_on_compressed.received == 0
+        text = w_type.texts[-1]
+        assert "/t4/camera/image_raw/compressed" in text and "offer sensor_msgs/msg/CompressedImage" in text
+        assert "expected sensor_msgs/msg/Image" in text and "image_transport: compressed" in text
+        # nothing on the raw topic: the warning points at the compressed one
+        assert raw_on_base.latest() is None
+        assert "nobody publishes on /t4/camera/image_raw;" in w_base.texts[-1]
+        assert "/t4/camera/image_raw/compressed [sensor_msgs/msg/CompressedImage]" in w_base.texts[-1]
+        # warnings are throttled per kind (default: one per 5 s)
+        raw_on_compressed.latest()
+        assert len(w_type.texts) == 1
+        # one process subscribes a topic with one type only: the other type is a clear error
+        with pytest.raises(ValueError, match="cannot subscribe to /t4/camera/image_raw/compressed as "
+                                             "sensor_msgs/msg/CompressedImage"):
+            image_input(ros, image_topic="/t4/camera/image_raw", image_transport="compressed")
+    raw_on_compressed.destroy()
+    raw_on_base.destroy()
+
+
+def write_bag(path: Path, topic: str) -> None:
+    """A zero-width frame, a frame of an unsupported encoding, then a good bgr8 frame."""
+    store = get_typestore(Stores.ROS2_HUMBLE)
+    Image = store.types["sensor_msgs/msg/Image"]
+    Header, Time = store.types["std_msgs/msg/Header"], store.types["builtin_interfaces/msg/Time"]
+
+    def image(i: int, width: int, encoding: str, data: np.ndarray):
+        return Image(header=Header(stamp=Time(sec=100 + i, nanosec=0), frame_id="cam"), height=PICTURE.shape[0],
+                     width=width, encoding=encoding, is_bigendian=0, step=width * 3, data=data)
+
+    bgr = np.ascontiguousarray(PICTURE[..., ::-1]).ravel()
+    with Writer(path, version=9) as writer:
+        conn = writer.add_connection(topic, "sensor_msgs/msg/Image", typestore=store)
+        for i, msg in enumerate([image(0, 0, "bgr8", np.zeros(0, np.uint8)), image(1, 64, "32FC1", bgr),
+                                 image(2, 64, "bgr8", bgr)]):
+            writer.write(conn, 10**9 + i * 2 * 10**8, store.serialize_cdr(msg, "sensor_msgs/msg/Image"))
+
+
+def test_unreadable_frames_are_dropped_with_a_warning_and_the_next_one_counts(ros, tmp_path):
+    bag = tmp_path / "bad_frames"
+    write_bag(bag, "/t3/camera/image_raw")
+    images, warnings = image_input(ros, image_topic="/t3/camera/image_raw", image_warn_period_s=0.0)
+    with process(node_command("bag_replay_node", "-p", f"bag:={bag}"), tmp_path / "replay.log") as proc:
+        wait_for(lambda: images.received == 1, 30, "the good frame")
+        proc.wait(timeout=20)
+    assert images.dropped == 2 and np.array_equal(images.latest(max_age_s=60).rgb, PICTURE)
+    zero, unsupported = [t for t in warnings.texts if t.startswith("dropped a frame")]
+    assert "on /t3/camera/image_raw: sensor_msgs/msg/Image 0x48 encoding 'bgr8'" in zero
+    assert "zero width or height" in zero and "expected sensor_msgs/msg/Image in rgb8, bgr8" in zero
+    assert "encoding '32FC1'" in unsupported and "unsupported image encoding" in unsupported
+    images.destroy()
