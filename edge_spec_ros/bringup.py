@@ -1,9 +1,18 @@
 """One-process bringup: the robot-side nodes with the same YAML as the launch file.
 
 Where no ``ros2 launch`` exists (this project's virtual environment), ``edge-spec-ros bringup``
-composes camera, bridge, drafter and action nodes in one process with a multi-threaded executor,
-optionally starts a verifier on loopback, publishes an instruction and prints what the stack does:
-decisions (reasoning + action), parsed actions, /cmd_vel changes and decode statistics.
+composes camera (or simulated room, or bag replay), bridge, drafter and action nodes in one process
+with one single-threaded executor on the main thread (see ``nodes/lifecycle.py``), optionally starts
+a verifier on loopback, publishes an instruction and prints what the stack does: decisions
+(reasoning + action), parsed actions, /cmd_vel changes and decode statistics.
+
+An episode is budgeted by decisions: it ends when the drafter's cycle ends (a stop or invalid action,
+or ``max_decisions`` decisions whose motions are over). ``timeout_s`` is only a safety net. With the
+simulated room every node runs on simulated time (``use_sim_time``) and the action node ends motions
+on the room's odometry, so what the robot does does not depend on how loaded the computer is. The
+CPU budget (``cpu.py``) sizes the torch threads of this process and of the verifier it starts.
+Shutdown (end of episode, SIGINT, SIGTERM): the decision cycle stops and its threads are joined, the
+action node publishes zero, then the nodes are destroyed.
 """
 
 from __future__ import annotations
@@ -14,9 +23,8 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-import rclpy
 from geometry_msgs.msg import PoseStamped, Twist
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Bool, String
 
@@ -28,12 +36,15 @@ from edge_spec_ros.sim.expert import Episode
 from edge_spec_ros.sim.world import Pose, World
 
 
+DISCOVERY_TIMEOUT_S = 10.0  # wait this long for the drafter and action node to hear the instruction topic
+
+
 @dataclass(frozen=True)
 class BringupConfig:
     params_file: str
     serve: bool = False  # start a verifier (embedded model) on loopback and point the bridge at it
     instruction: str = ""  # published once the stack is up
-    duration_s: float = 120.0  # stop after this long at most
+    timeout_s: float = 900.0  # safety net: stop after this long (wall clock) whatever the episode does
     until_stop: bool = True  # stop when an instruction cycle ends (stop / invalid action)
     camera_source: str = ""  # overrides the YAML's camera source when set
     bag: str = ""  # replay this bag instead of running the camera node
@@ -42,11 +53,13 @@ class BringupConfig:
 
 
 class Monitor(Node):
-    """Prints the stack's outputs and notices the end of an instruction cycle."""
+    """Prints the stack's outputs and notices the end of an instruction cycle: a stop or invalid
+    action, a failed decision, or the ``max_decisions``-th decision's motion over."""
 
-    def __init__(self, print_fn) -> None:
+    def __init__(self, print_fn, max_decisions: int) -> None:
         super().__init__("bringup_monitor")
         self.print = print_fn
+        self.max_decisions = max_decisions
         self.instruction = self.create_publisher(String, "instruction", RELIABLE)
         self.done = threading.Event()
         self.decisions: list[Decision] = []
@@ -68,16 +81,24 @@ class Monitor(Node):
         if self.pose is not None:
             self.decision_poses.append(self.pose)
         self.print(f"[decision {msg.decision} {msg.mode}] {msg.text!r}")
+        if not msg.text:  # the decision failed (the drafter logged why): the cycle is over
+            self.done.set()
 
     def on_action(self, msg: NavAction) -> None:
+        if msg.status != NavAction.STARTED:
+            if msg.kind not in ("stop", "invalid"):
+                self.print(f"[action {msg.decision}] ended ({msg.end_reason}): travelled {msg.travelled_m:.3f} m, "
+                           f"turned {math.degrees(msg.turned_rad):.1f}°")
+            if msg.kind in ("stop", "invalid") or len(self.decisions) >= self.max_decisions:
+                self.done.set()
+        if msg.status != NavAction.STARTED and msg.kind not in ("stop", "invalid"):
+            return
         self.actions.append(msg)
         if msg.kind == "invalid":
             self.print(f"[action {msg.decision}] none: {msg.error}")
         else:
             self.print(f"[action {msg.decision}] {msg.kind} {msg.text!r}: v={msg.linear_x:.2f} m/s "
                        f"ω={msg.angular_z:.2f} rad/s for {msg.duration_s:.2f} s{' (clamped)' if msg.clamped else ''}")
-        if msg.kind in ("stop", "invalid"):
-            self.done.set()
 
     def on_stats(self, msg: DecodeStats) -> None:
         self.print(f"[stats {msg.decision} {msg.mode}] {msg.tokens} tokens in {msg.rounds} rounds, "
@@ -102,11 +123,28 @@ class Monitor(Node):
             self.print(f"[cmd_vel] linear.x={twist[0]:.3f} angular.z={twist[1]:.3f}")
 
 
-def run(config: BringupConfig, print_fn=print) -> Monitor:
-    """Run the stack until the instruction cycle ends or ``duration_s`` passes."""
-    from edge_spec_ros.cloud.process import verifier_process
+def _max_decisions(params_file: str) -> int:
+    """The drafter's decision budget per instruction, as the YAML sets it."""
+    import yaml
 
-    server = verifier_process() if config.serve else nullcontext(None)
+    from edge_spec_ros.nodes.drafter_node import DrafterNodeConfig
+
+    params = yaml.safe_load(open(params_file)) or {}
+    drafter = (params.get("drafter") or {}).get("ros__parameters") or {}
+    if not drafter.get("repeat_decisions", DrafterNodeConfig.repeat_decisions):
+        return 1
+    return int(drafter.get("max_decisions", DrafterNodeConfig.max_decisions))
+
+
+def run(config: BringupConfig, print_fn=print) -> Monitor:
+    """Run the stack until the instruction cycle ends (or ``timeout_s`` passes, or a signal)."""
+    from edge_spec_ros.cloud.process import verifier_process
+    from edge_spec_ros.cpu import cpu_budget, set_torch_threads
+    from edge_spec_ros.nodes.lifecycle import close_all, init, spin_until
+
+    budget = cpu_budget()
+    set_torch_threads(budget.torch_threads)
+    server = verifier_process("--threads", str(budget.torch_threads)) if config.serve else nullcontext(None)
     with server as endpoint:
         args = ["--ros-args", "--params-file", config.params_file]
         if endpoint:
@@ -115,53 +153,53 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
             args += ["-p", f"camera:source:={config.camera_source}"]
         if config.bag:
             args += ["-p", f"bag_replay:bag:={config.bag}"]
-        rclpy.init(args=args)
+        if config.sim:
+            args += ["-p", "use_sim_time:=true", "-p", "action:odom_topic:=odom"]
+        stop = init(args)
         from edge_spec_ros.nodes.action_node import ActionNode
         from edge_spec_ros.nodes.bridge_node import BridgeNode
         from edge_spec_ros.nodes.drafter_node import DrafterNode
 
-        nodes: list[Node] = [BridgeNode(), DrafterNode(), ActionNode()]
-        if config.bag:
-            from edge_spec_ros.nodes.bag_replay_node import BagReplayNode
-
-            nodes.append(BagReplayNode())
-        elif config.sim:
-            from edge_spec_ros.nodes.sim_node import SimNode
-
-            nodes.append(SimNode())
-            start = World(nodes[-1].world.objects, nodes[-1].world.pose, nodes[-1].world.config)
-        else:
-            from edge_spec_ros.nodes.camera_node import CameraNode
-
-            nodes.append(CameraNode())
-        monitor = Monitor(print_fn)
-        executor = MultiThreadedExecutor(num_threads=6)
-        for node in (*nodes, monitor):
-            executor.add_node(node)
-        spinner = threading.Thread(target=executor.spin, name="executor", daemon=True)
-        spinner.start()
+        nodes: list[Node] = []
+        executor = None
+        monitor = Monitor(print_fn, _max_decisions(config.params_file))
         try:
+            # the drafter first: it closes (and joins its decision thread) before the others go
+            nodes += [DrafterNode(), BridgeNode(), ActionNode()]
+            if config.bag:
+                from edge_spec_ros.nodes.bag_replay_node import BagReplayNode
+
+                nodes.append(BagReplayNode())
+            elif config.sim:
+                from edge_spec_ros.nodes.sim_node import SimNode
+
+                nodes.append(SimNode())
+                start = World(nodes[-1].world.objects, nodes[-1].world.pose, nodes[-1].world.config)
+            else:
+                from edge_spec_ros.nodes.camera_node import CameraNode
+
+                nodes.append(CameraNode())
+            executor = SingleThreadedExecutor()
+            for node in (*nodes, monitor):
+                executor.add_node(node)
             if config.instruction:
-                deadline = time.monotonic() + 10.0
-                while monitor.instruction.get_subscription_count() == 0 and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                deadline = time.monotonic() + DISCOVERY_TIMEOUT_S
+                spin_until(executor, lambda: monitor.instruction.get_subscription_count() >= 2
+                           or time.monotonic() > deadline or stop.event.is_set())
                 print_fn(f"[instruction] {config.instruction!r}")
                 monitor.instruction.publish(String(data=config.instruction))
-            end = time.monotonic() + config.duration_s
-            while time.monotonic() < end and not (config.until_stop and monitor.done.is_set()):
-                time.sleep(0.1)
-            time.sleep(0.3)  # let the last zero velocity go out
-        except KeyboardInterrupt:
-            pass
+            end = time.monotonic() + config.timeout_s
+            spin_until(executor, lambda: stop.event.is_set() or time.monotonic() > end
+                       or (config.until_stop and monitor.done.is_set()))
+            if time.monotonic() > end:
+                print_fn(f"[bringup] safety timeout: {config.timeout_s:g} s without the end of the episode")
         finally:
-            executor.shutdown()
-            if config.sim and config.trajectory:
-                sim = nodes[-1]
-                episode = Episode(sim.config.target, steps=[(None, d.text) for d in monitor.decisions],
-                                  poses=[*monitor.decision_poses, sim.world.pose], reached=sim.reached)
-                path = plot_trajectory(start, episode, config.trajectory)
-                print_fn(f"[sim] trajectory picture: {path}")
-            for node in (*nodes, monitor):
-                node.destroy_node()
-            rclpy.try_shutdown()
+            close_all([*nodes, monitor], executor)
+            stop.restore()
+        if config.sim and config.trajectory:
+            sim = nodes[-1]
+            episode = Episode(sim.target, steps=[(None, d.text) for d in monitor.decisions],
+                              poses=[*monitor.decision_poses, sim.world.pose], reached=sim.reached)
+            path = plot_trajectory(start, episode, config.trajectory)
+            print_fn(f"[sim] trajectory picture: {path}")
     return monitor

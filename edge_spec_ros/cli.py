@@ -251,14 +251,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
                          sweep_gamma=args.sweep_gamma, sweep_policies=args.sweep_policies,
                          adaptive_gamma=args.adaptive_gamma, task_set=args.task_set,
                          tasks=tuple(args.tasks.split(",")) if args.tasks else BenchConfig.tasks)
-    import torch
+    from edge_spec_ros.cpu import cpu_budget, set_torch_threads
 
-    # robot and verifier share this machine's cores: one compute thread each, no oversubscription
-    torch.set_num_threads(1)
+    # robot and verifier share this machine's cores: the CPU budget's rule, as bringup --serve uses it
+    threads = set_torch_threads(cpu_budget().torch_threads)
     pair, serve_args = _bench_pair(args)
     extra = ("--adapters", args.adapters) if args.adapters else ()
     server = nullcontext(args.endpoint) if args.endpoint else \
-        verifier_process("--threads", "1", *serve_args, *extra)
+        verifier_process("--threads", str(threads), *serve_args, *extra)
     with server as endpoint:
         _log(f"verifier at {endpoint}; profile {config.profile}")
         report = Bench(pair, endpoint, config, progress=lambda s: _log(f"  {s}")).run()
@@ -314,7 +314,7 @@ def cmd_bringup(args: argparse.Namespace) -> int:
     if not Path(args.params).is_file():
         raise SystemExit(f"no parameters file at {args.params}")
     monitor = run(BringupConfig(params_file=args.params, serve=args.serve, instruction=args.instruction,
-                                duration_s=args.duration, camera_source=args.camera_source or "", bag=args.bag or "",
+                                timeout_s=args.timeout, camera_source=args.camera_source or "", bag=args.bag or "",
                                 sim=args.sim, trajectory=args.trajectory if args.sim else ""))
     print(f"{len(monitor.decisions)} decisions, {len(monitor.actions)} actions, {len(monitor.twists)} cmd_vel messages")
     if args.sim:
@@ -628,7 +628,9 @@ def build_parser() -> argparse.ArgumentParser:
     bringup.add_argument("--params", default="config/go2_nav.yaml", help="the nodes' YAML parameters")
     bringup.add_argument("--serve", action="store_true", help="also start a local verifier (embedded model)")
     bringup.add_argument("--instruction", default="", help="publish this instruction once the stack is up")
-    bringup.add_argument("--duration", type=float, default=120.0, help="stop after this long at most (s)")
+    bringup.add_argument("--timeout", "--duration", type=float, default=900.0,
+                         help="safety net: stop after this long (wall clock, s); episodes end by their "
+                              "decision budget (the drafter's max_decisions)")
     bringup.add_argument("--camera-source", help="override the camera source")
     bringup.add_argument("--bag", help="replay this bag instead of running the camera")
     bringup.add_argument("--sim", action="store_true", help="the simulated room instead of the camera")

@@ -1,42 +1,77 @@
 """action_node: turns the decoded reasoning + action into velocity commands under safety limits.
 
-Subscribes  edge_spec/decision (Decision), edge_spec/exit_result (ExitResult: the link is alive),
-            edge_spec/bridge_status (BridgeStatus: LINK_LOST stops the robot at once)
-Publishes   cmd_vel (geometry_msgs/Twist, at ``rate_hz``; remap it to a twist_mux input),
-            edge_spec/action (NavAction), edge_spec/reasoning (std_msgs/String)
+Subscribes  edge_spec/decision (Decision), instruction (std_msgs/String: any new instruction, "stop",
+            "cancel" or an empty one ends the current motion at once), odom (nav_msgs/Odometry, when
+            ``odom_topic`` is set: motions end on pose feedback), edge_spec/exit_result (ExitResult:
+            signs of life of the decision being decoded), edge_spec/bridge_status (LINK_LOST stops)
+Publishes   cmd_vel (geometry_msgs/Twist; remap it to a twist_mux input), edge_spec/action (NavAction:
+            STARTED when a decision arrives, DONE or CANCELLED when its motion is over),
+            edge_spec/reasoning (std_msgs/String)
 
 In doubt the robot stops: unparseable or non-finite text gives zero velocity and a warning quoting
 it; every command is clamped (|v|, |ω|, duration); the watchdog zeroes the command when the decision
-pipeline has been silent for ``watchdog_timeout_s`` or the verifier is lost.
+pipeline has been silent for ``watchdog_timeout_s`` or the verifier is lost. With ``odom_topic`` set
+a motion ends when odometry says the distance or angle is covered (``nav/motion.MotionTracker``), and
+stops if odometry goes stale; without it the command is held for its planned duration on the node's
+clock (simulated time under ``use_sim_time``). After a motion ends, zero is published for
+``hold_zero_s`` and then nothing, so a twist_mux input times out and leaves the robot to other
+inputs. On shutdown (SIGINT, SIGTERM) the node publishes a final zero before its context goes down.
 """
 
 from __future__ import annotations
 
-import time
+import math
 from dataclasses import dataclass, field
 
-import rclpy
 from geometry_msgs.msg import Twist
-from rclpy.executors import ExternalShutdownException
+from nav_msgs.msg import Odometry
 from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
 from std_msgs.msg import String
 
 from edge_spec_ros.msg import BridgeStatus, Decision, ExitResult, NavAction as NavActionMsg
-from edge_spec_ros.nav import MotionTimer, NavConfig, Watchdog, parse_action, plan_motion
-from edge_spec_ros.nodes.params import declare_config, doc
+from edge_spec_ros.nav import NavConfig, Watchdog, parse_action, plan_motion
+from edge_spec_ros.nav.motion import MotionCommand, MotionTracker, PlanarPose
+from edge_spec_ros.nav.planner import MotionPlan
+from edge_spec_ros.nodes.lifecycle import main_for
+from edge_spec_ros.nodes.params import declare_config, doc, watch_config
 from edge_spec_ros.nodes.ros_link import RELIABLE
+
+STOP_WORDS = ("", "cancel", "stop")
 
 
 @dataclass(frozen=True)
 class ActionNodeConfig:
-    rate_hz: float = field(default=20.0, metadata=doc("cmd_vel publishing rate"))
+    rate_hz: float = field(default=20.0, metadata=doc("control rate: cmd_vel while moving or holding zero (Hz)",
+                                                      0.0, 200.0))
+    hold_zero_s: float = field(default=1.0, metadata=doc("after a motion ends, publish zero this long, then "
+                                                         "nothing (s)", 0.0, 60.0))
+    odom_topic: str = field(default="", metadata=doc("nav_msgs/Odometry topic; set: motions end on pose "
+                                                     "feedback; empty: on their planned duration"))
+    odom_timeout_s: float = field(default=0.5, metadata=doc("with odometry: stop when it is older than this "
+                                                            "(s)", 0.0, 10.0))
 
     def __post_init__(self) -> None:
-        if not self.rate_hz > 0:
-            raise ValueError(f"rate_hz must be > 0, got {self.rate_hz}")
+        for name in ("rate_hz", "odom_timeout_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+        if not (math.isfinite(self.hold_zero_s) and self.hold_zero_s >= 0):
+            raise ValueError(f"hold_zero_s must be finite and >= 0, got {self.hold_zero_s!r}")
 
 
 PARAMETER_CONFIGS = (ActionNodeConfig, NavConfig)
+
+
+@dataclass
+class _Motion:
+    """The motion of one decision in progress."""
+
+    msg: NavActionMsg  # its STARTED message (copied into the end message)
+    plan: MotionPlan
+    tracker: MotionTracker | None  # with odometry
+    command: MotionCommand
+    start_s: float  # node clock
 
 
 class ActionNode(Node):
@@ -44,77 +79,177 @@ class ActionNode(Node):
         super().__init__("action")
         self.config = declare_config(self, ActionNodeConfig)
         self.nav = declare_config(self, NavConfig)
-        self.timer_ = MotionTimer(Watchdog.from_config(self.nav))
+        watch_config(self, lambda: self.config, self._set_config)
+        watch_config(self, lambda: self.nav, self._set_nav)
+        self.watchdog = Watchdog.from_config(self.nav)
+        self.motion: _Motion | None = None
+        self.decision = 0  # the latest decision: exit results of older ones are no sign of life
+        self.odom: tuple[PlanarPose, float, float] | None = None  # pose, its stamp, received (node clock, s)
+        self.hold_until = self.now() + self.config.hold_zero_s  # zero from the start, then quiet
         self.cmd_vel = self.create_publisher(Twist, "cmd_vel", 10)
         self.actions = self.create_publisher(NavActionMsg, "edge_spec/action", RELIABLE)
         self.reasoning = self.create_publisher(String, "edge_spec/reasoning", RELIABLE)
         self.create_subscription(Decision, "edge_spec/decision", self.on_decision, RELIABLE)
+        self.create_subscription(String, "instruction", self.on_instruction, RELIABLE)
         self.create_subscription(ExitResult, "edge_spec/exit_result", self.on_alive, RELIABLE)
         self.create_subscription(BridgeStatus, "edge_spec/bridge_status", self.on_status, RELIABLE)
-        self.create_timer(1.0 / self.config.rate_hz, self.tick)
+        if self.config.odom_topic:
+            self.create_subscription(Odometry, self.config.odom_topic, self.on_odom, qos_profile_sensor_data)
+        self._timer = self.create_timer(1.0 / self.config.rate_hz, self.tick)
+        self._closed = False
 
-    @staticmethod
-    def now() -> float:
-        return time.monotonic()
+    def now(self) -> float:
+        """Seconds on the node's clock (simulated time under use_sim_time)."""
+        return self.get_clock().now().nanoseconds * 1e-9
 
+    # --- parameters -------------------------------------------------------------------------------
+    def _set_config(self, config: ActionNodeConfig) -> None:
+        if config.rate_hz != self.config.rate_hz:
+            self._timer.timer_period_ns = round(1e9 / config.rate_hz)
+            self._timer.reset()
+        if config.odom_topic != self.config.odom_topic:
+            self.get_logger().warning("odom_topic takes effect on restart")
+            config = ActionNodeConfig(config.rate_hz, config.hold_zero_s, self.config.odom_topic,
+                                      config.odom_timeout_s)
+        self.config = config
+
+    def _set_nav(self, nav: NavConfig) -> None:
+        self.nav = nav  # the next decision is planned with it
+        self.watchdog.timeout_s = nav.watchdog_timeout_s
+
+    # --- callbacks ----------------------------------------------------------------------------------
     def on_decision(self, msg: Decision) -> None:
+        self.decision = max(self.decision, msg.decision)
+        self._end("CANCELLED", "superseded by a new decision")
         result = parse_action(msg.text, self.nav)
         out = NavActionMsg()
         out.header.stamp = self.get_clock().now().to_msg()
         out.decision = msg.decision
         if result.action is None:
-            self.timer_.cancel()
             self.get_logger().warning(f"decision {msg.decision}: no motion: {result.error}")
             out.kind, out.error = "invalid", result.error or ""
-        else:
-            action = result.action
-            plan = plan_motion(action, self.nav)
-            self.timer_.start(plan, self.now())
-            if plan.clamped:
-                self.get_logger().warning(f"decision {msg.decision}: command clamped: {'; '.join(plan.reasons)}")
-            out.kind, out.text = action.kind, action.text
-            out.distance_m, out.angle_rad = action.distance_m, action.angle_rad
-            out.linear_x, out.angular_z, out.duration_s = plan.linear_x, plan.angular_z, plan.duration_s
-            out.clamped = plan.clamped
-            self.reasoning.publish(String(data=action.reasoning))
+            self._publish_end(out, NavActionMsg.DONE, "invalid action")
+            return
+        action = result.action
+        plan = plan_motion(action, self.nav)
+        if plan.clamped:
+            self.get_logger().warning(f"decision {msg.decision}: command clamped: {'; '.join(plan.reasons)}")
+        out.kind, out.text = action.kind, action.text
+        out.distance_m, out.angle_rad = action.distance_m, action.angle_rad
+        out.linear_x, out.angular_z, out.duration_s = plan.linear_x, plan.angular_z, plan.duration_s
+        out.clamped = plan.clamped
+        self.reasoning.publish(String(data=action.reasoning))
+        if plan.is_stop:
+            self._publish_end(out, NavActionMsg.DONE, "stop")
+            self.tick()
+            return
+        out.status = NavActionMsg.STARTED
         self.actions.publish(out)
+        tracker = None
+        if self.config.odom_topic:
+            if not self._odom_fresh():
+                self.get_logger().error(f"decision {msg.decision}: no fresh odometry on "
+                                        f"{self.config.odom_topic}: not moving")
+                self._publish_end(out, NavActionMsg.CANCELLED, "no odometry")
+                return
+            pose, stamp, _ = self.odom
+            tracker = MotionTracker(plan, pose, stamp)
+        now = self.now()
+        self.watchdog.feed(now)
+        self.motion = _Motion(out, plan, tracker, MotionCommand(plan.linear_x, plan.angular_z), now)
         self.tick()
 
-    def on_alive(self, _msg: ExitResult) -> None:
-        self.timer_.watchdog.feed(self.now())
+    def on_instruction(self, msg: String) -> None:
+        word = msg.data.strip().lower()
+        self._end("CANCELLED", "stop" if word in STOP_WORDS else "new instruction")
+        self.tick()
+
+    def on_odom(self, msg: Odometry) -> None:
+        q = msg.pose.pose.orientation
+        yaw = math.atan2(2 * (q.w * q.z + q.x * q.y), 1 - 2 * (q.y * q.y + q.z * q.z))
+        pose = PlanarPose(msg.pose.pose.position.x, msg.pose.pose.position.y, yaw)
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        if not all(map(math.isfinite, (pose.x, pose.y, pose.theta, stamp))):
+            self.get_logger().warning("odometry with non-finite values ignored", throttle_duration_sec=5.0)
+            return
+        self.odom = (pose, stamp, self.now())
+        m = self.motion
+        if m is not None and m.tracker is not None:
+            m.command = m.tracker.update(pose, stamp)
+            if m.command.done:
+                self._end("DONE", m.command.reason)
+            self.tick()
+
+    def on_alive(self, msg: ExitResult) -> None:
+        if msg.decision >= self.decision:  # the decision being decoded now, not an old one
+            self.watchdog.feed(self.now())
 
     def on_status(self, msg: BridgeStatus) -> None:
         if msg.state == BridgeStatus.LINK_LOST:
-            self.timer_.cancel()
             self.get_logger().error(f"verifier lost ({msg.message}): stopping")
+            self._end("CANCELLED", "verifier lost")
             self.tick()
-        elif msg.state == BridgeStatus.OPENED:
-            self.timer_.watchdog.feed(self.now())
+        elif msg.state == BridgeStatus.OPENED and msg.decision >= self.decision:
+            self.watchdog.feed(self.now())
+
+    # --- control ------------------------------------------------------------------------------------
+    def _odom_fresh(self) -> bool:
+        return self.odom is not None and self.now() - self.odom[2] <= self.config.odom_timeout_s
 
     def tick(self) -> None:
-        plan = self.timer_.active_command(self.now())
+        """Publish what the robot should do now: the motion's command, zero while holding, else nothing."""
+        m = self.motion
+        if m is not None:
+            now = self.now()
+            if self.watchdog.expired(now):
+                self._end("CANCELLED", f"watchdog expired: no sign of life for {self.watchdog.timeout_s:g} s")
+            elif m.tracker is None and now >= m.start_s + m.plan.duration_s:
+                self._end("DONE", "duration")
+            elif m.tracker is not None and not self._odom_fresh():
+                self._end("CANCELLED", f"odometry older than {self.config.odom_timeout_s:g} s")
+        if self.motion is not None:
+            self._publish(self.motion.command.linear_x, self.motion.command.angular_z)
+        elif self.now() <= self.hold_until:
+            self._publish(0.0, 0.0)
+
+    def _publish(self, linear_x: float, angular_z: float) -> None:
         cmd = Twist()
-        cmd.linear.x, cmd.angular.z = plan.linear_x, plan.angular_z
+        cmd.linear.x, cmd.angular.z = float(linear_x), float(angular_z)
         self.cmd_vel.publish(cmd)
 
-    def destroy_node(self) -> None:
-        self.cmd_vel.publish(Twist())  # leave the robot standing
-        super().destroy_node()
+    def _end(self, status: str, reason: str) -> None:
+        """End the motion in progress (if any): zero now, hold zero, report how it ended."""
+        m, self.motion = self.motion, None
+        if m is None:
+            return
+        self.hold_until = self.now() + self.config.hold_zero_s
+        self._publish(0.0, 0.0)
+        self._publish_end(m.msg, getattr(NavActionMsg, status), reason, m.tracker)
+
+    def _publish_end(self, started: NavActionMsg, status: int, reason: str,
+                     tracker: MotionTracker | None = None) -> None:
+        out = NavActionMsg()
+        for name in ("decision", "kind", "distance_m", "angle_rad", "linear_x", "angular_z", "duration_s",
+                     "clamped", "text", "error"):
+            setattr(out, name, getattr(started, name))
+        out.header.stamp = self.get_clock().now().to_msg()
+        out.status, out.end_reason = status, reason
+        if tracker is not None:
+            out.travelled_m, out.turned_rad = (0.0, tracker.covered) if tracker.turn else (tracker.covered, 0.0)
+        self.actions.publish(out)
+
+    def close(self) -> None:
+        """Stop: end any motion and publish a final zero (the context is still valid here)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._end("CANCELLED", "shutdown")
+        self._publish(0.0, 0.0)
 
 
-def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = ActionNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+def main(args: list[str] | None = None) -> int:
+    return main_for(ActionNode, args=args)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -11,12 +11,11 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import rclpy
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient, VerifierError, VerifierTimeout
 from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftMsg, ExitResult as ExitMsg
+from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE, session_id
 from edge_spec_ros.wire.curve import client_keys
@@ -48,6 +47,7 @@ class _Session:
         self.sid = sid
         self.closed = threading.Event()
         self.waiting_since: float | None = None  # a request is outstanding since then
+        self.thread: threading.Thread | None = None  # forwards the verifier's replies
 
 
 class BridgeNode(Node):
@@ -81,9 +81,18 @@ class BridgeNode(Node):
                        queue_policy=msg.queue_policy or "priority")
         session.waiting_since = time.monotonic()
         self.client.send(sid, self.client.with_downlink(request))
-        threading.Thread(target=self._forward, args=(session,), name=f"bridge-{msg.decision}", daemon=True).start()
+        session.thread = threading.Thread(target=self._forward, args=(session,), name=f"bridge-{msg.decision}",
+                                          daemon=True)
+        session.thread.start()
 
     def on_draft(self, msg: DraftMsg) -> None:
+        try:
+            self._forward_draft(msg)
+        except (ValueError, TypeError) as exc:  # a malformed message: dropped, the bridge keeps going
+            self.get_logger().warning(f"malformed edge_spec/draft for decision {msg.decision} dropped: {exc}")
+            self._publish_status(msg.decision, BridgeStatus.ERROR, f"malformed draft: {exc}", code=3)
+
+    def _forward_draft(self, msg: DraftMsg) -> None:
         session = self.sessions.get(msg.decision)
         if session is None:
             self._publish_status(msg.decision, BridgeStatus.ERROR, "draft for a decision that is not open", code=3)
@@ -161,26 +170,20 @@ class BridgeNode(Node):
         out.num_layers, out.exit_layers = num_layers, exit_layers or []
         self.status.publish(out)
 
-    def destroy_node(self) -> None:
-        for session in self.sessions.values():
+    def close(self) -> None:
+        """End every session's forwarding thread (joined) and the verifier client."""
+        sessions, self.sessions = list(self.sessions.values()), {}
+        for session in sessions:
             session.closed.set()
+        for session in sessions:
+            if session.thread is not None:
+                session.thread.join(timeout=2 * POLL_S + 1.0)
         self.client.close()
-        super().destroy_node()
 
 
-def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = BridgeNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+def main(args: list[str] | None = None) -> int:
+    return main_for(BridgeNode, args=args)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -7,9 +7,13 @@ Talks to the verifier through bridge_node (edge_spec/decision_request, edge_spec
 edge_spec/exit_result, edge_spec/bridge_status).
 
 Models load once, in the constructor, before the node spins. An instruction starts a cycle: decide
-on the latest camera frame, wait for the action node to carry the action out, decide again, until
-the action is "stop" (or invalid), ``max_decisions`` is reached, or another instruction arrives.
-An empty instruction, "cancel" or "stop" ends the cycle.
+on a camera frame, wait until the action node reports the motion over (NavAction DONE or CANCELLED),
+decide again on a frame taken at least ``settle_s`` after the robot stopped (frame and action stamps
+compared on the node's clock: simulated time under use_sim_time), until the action is "stop" (or
+invalid), ``max_decisions`` is reached, or another instruction arrives. An empty instruction,
+"cancel" or "stop" ends the cycle. By default no decision is made without a camera frame
+(``decide_without_image``). Waits are bounded by named safety timeouts; ``close()`` ends the cycle
+and joins its thread.
 """
 
 from __future__ import annotations
@@ -20,25 +24,27 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import rclpy
-from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
 
+from edge_spec_ros.cpu import cpu_budget, set_torch_threads
 from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import VerifierError
 from edge_spec_ros.edge.modes import MODES, EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
 from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction
+from edge_spec_ros.nav.config import HARD_MAX_DURATION_S
+from edge_spec_ros.nav.motion import TIMEOUT_FACTOR, TIMEOUT_MARGIN_S
 from edge_spec_ros.nodes.convert import image_to_rgb, stats_to_msg
+from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE, RosVerifierLink
 from edge_spec_ros.spec.sampling import SamplingConfig
 
 STOP_WORDS = ("", "cancel", "stop")
+WORKER_JOIN_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,10 @@ class DrafterNodeConfig:
     max_new_tokens: int = field(default=48, metadata=doc("token budget of one decision"))
     temperature: float = field(default=0.0, metadata=doc("0: greedy"))
     seed: int = field(default=0, metadata=doc("seed of the position-indexed random draws"))
-    predraft_threads: int = field(default=4, metadata=doc("FSD pre-draft worker threads N"))
+    predraft_threads: int = field(default=0, metadata=doc("FSD pre-draft worker threads N (0: the CPU budget's "
+                                                          "rule, edge_spec_ros/cpu.py)", 0, 64))
+    torch_threads: int = field(default=0, metadata=doc("torch compute threads of this process (0: the CPU "
+                                                       "budget's rule: cores // 2)", 0, 256))
     client_queue_policy: str = field(default="priority", metadata=doc("pre-draft queue: priority | fifo | random"))
     server_queue_policy: str = field(default="priority", metadata=doc("verifier's exit queue policy"))
     emulate_tp_s: float = field(default=0.0, metadata=doc("emulated draft-forward time (benchmarks; 0: off)"))
@@ -60,9 +69,15 @@ class DrafterNodeConfig:
     jpeg_quality: int = field(default=90, metadata=doc("JPEG quality of the frame sent to the verifier"))
     repeat_decisions: bool = field(default=True, metadata=doc("decide again after each action until 'stop'"))
     max_decisions: int = field(default=20, metadata=doc("decisions per instruction at most"))
-    settle_s: float = field(default=0.2, metadata=doc("wait after an action ends before the next decision's frame"))
-    image_timeout_s: float = field(default=2.0, metadata=doc("wait this long for a camera frame"))
-    action_timeout_s: float = field(default=10.0, metadata=doc("wait this long for the action node"))
+    settle_s: float = field(default=0.2, metadata=doc("the next decision's frame is taken at least this long "
+                                                      "after the robot stopped (node clock)", 0.0, 10.0))
+    image_timeout_s: float = field(default=2.0, metadata=doc("wait this long (wall clock) for a camera frame",
+                                                             0.0, 60.0))
+    decide_without_image: bool = field(default=False, metadata=doc("decide on the instruction alone when no "
+                                                                   "frame comes (default: end the cycle)"))
+    action_timeout_s: float = field(default=10.0, metadata=doc("safety net: wait this long (wall clock) for the "
+                                                               "action node, beyond the motion's own bound",
+                                                               0.0, 600.0))
     open_timeout_s: float = field(default=30.0, metadata=doc("wait for the verifier's prefill (s)"))
     reply_timeout_s: float = field(default=10.0, metadata=doc("wait for one verification (s)"))
 
@@ -97,40 +112,48 @@ def load_drafter(name: str, quantize: bool):
     return Drafter.from_config(DrafterConfig(model=name, quantize_int8=quantize)), AutoTokenizer.from_pretrained(name)
 
 
+def _stamp_ns(stamp) -> int:
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
 class DrafterNode(Node):
     def __init__(self) -> None:
         super().__init__("drafter")
         self.config = c = declare_config(self, DrafterNodeConfig)
-        self.get_logger().info(f"loading drafter {c.drafter_model} ...")
+        threads = set_torch_threads(c.torch_threads)
+        predraft = c.predraft_threads or cpu_budget().predraft_threads
+        self.get_logger().info(f"loading drafter {c.drafter_model} ({threads} torch threads, {predraft} pre-draft "
+                               "threads) ...")
         drafter, tokenizer = load_drafter(c.drafter_model, c.quantize_int8)
         max_pixels = c.max_pixels or model_max_pixels(c.drafter_model)
         self.encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=max_pixels))
-        group = ReentrantCallbackGroup()
         self.link = RosVerifierLink(self, c.open_timeout_s, c.reply_timeout_s)
         decode = DecodeConfig(max_new_tokens=c.max_new_tokens, gamma=c.gamma, sampling=SamplingConfig(c.temperature),
                               seed=c.seed, stop_tokens=(tokenizer.eos_token_id,))
         self.decoder = EdgeDecoder(self.link, drafter, EdgeConfig(
-            decode=decode, threads=c.predraft_threads, client_policy=c.client_queue_policy,
+            decode=decode, threads=predraft, client_policy=c.client_queue_policy,
             server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s, tq_s=c.emulate_tq_s))
         self.decisions = self.create_publisher(Decision, "edge_spec/decision", RELIABLE)
         self.stats = self.create_publisher(DecodeStatsMsg, "edge_spec/stats", RELIABLE)
-        self.create_subscription(String, "instruction", self.on_instruction, RELIABLE, callback_group=group)
-        self.create_subscription(Image, "camera/image_raw", self.on_image, qos_profile_sensor_data,
-                                 callback_group=group)
-        self.create_subscription(NavAction, "edge_spec/action", self.on_action, RELIABLE, callback_group=group)
-        self._frame: np.ndarray | None = None
-        self._frame_cv = threading.Condition()
-        self._actions: queue.Queue[NavAction] = queue.Queue()
-        self._instructions: queue.Queue[str] = queue.Queue()
+        self.create_subscription(String, "instruction", self.on_instruction, RELIABLE)
+        self.create_subscription(Image, "camera/image_raw", self.on_image, qos_profile_sensor_data)
+        self.create_subscription(NavAction, "edge_spec/action", self.on_action, RELIABLE)
+        self._cv = threading.Condition()  # guards everything below
+        self._frame: tuple[int, np.ndarray] | None = None  # (stamp ns, rgb) of the latest frame
+        self._ends: dict[int, NavAction] = {}  # decision -> how its motion ended
+        self._started: set[int] = set()
+        self._instructions: queue.Queue[str | None] = queue.Queue()
         self._generation = 0  # bumped by every instruction: a running cycle stops when it changes
-        self._decision_id = 0
+        self._closing = False
         self._worker = threading.Thread(target=self._run, name="decisions", daemon=True)
         self._worker.start()
         self.get_logger().info(f"drafter ready: mode {c.mode}, γ={c.gamma}")
 
     # --- callbacks: convert and hand over -----------------------------------------------------
     def on_instruction(self, msg: String) -> None:
-        self._generation += 1
+        with self._cv:
+            self._generation += 1
+            self._cv.notify_all()
         self._instructions.put(msg.data.strip())
 
     def on_image(self, msg: Image) -> None:
@@ -139,88 +162,126 @@ class DrafterNode(Node):
         except ValueError as exc:
             self.get_logger().warning(f"camera frame ignored: {exc}", throttle_duration_sec=5.0)
             return
-        with self._frame_cv:
-            self._frame = rgb
-            self._frame_cv.notify_all()
+        with self._cv:
+            self._frame = (_stamp_ns(msg.header.stamp), rgb)
+            self._cv.notify_all()
 
     def on_action(self, msg: NavAction) -> None:
-        self._actions.put(msg)
+        with self._cv:
+            if msg.status == NavAction.STARTED:
+                self._started.add(msg.decision)
+            else:
+                self._ends[msg.decision] = msg
+            self._cv.notify_all()
 
     # --- the decision cycle (its own thread: decoding blocks on verifier replies) -----------------
     def _run(self) -> None:
-        while rclpy.ok():
-            try:
-                instruction = self._instructions.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            generation = self._generation
+        while True:
+            instruction = self._instructions.get()
+            if instruction is None:  # close()
+                return
+            with self._cv:
+                generation = self._generation
             if instruction.lower() in STOP_WORDS:
                 self.get_logger().info("instruction cycle ended")
                 continue
+            not_before_ns = 0  # the first decision takes the latest frame
             for _ in range(self.config.max_decisions if self.config.repeat_decisions else 1):
-                if generation != self._generation:
+                if not self._current(generation):
                     break
-                action = self._decide(instruction)
-                if action is None or action.kind in ("stop", "invalid") or not self.config.repeat_decisions:
+                end = self._decide(instruction, generation, not_before_ns)
+                if end is None or end.kind in ("stop", "invalid") or not self.config.repeat_decisions:
                     break
+                not_before_ns = _stamp_ns(end.header.stamp) + round(self.config.settle_s * 1e9)
 
-    def _decide(self, instruction: str) -> NavAction | None:
+    def _current(self, generation: int) -> bool:
+        with self._cv:
+            return generation == self._generation and not self._closing
+
+    def _decide(self, instruction: str, generation: int, not_before_ns: int) -> NavAction | None:
+        """One decision: frame, decode, publish; then wait for the action node to end the motion."""
         c = self.config
-        frame = self._latest_frame()
+        frame = self._frame_after(not_before_ns, generation)
+        if frame is None and not self._current(generation):
+            return None
         if frame is None:
-            self.get_logger().warning(f"no camera frame within {c.image_timeout_s:.1f} s: deciding without an image")
+            self.get_logger().warning(f"no camera frame on {self.resolve_topic_name('camera/image_raw')} within "
+                                      f"{c.image_timeout_s:.1f} s" + (": deciding without an image"
+                                                                      if c.decide_without_image else
+                                                                      ": ending the instruction cycle"))
+            if not c.decide_without_image:
+                return None
         jpg = encode_image(frame, quality=c.jpeg_quality) if frame is not None else b""
         prompt = self.encoder.encode(instruction, decode_image(jpg) if jpg else None)
-        self._decision_id += 1
-        while not self._actions.empty():
-            self._actions.get_nowait()
+        decision = self.link.next_decision  # the link's session id: Decision and ExitResult agree
         try:
             result = self.decoder.decode(c.mode, prompt, jpg)
             text = self.encoder.decode(result.tokens)
         except VerifierError as exc:
-            self.get_logger().error(f"decision {self._decision_id} failed: {exc}")
+            self.get_logger().error(f"decision {decision} failed: {exc}")
             text, result = "", None
+        if not self._current(generation):
+            return None  # a new instruction or a stop arrived while decoding: this one is void
         out = Decision()
         out.header.stamp = self.get_clock().now().to_msg()
-        out.decision, out.instruction, out.mode, out.text = self._decision_id, instruction, c.mode, text
+        out.decision, out.instruction, out.mode, out.text = decision, instruction, c.mode, text
         self.decisions.publish(out)
         if result is None:
             return None
         s = result.stats
-        self.stats.publish(stats_to_msg(s, self._decision_id, out.header.stamp))
-        self.get_logger().info(f"decision {self._decision_id} [{c.mode}] {text!r} τ={s.tau:.2f} "
+        self.stats.publish(stats_to_msg(s, decision, out.header.stamp))
+        self.get_logger().info(f"decision {decision} [{c.mode}] {text!r} τ={s.tau:.2f} "
                                f"r={s.miss_rate:.0%} {s.wall_s * 1e3:.0f} ms")
-        try:
-            action = self._actions.get(timeout=c.action_timeout_s)
-        except queue.Empty:
-            self.get_logger().warning("no action from the action node: ending the instruction cycle")
-            return None
-        time.sleep(action.duration_s + c.settle_s)  # the action node is executing it
-        with self._frame_cv:
-            self._frame = None  # the next decision waits for a frame taken after the motion
-        return action
+        return self._motion_end(decision, generation)
 
-    def _latest_frame(self) -> np.ndarray | None:
-        with self._frame_cv:
-            self._frame_cv.wait_for(lambda: self._frame is not None, timeout=self.config.image_timeout_s)
-            return self._frame
+    def _frame_after(self, not_before_ns: int, generation: int) -> np.ndarray | None:
+        """The latest frame stamped at or after ``not_before_ns``; None after ``image_timeout_s``."""
+        deadline = time.monotonic() + self.config.image_timeout_s
+        with self._cv:
+            while True:
+                if self._frame is not None and self._frame[0] >= not_before_ns:
+                    return self._frame[1]
+                left = deadline - time.monotonic()
+                if left <= 0 or self._generation != generation or self._closing:
+                    return None
+                self._cv.wait(left)
+
+    def _motion_end(self, decision: int, generation: int) -> NavAction | None:
+        """Wait for the action node's DONE/CANCELLED of ``decision`` (bounded: a silent action node
+        ends the cycle)."""
+        c = self.config
+        started = time.monotonic()
+        deadline = started + c.action_timeout_s
+        with self._cv:
+            while decision not in self._ends:
+                if self._generation != generation or self._closing:
+                    return None
+                if decision in self._started:  # the motion's own bound, then the safety net
+                    deadline = started + c.action_timeout_s + TIMEOUT_FACTOR * HARD_MAX_DURATION_S + TIMEOUT_MARGIN_S
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.get_logger().warning(f"decision {decision}: the action node did not report the end of "
+                                              "the motion: ending the instruction cycle")
+                    return None
+                self._cv.wait(min(left, 0.5))
+            self._started.discard(decision)
+            return self._ends.pop(decision)
+
+    def close(self) -> None:
+        """End the decision cycle and join its thread (a decode in progress ends at its next reply)."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        self._instructions.put(None)
+        self.link.close()
+        self._worker.join(timeout=WORKER_JOIN_S)
+        if self._worker.is_alive():
+            self.get_logger().warning(f"the decision thread did not end within {WORKER_JOIN_S:g} s")
 
 
-def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = DrafterNode()
-        executor = MultiThreadedExecutor(num_threads=4)
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+def main(args: list[str] | None = None) -> int:
+    return main_for(DrafterNode, args=args)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,39 +1,89 @@
-"""ROS parameters ⇄ config dataclasses: every node declares exactly its config's fields."""
+"""ROS parameters ⇄ config dataclasses: every node declares exactly its config's fields.
+
+A field's ``metadata`` carries its description (``doc``) and, where it has one, its valid range
+(``range``: (low, high)), which go into the parameter's descriptor. ``watch_config`` validates a
+set-parameters request by building the new config (the dataclass's own checks), so an invalid value
+(NaN, a negative rate, a limit above a hard cap) is refused with the reason, and an accepted change
+is handed to the node, which applies it from its next command on.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from typing import TypeVar
 
-from rcl_interfaces.msg import ParameterDescriptor
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 
 C = TypeVar("C")
 
 
+def descriptor(f: dataclasses.Field, hint: type) -> ParameterDescriptor:
+    """The descriptor of one config field: description and, if the field has one, its range."""
+    out = ParameterDescriptor(description=f.metadata.get("doc", ""))
+    if "range" in f.metadata:
+        low, high = f.metadata["range"]
+        if hint is float:
+            out.floating_point_range = [FloatingPointRange(from_value=float(low), to_value=float(high), step=0.0)]
+        elif hint is int:
+            out.integer_range = [IntegerRange(from_value=int(low), to_value=int(high), step=1)]
+    return out
+
+
+def _coerce(value, hint):
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return tuple(value) if isinstance(value, list) else value
+
+
 def declare_config(node: Node, cls: type[C]) -> C:
-    """Declare one parameter per field of ``cls`` (default = the field's default, description = the
-    field's ``metadata['doc']``) and return the config built from the parameters' values."""
+    """Declare one parameter per field of ``cls`` (default = the field's default, description and range
+    from the field's metadata) and return the config built from the parameters' values."""
     hints = typing.get_type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if isinstance(default, tuple):
             default = list(default)
-        descriptor = ParameterDescriptor(description=f.metadata.get("doc", ""))
-        value = node.declare_parameter(f.name, default, descriptor).value
-        if hints[f.name] is float and isinstance(value, int):
-            value = float(value)
-        if isinstance(value, list):
-            value = tuple(value)
-        values[f.name] = value
+        value = node.declare_parameter(f.name, default, descriptor(f, hints[f.name])).value
+        values[f.name] = _coerce(value, hints[f.name])
     try:
         return cls(**values)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{node.get_name()}: invalid parameters: {exc}") from None
 
 
-def doc(text: str) -> dict:
-    """Field metadata carrying the parameter's description."""
-    return {"doc": text}
+def watch_config(node: Node, current: Callable[[], C], apply: Callable[[C], None]) -> None:
+    """Validate runtime changes of ``current()``'s fields; on success ``apply(new_config)``.
+
+    The new config is built before anything changes: a value its dataclass refuses is refused with
+    the dataclass's reason and nothing is applied.
+    """
+    hints = typing.get_type_hints(type(current()))
+
+    def changed(params) -> C | None:
+        changes = {p.name: _coerce(p.value, hints[p.name]) for p in params if p.name in hints}
+        return dataclasses.replace(current(), **changes) if changes else None
+
+    def validate(params) -> SetParametersResult:
+        try:
+            changed(params)
+        except (TypeError, ValueError) as exc:
+            return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
+
+    def on_set(params) -> None:  # after every callback accepted: nothing is half applied
+        new = changed(params)
+        if new is not None:
+            apply(new)
+            node.get_logger().info(f"parameters changed: {', '.join(f'{p.name}={p.value!r}' for p in params)}")
+
+    node.add_on_set_parameters_callback(validate)
+    node.add_post_set_parameters_callback(on_set)
+
+
+def doc(text: str, low: float | None = None, high: float | None = None) -> dict:
+    """Field metadata carrying the parameter's description and, with ``low``/``high``, its range."""
+    return {"doc": text} if low is None else {"doc": text, "range": (low, high)}

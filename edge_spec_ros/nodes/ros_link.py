@@ -42,13 +42,29 @@ class RosVerifierLink:
         self._inbox: dict[int, queue.Queue] = {}
         self._lock = threading.Lock()
         self._next = 1
+        self._closed = False
         self._requests = node.create_publisher(DecisionRequest, "edge_spec/decision_request", RELIABLE)
         self._drafts = node.create_publisher(DraftMsg, "edge_spec/draft", RELIABLE)
         node.create_subscription(ExitMsg, "edge_spec/exit_result", self._on_exit, RELIABLE)
         node.create_subscription(BridgeStatus, "edge_spec/bridge_status", self._on_status, RELIABLE)
 
+    @property
+    def next_decision(self) -> int:
+        """The decision id the next ``open`` will use (the session id on the verifier)."""
+        return self._next
+
+    def close(self) -> None:
+        """Refuse new decisions and wake every receive in progress with an error."""
+        with self._lock:
+            self._closed = True
+            boxes = list(self._inbox.values())
+        for box in boxes:
+            box.put(Error(int(ErrorCode.INTERNAL), "the drafter is shutting down"))
+
     def open(self, request: Open) -> tuple[bytes, Opened]:
         with self._lock:
+            if self._closed:
+                raise VerifierError(int(ErrorCode.INTERNAL), "the drafter is shutting down")
             decision = self._next
             self._next += 1
             self._inbox[decision] = queue.Queue()

@@ -19,11 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import rclpy
 from geometry_msgs.msg import PoseStamped, Twist
 from nav_msgs.msg import Odometry
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, qos_profile_sensor_data
 from rclpy.time import Time
@@ -32,6 +30,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Bool
 
 from edge_spec_ros.nodes.convert import rgb_to_image
+from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.sim.simulation import Simulation
 from edge_spec_ros.sim.tasks import Task, episode_world
@@ -136,19 +135,9 @@ def _set_pose(msg, pose: Pose) -> None:
     msg.orientation.z, msg.orientation.w = math.sin(pose.theta / 2), math.cos(pose.theta / 2)
 
 
-def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = SimNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+def main(args: list[str] | None = None) -> int:
+    return main_for(SimNode, args=args)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from edge_spec_ros.nav.motion import MotionTracker, PlanarPose
 from edge_spec_ros.nav.planner import MotionPlan
 from edge_spec_ros.sim.world import Pose, World
 
@@ -86,10 +87,17 @@ class Simulation:
         return self.odometry
 
 
-def execute(sim: Simulation, plan: MotionPlan) -> None:
-    """Carry out ``plan`` as the action node does on simulated time: its command for the ticks that
-    fit its duration (rounded to the nearest tick), then zero."""
-    for _ in range(round(plan.duration_s / sim.dt_s)):
-        sim.command(plan.linear_x, plan.angular_z)
+def execute(sim: Simulation, plan: MotionPlan) -> str:
+    """Carry out ``plan`` as the action node does on odometry (``nav/motion.MotionTracker``): one
+    command per simulated tick until the distance or angle is covered (or the tracker gives up), then
+    zero. Returns why the motion ended."""
+    def sample() -> tuple[PlanarPose, float]:
+        p = sim.world.pose
+        return PlanarPose(p.x, p.y, p.theta), sim.time_ns / NS_PER_S
+
+    tracker = MotionTracker(plan, *sample())
+    while not (cmd := tracker.update(*sample())).done:
+        sim.command(cmd.linear_x, cmd.angular_z)
         sim.tick()
     sim.command(0.0, 0.0)
+    return cmd.reason

@@ -13,7 +13,7 @@ from edge_spec_ros.nav.grammar import NavAction, parse_action
 from edge_spec_ros.nav.planner import MotionPlan, plan_motion, zero_plan
 
 CONFIG = NavConfig()
-ROOMY = NavConfig(max_duration_s=100.0)  # isolates the distance/angle/speed clamps from the duration clamp
+ROOMY = NavConfig(max_duration_s=30.0)  # isolates the distance/angle/speed clamps from the duration clamp
 
 
 def limited(plan: MotionPlan, config: NavConfig) -> bool:
@@ -46,7 +46,7 @@ def test_config_defaults():
         (math.radians(15), math.radians(30), math.radians(60)))
     assert (c.cruise_linear_speed, c.cruise_angular_speed) == (0.3, 0.6)
     assert (c.max_linear_speed, c.max_angular_speed, c.max_duration_s, c.max_distance_m) == (0.5, 1.0, 5.0, 2.0)
-    assert c.max_angle_rad == math.pi and c.watchdog_timeout_s == 0.5
+    assert c.max_angle_rad == math.pi and c.watchdog_timeout_s == 6.0 > c.max_duration_s
     assert c.forward_distance("medium") == 0.5 and c.turn_angle("large") == pytest.approx(math.radians(60))
 
 

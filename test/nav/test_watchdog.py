@@ -87,7 +87,7 @@ def test_timeout_validated(timeout):
 def test_from_config():
     """Watchdog.from_config uses NavConfig.watchdog_timeout_s."""
     assert Watchdog.from_config(NavConfig(watchdog_timeout_s=0.2)).timeout_s == 0.2
-    assert Watchdog.from_config(NavConfig()).timeout_s == 0.5
+    assert Watchdog.from_config(NavConfig()).timeout_s == 6.0
 
 
 # --- MotionTimer ---------------------------------------------------------------------------------------
