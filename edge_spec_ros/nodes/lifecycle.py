@@ -4,8 +4,8 @@ rclpy's own signal handlers shut the context down the moment a signal arrives, s
 longer publish its last zero velocity (``RCLError: publisher's context is invalid``). Here rclpy's
 handlers are off; SIGINT and SIGTERM only set an event. The spin loop notices it within
 ``SPIN_PERIOD_S``, then, in order: every node's ``close()`` (stop its workers and join them, publish
-its final messages: the context is still valid), the executor's shutdown, ``destroy_node`` and
-``rclpy.try_shutdown``. Nodes that own threads or command motion implement ``close()``.
+its final messages: the context is still valid), ``FLUSH_S`` more of spinning so those messages are
+delivered, the executor's shutdown, ``destroy_node`` and ``rclpy.try_shutdown``. Nodes that own threads or command motion implement ``close()``.
 
 One single-threaded executor per process: rclpy's multi-threaded executor spends most of its time
 rebuilding wait sets under the GIL, and no callback of this package blocks (work that blocks runs on
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 import rclpy
@@ -24,6 +25,7 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
 SPIN_PERIOD_S = 0.1  # how often the spin loop looks at the stop event (the reaction time to a signal)
+FLUSH_S = 0.2  # after closing, keep spinning this long so the final messages reach their subscribers
 
 
 class StopSignal:
@@ -71,6 +73,9 @@ def close_all(nodes: Sequence[Node], executor: SingleThreadedExecutor | None) ->
             except Exception as exc:  # noqa: BLE001 - one node's failure must not keep the others moving
                 node.get_logger().error(f"close failed: {exc!r}")
     if executor is not None:
+        end = time.monotonic() + FLUSH_S
+        while rclpy.ok() and time.monotonic() < end:
+            executor.spin_once(timeout_sec=FLUSH_S / 4)
         executor.shutdown(timeout_sec=1.0)
     for node in nodes:
         node.destroy_node()

@@ -87,3 +87,84 @@ def test_lost_verifier_stops_the_robot_at_once(action_node):
     wait_for(lambda: any(ts > t and x == 0.0 for ts, x, _ in twists), 2, "zero velocity after LINK_LOST")
     stopped = next(ts for ts, x, _ in twists if ts > t and x == 0.0)
     assert stopped - t < 0.5
+
+
+def test_stop_ends_a_motion_within_one_control_period(ros, action_node):
+    decisions, _, actions, _, twists = action_node
+    instruction = ros.node.create_publisher(String, "instruction", RELIABLE)
+    wait_for(lambda: instruction.get_subscription_count() > 0, DISCOVERY_S, "the action node's instruction topic")
+    send(decisions, 5, "Action: turn left 90 degrees")  # 2.6 s of turning
+    wait_for(lambda: any(z > 0 for _, _, z in twists[-3:]), 10, "the turn")
+    t = time.monotonic()
+    instruction.publish(String(data="stop"))
+    wait_for(lambda: any(a.decision == 5 and a.status == NavAction.CANCELLED for a in actions), 2, "CANCELLED")
+    ended = next(a for a in actions if a.decision == 5 and a.status == NavAction.CANCELLED)
+    assert ended.end_reason == "stop"
+    stopped = next(ts for ts, _, z in twists if ts > t and z == 0.0)
+    assert stopped - t < 0.2  # one control period is 20 ms at 50 Hz; DDS and scheduling take the rest
+
+
+def test_after_a_motion_zero_is_held_then_nothing(action_node):
+    """hold_zero_s (default 1 s) of zero after the end, then quiet: a twist_mux input times out."""
+    decisions, _, actions, _, twists = action_node
+    send(decisions, 6, "Action: move forward 6 cm")  # 0.2 s
+    wait_for(lambda: any(a.decision == 6 and a.status == NavAction.DONE for a in actions), 10, "DONE")
+    done = time.monotonic()
+    time.sleep(2.0)
+    after = [(ts, x) for ts, x, _ in twists if ts > done]
+    assert after and all(x == 0.0 for _, x in after)
+    assert after[-1][0] - done < 1.3  # held about 1 s, then nothing for the rest of the 2 s
+    assert time.monotonic() - after[-1][0] > 0.6
+
+
+def set_parameters(ros, **values):
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.parameter import Parameter
+
+    client = ros.node.create_client(SetParameters, "/action/set_parameters")
+    assert client.wait_for_service(timeout_sec=DISCOVERY_S)
+    request = SetParameters.Request()
+    request.parameters = [Parameter(name, value=value).to_parameter_msg() for name, value in values.items()]
+    future = client.call_async(request)
+    wait_for(future.done, 10, "set_parameters")
+    ros.node.destroy_client(client)
+    return future.result().results
+
+
+@pytest.mark.parametrize("name,value", [("max_linear_speed", float("nan")), ("rate_hz", -5.0),
+                                        ("max_linear_speed", 7.0), ("max_angular_speed", -1.0),
+                                        ("watchdog_timeout_s", 0.0)])
+def test_invalid_parameters_are_refused_with_a_reason(ros, action_node, name, value):
+    (result,) = set_parameters(ros, **{name: value})
+    assert not result.successful and result.reason, (name, value, result)
+
+
+def test_an_accepted_limit_takes_effect_on_the_next_command(ros, action_node):
+    decisions, _, actions, _, _ = action_node
+    (result,) = set_parameters(ros, max_linear_speed=0.1)
+    assert result.successful, result.reason
+    send(decisions, 7, "Action: move forward 10 cm")
+    wait_for(lambda: any(a.decision == 7 and a.status == NavAction.STARTED for a in actions), 10, "the NavAction")
+    action = next(a for a in actions if a.decision == 7)
+    assert action.linear_x == pytest.approx(0.1) and action.clamped
+    (result,) = set_parameters(ros, max_linear_speed=0.5)
+    assert result.successful
+
+
+def test_sigterm_mid_motion_leaves_a_final_zero(ros, tmp_path):
+    """SIGTERM (systemd, docker stop) while moving: another process sees the last command be zero,
+    and the node exits 0 without a traceback."""
+    twists: list[tuple[float, float]] = []
+    ros.node.create_subscription(Twist, "term/cmd_vel", lambda m: twists.append((m.linear.x, m.angular.z)), 10)
+    decisions = ros.node.create_publisher(Decision, "term/edge_spec/decision", RELIABLE)
+    log = tmp_path / "action.log"
+    cmd = node_command("action_node", "-r", "__ns:=/term", "-p", "rate_hz:=50.0")
+    with process(cmd, log) as proc:
+        wait_for(lambda: decisions.get_subscription_count() > 0, DISCOVERY_S, "the action node")
+        send(decisions, 1, "Action: move forward 100 cm")
+        wait_for(lambda: len(twists) > 5 and twists[-1][0] > 0, 10, "motion")
+        proc.terminate()
+        assert proc.wait(timeout=5) == 0, log.read_text()
+    wait_for(lambda: twists[-1] == (0.0, 0.0), 2, "the final zero")
+    out = log.read_text()
+    assert "Traceback" not in out and "context is invalid" not in out, out

@@ -1,0 +1,73 @@
+"""MotionTracker: motions end on pose feedback, exactly on the target without delay, within one
+period's travel with a period of delay, and give up when blocked."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from edge_spec_ros.nav.motion import ANGULAR_TOLERANCE_RAD, LINEAR_TOLERANCE_M, MotionTracker, PlanarPose
+from edge_spec_ros.nav.planner import MotionPlan
+
+DT = 0.02
+
+
+def drive(plan: MotionPlan, start: PlanarPose, delay_ticks: int = 0, blocked_after_m: float = math.inf,
+          max_ticks: int = 10_000) -> tuple[MotionTracker, PlanarPose, int]:
+    """A unicycle integrating each command ``delay_ticks`` periods after it was computed."""
+    tracker = MotionTracker(plan, start, 0.0)
+    pose, t, pending, travelled = start, 0.0, [], 0.0
+    cmd = tracker.update(pose, t)
+    for tick in range(max_ticks):
+        pending.append(cmd)
+        applied = pending.pop(0) if len(pending) > delay_ticks else None
+        v, w = (applied.linear_x, applied.angular_z) if applied is not None else (0.0, 0.0)
+        if travelled + abs(v) * DT > blocked_after_m:
+            v = 0.0
+        travelled += abs(v) * DT
+        pose = PlanarPose(pose.x + v * DT * math.cos(pose.theta), pose.y + v * DT * math.sin(pose.theta),
+                          pose.theta + w * DT)
+        t += DT
+        if tracker.done:
+            return tracker, pose, tick
+        cmd = tracker.update(pose, t)
+    raise AssertionError("the motion never ended")
+
+
+@pytest.mark.parametrize("distance", [0.25, 0.5, 1.0, -0.3, 1.01])
+def test_a_move_ends_on_its_distance(distance):
+    start = PlanarPose(1.0, 2.0, 0.7)
+    plan = MotionPlan(linear_x=math.copysign(0.3, distance), duration_s=abs(distance) / 0.3)
+    tracker, pose, _ = drive(plan, start)
+    along = (pose.x - start.x) * math.cos(start.theta) + (pose.y - start.y) * math.sin(start.theta)
+    assert along == pytest.approx(distance, abs=LINEAR_TOLERANCE_M)
+    assert tracker.covered == pytest.approx(along, abs=1e-9)
+
+
+@pytest.mark.parametrize("angle", [math.radians(45), math.radians(-30), math.radians(300)])
+def test_a_turn_ends_on_its_angle_even_past_half_a_turn(angle):
+    plan = MotionPlan(angular_z=math.copysign(0.6, angle), duration_s=abs(angle) / 0.6)
+    tracker, pose, _ = drive(plan, PlanarPose(0.0, 0.0, 3.0))
+    assert pose.theta - 3.0 == pytest.approx(angle, abs=ANGULAR_TOLERANCE_RAD)
+    assert tracker.covered == pytest.approx(angle, abs=ANGULAR_TOLERANCE_RAD)
+
+
+def test_a_period_of_delay_overshoots_by_at_most_one_period_of_travel():
+    """Commands applied one period late: the approach still ends within one period's travel."""
+    plan = MotionPlan(linear_x=0.3, duration_s=1.0 / 0.3)
+    _, pose, _ = drive(plan, PlanarPose(0.0, 0.0, 0.0), delay_ticks=1)
+    assert 1.0 <= pose.x <= 1.0 + 0.3 * DT + LINEAR_TOLERANCE_M
+    assert abs(pose.x - 1.0) / 1.0 < 0.02  # the 2 % of the motion benchmark
+
+
+def test_a_blocked_robot_gives_up_after_the_timeout():
+    plan = MotionPlan(linear_x=0.3, duration_s=1.0)  # 0.3 m, blocked after 0.1 m
+    tracker, pose, ticks = drive(plan, PlanarPose(0.0, 0.0, 0.0), blocked_after_m=0.1)
+    assert pose.x == pytest.approx(0.1, abs=0.01)
+    assert tracker.done and ticks * DT == pytest.approx(tracker.timeout_s, abs=2 * DT)
+
+
+def test_a_stop_plan_is_done_at_once():
+    tracker = MotionTracker(MotionPlan(), PlanarPose(0.0, 0.0, 0.0), 0.0)
+    assert tracker.done and tracker.update(PlanarPose(0.0, 0.0, 0.0), 1.0).done
