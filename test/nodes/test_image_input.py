@@ -5,7 +5,11 @@ frame still arrives), stale frames."""
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +19,7 @@ import pytest
 from rosbags.rosbag2 import Writer
 from rosbags.typesys import Stores, get_typestore
 
+from edge_spec_ros.cloud.process import stop
 from edge_spec_ros.nodes.image_input import ImageInput, ImageInputConfig
 from rosharness import node_command, process, wait_for
 
@@ -154,3 +159,112 @@ def test_unreadable_frames_are_dropped_with_a_warning_and_the_next_one_counts(ro
     assert "zero width or height" in zero and "expected sensor_msgs/msg/Image in rgb8, bgr8" in zero
     assert "encoding '32FC1'" in unsupported and "unsupported image encoding" in unsupported
     images.destroy()
+
+
+# --- 640x480 rgb8 at 5 Hz between processes, with the project's DDS profile (config/fastdds_local.xml)
+PUBLISH_FRAMES = """
+import sys, time, numpy as np, rclpy
+from rclpy.qos import qos_profile_sensor_data
+from builtin_interfaces.msg import Time
+from edge_spec_ros.nodes.convert import rgb_to_image
+count = int(sys.argv[1])
+rclpy.init()
+node = rclpy.create_node("frame_publisher")
+publisher = node.create_publisher(type(rgb_to_image(np.zeros((1, 1, 3), np.uint8), Time(), "")), "large/image_raw",
+                                  qos_profile_sensor_data)
+deadline = time.monotonic() + 30
+while publisher.get_subscription_count() == 0 and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(1.0)
+print("publishing", flush=True)
+rgb = np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
+for i in range(count):
+    publisher.publish(rgb_to_image(rgb, Time(sec=i), str(i)))
+    time.sleep(0.2)  # 5 Hz
+time.sleep(1.0)
+print("published", count, flush=True)
+"""
+COUNT_FRAMES = """
+import sys, time, rclpy
+from edge_spec_ros.nodes.image_input import ImageInput, ImageInputConfig
+count, timeout = int(sys.argv[1]), float(sys.argv[2])
+rclpy.init()
+node = rclpy.create_node("frame_counter")
+images = ImageInput(node, ImageInputConfig(image_topic="large/image_raw"))
+print("subscribed", flush=True)
+deadline = time.monotonic() + timeout
+while images.received < count and time.monotonic() < deadline:
+    rclpy.spin_once(node, timeout_sec=0.1)
+frame = images.latest(max_age_s=60, warn=False)
+print("received", images.received, "shape", None if frame is None else frame.rgb.shape, flush=True)
+"""
+ROOT = Path(__file__).resolve().parents[2]
+DDS_PROFILE = ROOT / "config" / "fastdds_local.xml"
+
+
+def ip_socket_inodes() -> set[str]:
+    """Inodes of every IPv4/IPv6 TCP, UDP and raw socket of this network namespace."""
+    inodes = set()
+    for name in ("tcp", "tcp6", "udp", "udp6", "raw", "raw6"):
+        path = Path("/proc/net") / name
+        if path.exists():
+            inodes |= {line.split()[9] for line in path.read_text().splitlines()[1:] if line.strip()}
+    return inodes
+
+
+def socket_inodes(pid: int) -> set[str]:
+    out = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(target[len("socket:["):-1])
+    return out
+
+
+def large_frames(tmp_path, env: dict, count: int, timeout_s: float = 30.0) -> tuple[int, set[str]]:
+    """(frames counted in one process of ``count`` 640x480 rgb8 sent at 5 Hz best effort by another,
+    the IP sockets the two processes hold while the frames flow)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **env)
+    logs = {name: tmp_path / f"{name}.log" for name in ("counter", "publisher")}
+    with open(logs["counter"], "w") as out_c, open(logs["publisher"], "w") as out_p:
+        counter = subprocess.Popen([sys.executable, "-c", COUNT_FRAMES, str(count), str(timeout_s)], stdout=out_c,
+                                   stderr=subprocess.STDOUT, env=env)
+        try:
+            wait_for(lambda: "subscribed" in logs["counter"].read_text(), 30, "the counter")
+            publisher = subprocess.Popen([sys.executable, "-c", PUBLISH_FRAMES, str(count)], stdout=out_p,
+                                         stderr=subprocess.STDOUT, env=env)
+            try:
+                wait_for(lambda: "publishing" in logs["publisher"].read_text(), 30, "the publisher")
+                ip_sockets = (socket_inodes(counter.pid) | socket_inodes(publisher.pid)) & ip_socket_inodes()
+                assert publisher.wait(timeout=30) == 0, logs["publisher"].read_text()
+            finally:
+                stop(publisher)
+            assert counter.wait(timeout=30) == 0, logs["counter"].read_text()
+        finally:
+            stop(counter)
+    match = re.search(r"received (\d+) shape (.*)", logs["counter"].read_text())
+    assert match, logs["counter"].read_text()
+    if int(match.group(1)):
+        assert match.group(2) == "(480, 640, 3)"
+    return int(match.group(1)), ip_sockets
+
+
+def test_640x480_rgb8_at_5_hz_arrive_completely_over_shared_memory_only(tmp_path):
+    """With config/fastdds_local.xml every frame arrives best effort, and the processes hold no IP
+    socket at all (nothing can be sent to any address, loopback included)."""
+    received, ip_sockets = large_frames(tmp_path, {"FASTDDS_DEFAULT_PROFILES_FILE": str(DDS_PROFILE)}, 10)
+    assert received == 10
+    assert not ip_sockets
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # the check sees a socket when there is one
+        probe.bind(("127.0.0.1", 0))
+        assert socket_inodes(os.getpid()) & ip_socket_inodes()
+
+
+@pytest.mark.slow
+def test_without_the_profile_large_frames_are_lost(tmp_path):
+    """Negative control: the built-in shared-memory transport alone (512 KiB segments) loses frames."""
+    received, ip_sockets = large_frames(tmp_path, {"FASTDDS_BUILTIN_TRANSPORTS": "SHM"}, 10, timeout_s=6.0)
+    assert received < 10 and not ip_sockets
