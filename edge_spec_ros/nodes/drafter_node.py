@@ -189,7 +189,11 @@ class DrafterNode(Node):
             for _ in range(self.config.max_decisions if self.config.repeat_decisions else 1):
                 if not self._current(generation):
                     break
-                end = self._decide(instruction, generation, not_before_ns)
+                try:
+                    end = self._decide(instruction, generation, not_before_ns)
+                except Exception as exc:  # noqa: BLE001 - garbage in or out ends this cycle, never the thread
+                    self.get_logger().error(f"decision failed: {exc!r}: ending the instruction cycle")
+                    break
                 if end is None or end.kind in ("stop", "invalid") or not self.config.repeat_decisions:
                     break
                 not_before_ns = _stamp_ns(end.header.stamp) + round(self.config.settle_s * 1e9)

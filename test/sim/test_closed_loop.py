@@ -12,7 +12,7 @@ from edge_spec_ros.sim.closed_loop import ModelPolicy, episode_world, evaluate, 
 from edge_spec_ros.sim.expert import run_episode
 from edge_spec_ros.sim.samples import SimDataConfig, sim_sample
 
-EPISODES = 8
+EPISODES = 16
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +23,11 @@ def pair():
 def test_the_trained_model_finds_the_target_among_distractors(pair):
     """From the image alone, in seeded rooms it has never seen (training rooms come from another
     seed), the verifier's greedy decisions bring the robot to the named object in several episodes
-    (4 of 8 on the reference machine; README: 46 % over 50 rooms), and the untrained pair — the
-    negative control, same loop — in none."""
+    (8 of these 16 on the reference machine, 65 of 140 over seeds 100-239, motions ended on odometry
+    as the action node does), and the untrained pair — the negative control, same loop — in none."""
     seeds = list(range(100, 100 + EPISODES))
     trained = evaluate(ModelPolicy(pair.verifier, PromptEncoder(pair.tokenizer)), seeds)
-    assert sum(e.reached for e in trained.episodes) >= 3, trained.episodes
+    assert sum(e.reached for e in trained.episodes) >= 6, trained.episodes
     assert all(e.decisions >= 1 for e in trained.episodes)
     untrained = random_pair()
     control = evaluate(ModelPolicy(untrained.verifier, PromptEncoder(untrained.tokenizer)), seeds)
