@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Build the package's ROS 2 interfaces (msg/) with the ROS 2 wheels from PyPI and install them into
 # the virtual environment's prefix, where rclpy finds them without sourcing anything.
-# On a real ROS 2 install use colcon instead: `colcon build --packages-select edge_spec_ros`.
+# On a real ROS 2 install use colcon instead: `colcon build --packages-select edge_spec_ros`
+# (docs/ros_package.md). `build_interfaces.sh --patch-only VENV` only fixes the wheels' CMake files
+# (below), which is all a `colcon build` against the wheels of VENV needs.
 set -euo pipefail
-VENV=${1:?usage: build_interfaces.sh VENV}
+PATCH_ONLY=0
+if [ "${1:-}" = "--patch-only" ]; then PATCH_ONLY=1; shift; fi
+VENV=${1:?usage: build_interfaces.sh [--patch-only] VENV}
 VENV=$(cd "$VENV" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY="$VENV/bin/python"
@@ -16,6 +20,7 @@ for f in $(grep -rlE '/opt/python/cp311-cp311' "$VENV/share" --include='*.cmake'
   sed -i -e "s#/opt/python/cp311-cp311/include/python3.11#$PY_INCLUDE#g" \
          -e "s#/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include#$NP_INCLUDE#g" "$f"
 done
+if [ "$PATCH_ONLY" = 1 ]; then echo "patched the ROS 2 wheels' CMake files in $VENV"; exit 0; fi
 
 BUILD="$ROOT/build/interfaces"
 mkdir -p "$BUILD"
