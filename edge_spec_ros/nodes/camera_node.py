@@ -14,8 +14,6 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import rclpy
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
@@ -23,6 +21,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.nodes.convert import COMPRESSED_FORMATS, WRITABLE_ENCODINGS, rgb_to_compressed, rgb_to_image
 from edge_spec_ros.nodes.image_input import QOS_CHOICES, RELIABLE_IMAGES, TRANSPORTS
+from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp"}
@@ -141,25 +140,12 @@ class CameraNode(Node):
         super().destroy_node()
 
 
-def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=args)
-    node = None
-    failed = False
-    try:
-        node = CameraNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except ValueError as exc:  # a source that cannot be opened, an invalid parameter
-        rclpy.logging.get_logger("camera").fatal(str(exc))
-        failed = True
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    if failed:
-        raise SystemExit(1)
+def main(args: list[str] | None = None) -> int:
+    status = main_for(CameraNode, args=args)  # a source that cannot open: one error line, status 1
+    if status:
+        raise SystemExit(status)  # also for launchers that ignore main()'s return value
+    return status
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -13,14 +13,15 @@ reliable subscription, other image topics). Warnings are throttled to one per ``
 per kind.
 
     images = ImageInput(node, declare_config(node, ImageInputConfig))
-    frame = images.latest(max_age_s=1.0)        # Frame | None, never blocks
-    frame = images.wait(timeout_s=2.0, newer_than_ns=t)   # blocks for a frame that arrived after t
+    frame = images.latest(max_age_s=1.0)                 # Frame | None, never blocks
+    frame = images.wait(timeout_s=2.0, not_before_ns=t)  # blocks for a frame stamped at or after t
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -93,8 +94,12 @@ def _describe(msg) -> str:
 class ImageInput:
     """The latest camera frame of ``node``, from the topic, transport and QoS of ``config``."""
 
-    def __init__(self, node: Node, config: ImageInputConfig, callback_group=None) -> None:
+    def __init__(self, node: Node, config: ImageInputConfig, callback_group=None,
+                 on_frame: Callable[[Frame], None] | None = None) -> None:
+        """Subscribe now. ``on_frame(frame)`` (optional) is called on the executor's thread after each
+        frame is kept, e.g. to wake a worker waiting on the node's own condition."""
         self.node = node
+        self.on_frame = on_frame
         self.config = config
         self.expected_type = IMAGE_TYPES[config.image_transport]
         self.topic = node.resolve_topic_name(config.subscribed_topic)
@@ -132,34 +137,47 @@ class ImageInput:
             self._frame = frame
             self.received += 1
             self._cv.notify_all()
+        if self.on_frame is not None:
+            self.on_frame(frame)
 
     # --- the consumer's side --------------------------------------------------------------------
-    def latest(self, max_age_s: float | None = None, warn: bool = True) -> Frame | None:
-        """The newest frame if it arrived at most ``max_age_s`` ago (default ``image_max_age_s``),
-        else ``None`` (with a throttled warning saying why, unless ``warn`` is false). Never blocks."""
+    def latest(self, max_age_s: float | None = None, not_before_ns: int | None = None,
+               warn: bool = True) -> Frame | None:
+        """The newest frame if it arrived at most ``max_age_s`` ago (node clock; default
+        ``image_max_age_s``) and, with ``not_before_ns``, is stamped (header) at or after it; else
+        ``None``, with a throttled warning saying why unless ``warn`` is false. Never blocks."""
         max_age = self.config.image_max_age_s if max_age_s is None else max_age_s
         with self._cv:
             frame = self._frame
         now = self.node.get_clock().now().nanoseconds
-        if frame is not None and frame.age_s(now) <= max_age:
+        if frame is not None and frame.age_s(now) <= max_age and (not_before_ns is None or frame.stamp_ns >= not_before_ns):
             return frame
         if warn:
             if frame is None:
                 self._warn("missing", f"no frame yet on {self.topic}: {self.diagnose()}")
-            else:
+            elif frame.age_s(now) > max_age:
                 self._warn("missing", f"the latest frame on {self.topic} is {frame.age_s(now):.1f} s old "
                                       f"(at most {max_age:.1f} s): {self.diagnose()}")
+            else:
+                self._warn("missing", f"the latest frame on {self.topic} is stamped "
+                                      f"{(not_before_ns - frame.stamp_ns) / 1e9:.2f} s too early: {self.diagnose()}")
         return None
 
-    def wait(self, timeout_s: float, newer_than_ns: int | None = None, warn: bool = True) -> Frame | None:
-        """Block up to ``timeout_s`` (wall time) for a frame that arrived after ``newer_than_ns`` (node
-        clock; default: any fresh frame). ``None`` on timeout, with a throttled warning."""
+    def wait(self, timeout_s: float, not_before_ns: int | None = None, newer_than_ns: int | None = None,
+             warn: bool = True) -> Frame | None:
+        """Block up to ``timeout_s`` (wall time) for a frame stamped at or after ``not_before_ns``
+        (header stamp) and that arrived after ``newer_than_ns`` (node clock); without either, for a
+        fresh frame (``image_max_age_s``). ``None`` on timeout, with a throttled warning."""
         def ready() -> bool:
             f = self._frame
             if f is None:
                 return False
+            if not_before_ns is not None and f.stamp_ns < not_before_ns:
+                return False
             if newer_than_ns is not None:
                 return f.received_ns > newer_than_ns
+            if not_before_ns is not None:
+                return True
             return f.age_s(self.node.get_clock().now().nanoseconds) <= self.config.image_max_age_s
 
         with self._cv:

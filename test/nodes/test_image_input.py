@@ -66,7 +66,10 @@ def test_config_checks_and_topic_convention():
 
 
 def test_raw_bgr8_frames_from_a_camera_process(ros, picture_folder, tmp_path):
-    images, warnings = image_input(ros, image_topic="/t1/camera/image_raw", image_warn_period_s=0.0)
+    seen = []
+    images = ImageInput(ros.node, ImageInputConfig(image_topic="/t1/camera/image_raw", image_warn_period_s=0.0),
+                        on_frame=seen.append)
+    images.logger = warnings = Warnings()
     assert images.latest() is None and "nobody publishes on /t1/camera/image_raw" in warnings.texts[-1]
     with process(camera("/t1", picture_folder, "encoding:=bgr8", "frame_id:=head"), tmp_path / "camera.log"):
         frame = images.wait(timeout_s=20.0)
@@ -76,6 +79,12 @@ def test_raw_bgr8_frames_from_a_camera_process(ros, picture_folder, tmp_path):
         assert images.latest() is not None
         later = images.wait(timeout_s=5.0, newer_than_ns=frame.received_ns)
         assert later is not None and later.received_ns > frame.received_ns
+        assert seen and seen[-1].received_ns >= later.received_ns  # the hook sees every kept frame
+        # a frame stamped after a given time (the motion's end): the camera stamps at 10 Hz
+        after = later.stamp_ns + 250_000_000
+        assert images.latest(not_before_ns=after) is None and "s too early" in warnings.texts[-1]
+        stamped = images.wait(timeout_s=5.0, not_before_ns=after)
+        assert stamped is not None and stamped.stamp_ns >= after
     time.sleep(0.6)
     assert images.latest(max_age_s=0.5) is None  # the camera stopped: its last frame is stale
     assert re.search(r"the latest frame on /t1/camera/image_raw is \d+\.\d s old \(at most 0\.5 s\)", warnings.texts[-1])
