@@ -500,13 +500,21 @@ def cmd_sim_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sim_motion_bench(args: argparse.Namespace) -> int:
-    from edge_spec_ros.sim_motion_bench import run, table
+    from edge_spec_ros.sim_motion_bench import cpu_table, run, table
 
-    results = run(args.repeats, args.busy, args.metres, args.degrees)
-    print(table(results))
-    worst = max(abs(m.error_pct) for motions in results.values() for m in motions)
-    print(f"worst error {worst:.2f} %")
-    return 0
+    result = run(args.repeats, args.busy, args.metres, args.degrees, cpu_s=args.cpu_s,
+                 stack_params="" if args.no_stack else args.params, log_dir=args.logs, progress=_log)
+    print(table(result))
+    print(cpu_table(result))
+    for load in result.loads:
+        worst = [result.worst("odometry", load, kind) for kind in ("forward", "turn")]
+        print(f"odometry mode, {load}: worst error " + ", ".join(
+            f"{'move' if s.kind == 'forward' else 'turn'} {s.error_pct:+.2f} %" for s in worst if s)
+              + f" (bound {args.max_error_pct:g} %)")
+    failures = result.failures(args.max_error_pct)
+    for failure in failures:
+        print(f"FAIL odometry mode, {failure}")
+    return 1 if failures else 0
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
@@ -702,11 +710,21 @@ def build_parser() -> argparse.ArgumentParser:
     sim_eval.add_argument("--out", default="artifacts/sim_eval")
     sim_eval.set_defaults(func=cmd_sim_eval)
 
-    motion = sub.add_parser("sim-motion-bench", help="commanded vs travelled motion in the simulated room")
-    motion.add_argument("--repeats", type=int, default=3, help="runs per condition")
+    motion = sub.add_parser("sim-motion-bench", help="commanded vs travelled motion: decisions through sim_node "
+                            "and action_node processes, odometry vs timed, idle and loaded")
+    motion.add_argument("--repeats", type=int, default=3, help="forward, backward, left, right this many times "
+                        "per mode and load")
     motion.add_argument("--busy", type=int, default=2, help="busy-loop processes of the loaded condition")
     motion.add_argument("--metres", type=float, default=1.0)
     motion.add_argument("--degrees", type=float, default=45.0)
+    motion.add_argument("--max-error-pct", type=float, default=2.0,
+                        help="exit 1 when an odometry-mode motion misses its amount by more than this")
+    motion.add_argument("--cpu-s", type=float, default=10.0, help="idle CPU sampled over this long (0: not measured)")
+    motion.add_argument("--params", default="config/go2_nav.yaml",
+                        help="the YAML of the drafter + bridge + action process whose idle CPU is measured")
+    motion.add_argument("--no-stack", action="store_true",
+                        help="skip the drafter + bridge + action idle CPU (it loads the drafter model)")
+    motion.add_argument("--logs", default=None, help="node logs here (default: a new temporary folder)")
     motion.set_defaults(func=cmd_sim_motion_bench)
 
     keys = sub.add_parser("keys", help="make CURVE key pairs (server + robots)")

@@ -95,9 +95,24 @@ def test_a_command_stream_that_stops_is_a_stop(ros, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_motion_bench_measures_commanded_against_travelled():
-    from edge_spec_ros.sim_motion_bench import run, table
+def test_the_motion_bench_drives_decisions_through_the_action_node_within_2_percent_on_odometry(tmp_path):
+    """sim_node and action_node processes on simulated time; decisions from the bench; two busy loops."""
+    from edge_spec_ros.sim_motion_bench import cpu_table, run, table
 
-    results = run(repeats=1, busy=1)
-    assert [m.kind for m in results["idle"]] == ["forward", "turn"]
-    assert all(abs(m.error_pct) < 2.0 for motions in results.values() for m in motions), table(results)
+    result = run(repeats=1, busy=2, cpu_s=2.0, log_dir=tmp_path)
+    report = table(result) + "\n" + cpu_table(result)
+    assert result.loads == ["idle", "2 busy loops"], report
+    for mode in ("odometry", "timed"):
+        for load in result.loads:
+            ms = [s for s in result.samples if (s.mode, s.load) == (mode, load)]
+            assert [s.kind for s in ms] == ["forward", "forward", "turn", "turn"], report
+            assert all(s.status == "DONE" for s in ms), report
+            assert {s.end_reason for s in ms} == ({"reached"} if mode == "odometry" else {"duration"}), report
+    for load in result.loads:  # the bound holds idle and with two busy loops beside the nodes
+        for kind in ("forward", "turn"):
+            assert abs(result.worst("odometry", load, kind).error_pct) < 2.0, report
+    assert not result.failures(2.0), report
+    assert all(s.reported is not None for s in result.samples if s.mode == "odometry"), report
+    assert sorted(result.idle_cpu) == sorted(f"idle, {name} ({mode} mode)" for name in ("sim_node", "action_node")
+                                             for mode in ("odometry", "timed")), report
+    assert all(0 <= cores < 2 for cores in result.idle_cpu.values()), report
