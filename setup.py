@@ -1,3 +1,5 @@
+# pip installs the package from here (the development virtual environment: `make venv`); colcon builds
+# it with CMakeLists.txt, package.xml's build type being ament_cmake (docs/ros_package.md).
 from setuptools import find_packages, setup
 
 package_name = "edge_spec_ros"

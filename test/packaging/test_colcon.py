@@ -74,7 +74,7 @@ class Workspace:
             "CMAKE_PREFIX_PATH": str(VENV),
             "LD_LIBRARY_PATH": os.pathsep.join(map(str, libraries)),
             "_ROS_WHEELS_BOOTSTRAP_COMPLETE": "1",  # the library path is set here, in a fixed order
-            "ROS_DOMAIN_ID": os.environ["ROS_DOMAIN_ID"],
+            "ROS_DOMAIN_ID": os.environ.get("ROS_DOMAIN_ID", "77"),
             "FASTDDS_BUILTIN_TRANSPORTS": "SHM",
             "HF_HUB_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
