@@ -265,7 +265,7 @@ def measure_stack(bench: DecisionBench, params_file: str, cpu_s: float, log_dir:
         with bench._cv:
             bench.odom = None
         sim = start(stack, "stack sim_node", node_command("sim_node", params_file=params_file), log_dir)
-        nodes = start(stack, "stack drafter+bridge+action", [
+        nodes = start(stack, "stack drafter_bridge_action", [
             sys.executable, "-c", STACK_CODE, "--ros-args", "--params-file", params_file,
             "-p", "use_sim_time:=true", "-p", "action:odom_topic:=odom"], log_dir)
         bench.wait(lambda: bench.odom is not None and "drafter ready" in nodes[2].read_text(errors="replace"),
