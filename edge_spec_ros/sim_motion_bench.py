@@ -372,9 +372,9 @@ def table(result: BenchResult) -> str:
                 ended = "; ".join(f"{sum(f'{s.status.lower()} ({s.end_reason})' == r for s in ms)}× {r}"
                                   for r in reasons)
                 rtf = [s.real_time_factor for s in ms]
-                lines.append(f"| {mode} | {load} | {'move' if kind == 'forward' else 'turn'} | ±{amount:.{digits}f}{unit} "
-                             f"| {runs}{unit} | {reported} | {worst.error_pct:+.2f} % | {ended} | "
-                             f"{min(rtf):.2f}-{max(rtf):.2f} |")
+                motion = "move" if kind == "forward" else "turn"
+                lines.append(f"| {mode} | {load} | {motion} | ±{amount:.{digits}f}{unit} | {runs}{unit} | {reported} "
+                             f"| {worst.error_pct:+.2f} % | {ended} | {min(rtf):.2f}-{max(rtf):.2f} |")
     return "\n".join(lines)
 
 

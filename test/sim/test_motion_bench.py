@@ -1,8 +1,8 @@
 """sim-motion-bench's arithmetic and report, without processes: travelled distance and angle from two
 odometry messages, the error, the odometry mode's bound, the table and the CLI's options.
 
-The bench itself (sim_node and action_node processes, idle and with two busy loops) runs in the slow
-test test/nodes/test_sim_node.py::test_the_motion_bench_drives_decisions_through_the_action_node_within_2_percent_on_odometry.
+The bench itself (sim_node and action_node processes, idle and with two busy loops) runs in a slow
+test of test/nodes/test_sim_node.py (test_the_motion_bench_drives_decisions_through_the_action_node_...).
 """
 
 from __future__ import annotations
