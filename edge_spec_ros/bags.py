@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
 from rosbags.rosbag2 import Reader, Writer
 from rosbags.rosbag2.enums import StoragePlugin
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
@@ -58,6 +59,44 @@ class BagMessage:
     data: bytes  # CDR
 
 
+@dataclass(frozen=True)
+class BagTopic:
+    name: str
+    msgtype: str
+    count: int
+
+
+@dataclass(frozen=True)
+class BagInfo:
+    path: Path
+    storage: str  # "sqlite3" | "mcap"
+    version: int  # rosbag2 metadata version (8: Humble/Iron, 9: Jazzy and later)
+    topics: tuple[BagTopic, ...]
+    start_ns: int
+    end_ns: int
+    message_count: int
+
+
+def bag_info(path: str | Path) -> BagInfo:
+    """What a bag holds (from its metadata; no message is read). ``ValueError`` if it cannot be opened."""
+    path = Path(path)
+    try:
+        with Reader(path) as reader:
+            counts: dict[tuple[str, str], int] = {}
+            for conn in reader.connections:
+                key = (conn.topic, conn.msgtype)
+                counts[key] = counts.get(key, 0) + conn.msgcount
+            meta_file = path / "metadata.yaml"
+            meta = yaml.safe_load(meta_file.read_text())["rosbag2_bagfile_information"] if meta_file.is_file() else {}
+            storage = str(meta.get("storage_identifier", path.suffix.lstrip(".")))
+            return BagInfo(path, storage, int(meta.get("version", 0)),
+                           tuple(BagTopic(t, m, n) for (t, m), n in counts.items()),
+                           reader.start_time if reader.message_count else 0,
+                           reader.end_time if reader.message_count else 0, reader.message_count)
+    except Exception as exc:  # rosbags raises its own errors for a missing or unreadable bag
+        raise ValueError(f"cannot open bag {path}: {exc}") from None
+
+
 def read_bag(path: str | Path, topics: tuple[str, ...] = ()) -> Iterator[BagMessage]:
     """Messages in time order (all topics, or only ``topics``)."""
     with Reader(Path(path)) as reader:
@@ -69,11 +108,13 @@ def read_bag(path: str | Path, topics: tuple[str, ...] = ()) -> Iterator[BagMess
 class BagWriter:
     """Append CDR messages to a new bag; one connection per topic."""
 
-    def __init__(self, path: str | Path, storage: str = "sqlite3") -> None:
+    def __init__(self, path: str | Path, storage: str = "sqlite3", version: int = 8) -> None:
         if storage not in STORAGE:
             raise ValueError(f"storage must be one of {sorted(STORAGE)}, got {storage!r}")
+        if version not in (8, 9):
+            raise ValueError(f"version must be 8 (Humble and later read it) or 9 (Jazzy and later), got {version}")
         self.store = typestore()
-        self.writer = Writer(Path(path), version=8, storage_plugin=STORAGE[storage])
+        self.writer = Writer(Path(path), version=version, storage_plugin=STORAGE[storage])
         self.writer.open()
         self.connections: dict[str, object] = {}
 

@@ -48,6 +48,10 @@ class BringupConfig:
     until_stop: bool = True  # stop when an instruction cycle ends (stop / invalid action)
     camera_source: str = ""  # overrides the YAML's camera source when set
     bag: str = ""  # replay this bag instead of running the camera node
+    bag_topics: tuple[str, ...] = ()  # with bag: replay only these recorded topics (empty: all)
+    bag_remap: tuple[str, ...] = ()  # with bag: FROM:=TO, publish the recorded topic FROM as TO
+    bag_clock_hz: float = 0.0  # with bag: publish /clock from bag time at this rate (0: no /clock)
+    bag_rate: float = 1.0  # with bag: playback speed factor (0: as fast as possible)
     sim: bool = False  # the simulated room (sim_node) instead of the camera node
     trajectory: str = ""  # with sim: write a top-down picture of the robot's path here
 
@@ -153,6 +157,14 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
             args += ["-p", f"camera:source:={config.camera_source}"]
         if config.bag:
             args += ["-p", f"bag_replay:bag:={config.bag}"]
+            if config.bag_rate != 1.0:
+                args += ["-p", f"bag_replay:rate:={float(config.bag_rate)!r}"]
+            if config.bag_clock_hz:
+                args += ["-p", f"bag_replay:clock_hz:={float(config.bag_clock_hz)!r}"]
+            if config.bag_topics:  # YAML lists of quoted strings (a remap rule holds ':=')
+                args += ["-p", "bag_replay:topics:=[" + ", ".join(f"'{t}'" for t in config.bag_topics) + "]"]
+            if config.bag_remap:
+                args += ["-p", "bag_replay:remap:=[" + ", ".join(f"'{r}'" for r in config.bag_remap) + "]"]
         if config.sim:
             args += ["-p", "use_sim_time:=true", "-p", "action:odom_topic:=odom"]
         stop = init(args)

@@ -315,6 +315,8 @@ def cmd_bringup(args: argparse.Namespace) -> int:
         raise SystemExit(f"no parameters file at {args.params}")
     monitor = run(BringupConfig(params_file=args.params, serve=args.serve, instruction=args.instruction,
                                 timeout_s=args.timeout, camera_source=args.camera_source or "", bag=args.bag or "",
+                                bag_topics=tuple(args.bag_topic or ()), bag_remap=tuple(args.bag_remap or ()),
+                                bag_clock_hz=args.bag_clock, bag_rate=args.bag_rate,
                                 sim=args.sim, trajectory=args.trajectory if args.sim else ""))
     print(f"{len(monitor.decisions)} decisions, {len(monitor.actions)} actions, {len(monitor.twists)} cmd_vel messages")
     if args.sim:
@@ -641,6 +643,14 @@ def build_parser() -> argparse.ArgumentParser:
                               "decision budget (the drafter's max_decisions)")
     bringup.add_argument("--camera-source", help="override the camera source")
     bringup.add_argument("--bag", help="replay this bag instead of running the camera")
+    bringup.add_argument("--bag-topic", action="append", metavar="TOPIC",
+                         help="with --bag: replay only this recorded topic (repeatable; default: all)")
+    bringup.add_argument("--bag-remap", action="append", metavar="FROM:=TO",
+                         help="with --bag: publish the recorded topic FROM as TO (repeatable), e.g. "
+                              "/camera/color/image_raw/compressed:=/camera/image_raw/compressed")
+    bringup.add_argument("--bag-clock", type=float, default=0.0, metavar="HZ",
+                         help="with --bag: publish /clock from bag time at HZ (for nodes with use_sim_time)")
+    bringup.add_argument("--bag-rate", type=float, default=1.0, help="with --bag: playback speed (0: as fast as possible)")
     bringup.add_argument("--sim", action="store_true", help="the simulated room instead of the camera")
     bringup.add_argument("--trajectory", default="artifacts/sim_trajectory.png",
                          help="with --sim: top-down picture of the robot's path")
