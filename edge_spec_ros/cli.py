@@ -214,20 +214,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _log(f"emulating T_q = {config.emulate_tq_s * 1e3:.0f} ms per verification forward")
     _log(f"limits: {limits}, largest frame {server.max_message_bytes} bytes")
     print(f"listening on {endpoint}", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: server.request_stop())
+    # The handler only appends to a list: taking a lock there (Event.set) can deadlock with the main
+    # thread, which the signal interrupts while it may hold that very lock.
+    terminated: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: terminated.append(signum))
     try:
-        while not server.wait(SERVE_POLL_S):
+        while not terminated and not server.wait(SERVE_POLL_S):
             pass
     except KeyboardInterrupt:
         pass
     finally:
         ended = server.stop()
         _log(f"stopped; counters: {json.dumps(server.stats())}")
-    if not ended:  # a worker is inside a long forward pass: do not wait for it
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
+    # Exit at once: the interpreter's teardown of torch and transformers takes seconds, and a worker
+    # may still be inside a forward pass (not ended); a stopped server has nothing left to release.
+    if not ended:
+        _log("a worker was still busy: exiting without waiting for it")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _ints(text: str) -> tuple[int, ...]:
