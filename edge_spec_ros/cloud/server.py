@@ -152,10 +152,6 @@ class VerifierServer:
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
 
-    def request_stop(self) -> None:
-        """Ask ``wait`` to return (safe in a signal handler)."""
-        self._done.set()
-
     def stop(self) -> bool:
         """Stop serving within a bounded time; True when every thread has ended (a worker inside a
         forward pass is left to the interpreter's exit: its threads are daemons)."""
