@@ -1,49 +1,114 @@
 """Bring up the robot side of edge_spec_ros on a Unitree Go2 (or in simulation).
 
     ros2 launch edge_spec_ros go2_nav.launch.py verifier_endpoint:=tcp://10.0.0.5:5555
-    ros2 topic pub --once /instruction std_msgs/msg/String "data: 'find the silver bottle'"
+    ros2 topic pub --once -w 1 /instruction std_msgs/msg/String "data: 'find the silver bottle'"
 
-The verifier runs in the cloud: `edge-spec-ros serve --verifier Qwen/Qwen2-VL-7B-Instruct ...`.
+Every node reads its parameters from ``params_file`` (config/go2_nav.yaml); an argument given on the
+command line overrides the one parameter (or topic) it names, and an argument left at its empty
+default changes nothing, so the YAML decides. The verifier runs in the cloud:
+``edge-spec-ros serve --verifier Qwen/Qwen2-VL-7B-Instruct ...``.
 """
 
 import os
+import tempfile
 
+import yaml
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
-from launch.conditions import IfCondition, UnlessCondition
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, Shutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 
+LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
+BOOLEANS = ("true", "false")
+
+
+def arguments():
+    """(name, default, description, choices or None) of every launch argument."""
+    share = get_package_share_directory("edge_spec_ros")
+    return [
+        ("params_file", os.path.join(share, "config", "go2_nav.yaml"),
+         "YAML with the nodes' parameters (node_name: ros__parameters:)", None),
+        ("namespace", "", "namespace of every node and its relative topics (e.g. go2); empty: none", None),
+        ("use_sim", "false", "true: the simulated room (sim_node) instead of the robot and its camera", BOOLEANS),
+        ("use_sim_time", "", "true: every node follows /clock; empty: true with use_sim, else the YAML's",
+         ("", *BOOLEANS)),
+        ("use_camera", "true", "false: no camera_node (the robot's own camera driver publishes the frames)",
+         BOOLEANS),
+        ("image_topic", "", "topic of the camera frames (raw; compressed ones on <image_topic>/compressed), "
+                            "remapped for camera, sim and drafter; empty: camera/image_raw", None),
+        ("camera_source", "", "camera_node source: device index (0), /dev/video0, video file, image folder or "
+                              "synthetic; empty: the YAML's", None),
+        ("verifier_endpoint", "", "ZeroMQ endpoint of the cloud verifier (edge-spec-ros serve), e.g. "
+                                  "tcp://10.0.0.5:5555; empty: the YAML's", None),
+        ("mode", "", "decoding mode of the drafter, e.g. fsd, sd or ar (the drafter names the valid ones when "
+                     "it refuses one); empty: the YAML's", None),
+        ("cmd_vel_topic", "", "where velocity commands go (e.g. a twist_mux input); empty: cmd_vel", None),
+        ("log_level", "", "log level of every node (debug | info | warn | error | fatal); empty: info",
+         ("", *LOG_LEVELS)),
+    ]
+
+
+def namespaced_params_file(path: str, namespace: str) -> str:
+    """``path`` itself without a namespace; else a copy whose node keys match the nodes in any namespace
+    (``camera:`` → ``/**/camera:``: a key without namespace matches only ``/camera``)."""
+    if not namespace:
+        return path
+    with open(path) as f:
+        config = yaml.safe_load(f) or {}
+    rewritten = {key if key.startswith("/") else f"/**/{key}": value for key, value in config.items()}
+    with tempfile.NamedTemporaryFile("w", prefix="edge_spec_ros_", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump(rewritten, f)
+    return f.name
+
+
+def launch_nodes(context, *args, **kwargs):
+    def arg(name: str) -> str:
+        return LaunchConfiguration(name).perform(context).strip()
+
+    namespace = arg("namespace").strip("/")
+    params_file = namespaced_params_file(arg("params_file"), namespace)
+    use_sim = arg("use_sim").lower() == "true"
+    use_sim_time = arg("use_sim_time").lower() or ("true" if use_sim else "")
+    image_topic, cmd_vel_topic, log_level = arg("image_topic"), arg("cmd_vel_topic"), arg("log_level")
+
+    def parameters(**overrides):
+        if use_sim_time:
+            overrides["use_sim_time"] = use_sim_time == "true"
+        return [params_file, overrides] if overrides else [params_file]
+
+    image_remaps = [("camera/image_raw", image_topic), ("camera/image_raw/compressed", f"{image_topic}/compressed")] \
+        if image_topic else []
+    cmd_vel_remaps = [("cmd_vel", cmd_vel_topic)] if cmd_vel_topic else []
+    common = {"package": "edge_spec_ros", "output": "screen", "namespace": namespace,
+              "arguments": ["--ros-args", "--log-level", log_level] if log_level else []}
+
+    def overrides_of(**pairs):
+        return {name: value for name, value in pairs.items() if value}
+
+    nodes = []
+    if use_sim:
+        nodes.append(Node(executable="sim_node", name="sim", parameters=parameters(),
+                          remappings=image_remaps + cmd_vel_remaps, **common))
+    elif arg("use_camera").lower() == "true":
+        source = arg("camera_source")
+        # a device index stays a string ("0"): launch_ros would read a bare 0 as an integer
+        camera = {"source": ParameterValue(source, value_type=str)} if source else {}
+        nodes.append(Node(executable="camera_node", name="camera", parameters=parameters(**camera),
+                          remappings=image_remaps, on_exit=[Shutdown(reason="the camera node exited")], **common))
+    nodes += [
+        Node(executable="bridge_node", name="bridge",
+             parameters=parameters(**overrides_of(verifier_endpoint=arg("verifier_endpoint"))), **common),
+        Node(executable="drafter_node", name="drafter", parameters=parameters(**overrides_of(mode=arg("mode"))),
+             remappings=image_remaps, **common),
+        Node(executable="action_node", name="action", parameters=parameters(), remappings=cmd_vel_remaps, **common),
+    ]
+    return nodes
+
 
 def generate_launch_description():
-    default_params = os.path.join(get_package_share_directory("edge_spec_ros"), "config", "go2_nav.yaml")
-    params_file = LaunchConfiguration("params_file")
-    use_sim = LaunchConfiguration("use_sim")
-    return LaunchDescription([
-        DeclareLaunchArgument("params_file", default_value=default_params,
-                              description="YAML with the nodes' parameters (node_name: ros__parameters:)"),
-        DeclareLaunchArgument("verifier_endpoint", default_value="tcp://127.0.0.1:5555",
-                              description="ZeroMQ endpoint of the cloud verifier (edge-spec-ros serve)"),
-        DeclareLaunchArgument("camera_source", default_value="0",
-                              description="camera: OpenCV device index, video file or image folder"),
-        DeclareLaunchArgument("use_sim", default_value="false",
-                              description="true: the simulated room (sim_node) instead of the robot and its camera"),
-        DeclareLaunchArgument("mode", default_value="fsd",
-                              description="decoding mode: ar | sd | fsd | dssd | tkslt | lowpay | pico | pico-fsd"),
-        DeclareLaunchArgument("cmd_vel_topic", default_value="cmd_vel",
-                              description="where velocity commands go (e.g. a twist_mux input)"),
-        Node(package="edge_spec_ros", executable="camera_node", name="camera", output="screen",
-             parameters=[params_file, {"source": ParameterValue(LaunchConfiguration("camera_source"), value_type=str)}],
-             condition=UnlessCondition(use_sim)),
-        Node(package="edge_spec_ros", executable="sim_node", name="sim", output="screen",
-             parameters=[params_file], condition=IfCondition(use_sim)),
-        Node(package="edge_spec_ros", executable="bridge_node", name="bridge", output="screen",
-             parameters=[params_file, {"verifier_endpoint": LaunchConfiguration("verifier_endpoint")}]),
-        Node(package="edge_spec_ros", executable="drafter_node", name="drafter", output="screen",
-             parameters=[params_file, {"mode": LaunchConfiguration("mode")}]),
-        Node(package="edge_spec_ros", executable="action_node", name="action", output="screen",
-             parameters=[params_file],
-             remappings=[("cmd_vel", LaunchConfiguration("cmd_vel_topic"))]),
-    ])
+    declared = [DeclareLaunchArgument(name, default_value=default, description=description,
+                                      **({"choices": list(choices)} if choices else {}))
+                for name, default, description, choices in arguments()]
+    return LaunchDescription([*declared, OpaqueFunction(function=launch_nodes)])

@@ -1,8 +1,10 @@
-"""The launch file, checked statically (``ros2 launch`` is not installable here).
+"""The launch file, checked without ``ros2 launch`` (``launch`` and ``launch_ros`` are not installable
+here): it runs against small stand-ins of the launch classes it uses, which record what each node would
+get — executable, name, namespace, parameters files and overrides, remappings, arguments.
 
-Every executable it names is a console script of the package (and an installed program of the
-ament_cmake build), every parameter it passes or the YAML sets is declared by that node, and every
-launch argument has a description.
+Every executable is a console script and an installed program; every parameter the launch file or the
+YAML sets is declared by its node; every argument has a description and is used; without arguments the
+YAML alone decides; each argument changes exactly what it names; a camera that exits ends the launch.
 """
 
 from __future__ import annotations
@@ -10,16 +12,143 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import importlib.util
 import re
+import sys
+import types
 from pathlib import Path
 
+import pytest
+import rclpy
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "launch" / "go2_nav.launch.py"
 YAML = ROOT / "config" / "go2_nav.yaml"
+SHARE = str(ROOT)  # what the stand-in ament index answers: the share directory has the same config/
 
 
+# --- stand-ins for the launch API ------------------------------------------------------------------
+class LaunchConfiguration:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def perform(self, context) -> str:
+        context.read.add(self.name)
+        return context.launch_configurations[self.name]
+
+
+class DeclareLaunchArgument:
+    def __init__(self, name: str, default_value: str | None = None, description: str = "",
+                 choices: list[str] | None = None) -> None:
+        self.name, self.default_value, self.description, self.choices = name, default_value, description, choices
+
+
+class OpaqueFunction:
+    def __init__(self, function) -> None:
+        self.function = function
+
+
+class Shutdown:
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+
+
+class LaunchDescription:
+    def __init__(self, entities) -> None:
+        self.entities = list(entities)
+
+
+class Node:
+    def __init__(self, **kwargs) -> None:
+        self.kwargs = kwargs
+
+
+@dataclasses.dataclass
+class ParameterValue:
+    value: object
+    value_type: type | None = None
+
+
+def load_launch_module():
+    """Import the launch file with the stand-ins in place of launch, launch_ros and the ament index."""
+    fakes = {
+        "launch": types.SimpleNamespace(LaunchDescription=LaunchDescription),
+        "launch.actions": types.SimpleNamespace(DeclareLaunchArgument=DeclareLaunchArgument,
+                                                OpaqueFunction=OpaqueFunction, Shutdown=Shutdown),
+        "launch.substitutions": types.SimpleNamespace(LaunchConfiguration=LaunchConfiguration),
+        "launch_ros": types.SimpleNamespace(),
+        "launch_ros.actions": types.SimpleNamespace(Node=Node),
+        "launch_ros.parameter_descriptions": types.SimpleNamespace(ParameterValue=ParameterValue),
+        "ament_index_python": types.SimpleNamespace(),
+        "ament_index_python.packages": types.SimpleNamespace(get_package_share_directory=lambda package: SHARE),
+    }
+    saved = {name: sys.modules.get(name) for name in fakes}
+    sys.modules.update({name: types.ModuleType(name) for name in fakes})
+    for name, namespace in fakes.items():
+        sys.modules[name].__dict__.update(vars(namespace))
+    try:
+        spec = importlib.util.spec_from_file_location("go2_nav_launch", LAUNCH)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        for name, module_before in saved.items():
+            if module_before is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module_before
+
+
+MODULE = load_launch_module()
+
+
+class Context:
+    def __init__(self, configurations: dict[str, str]) -> None:
+        self.launch_configurations = configurations
+        self.read: set[str] = set()
+
+
+def declared_arguments() -> dict[str, DeclareLaunchArgument]:
+    description = MODULE.generate_launch_description()
+    return {e.name: e for e in description.entities if isinstance(e, DeclareLaunchArgument)}
+
+
+def launch(**given: str) -> tuple[dict[str, dict], Context]:
+    """Run the launch description as ``ros2 launch ... name:=value`` would: node name → Node kwargs."""
+    description = MODULE.generate_launch_description()
+    args = declared_arguments()
+    configurations = {name: a.default_value for name, a in args.items()}
+    for name, value in given.items():
+        assert name in args, f"no launch argument {name}"
+        if args[name].choices is not None and value not in args[name].choices:
+            raise ValueError(f"{name}:={value} not in {args[name].choices}")
+        configurations[name] = value
+    context = Context(configurations)
+    nodes = {}
+    for entity in description.entities:
+        if isinstance(entity, OpaqueFunction):
+            for node in entity.function(context):
+                nodes[node.kwargs["name"]] = node.kwargs
+    return nodes, context
+
+
+def overrides(node: dict) -> dict:
+    """The parameter overrides a node gets besides the parameters file (first)."""
+    params = node["parameters"]
+    assert params[0] == f"{SHARE}/config/go2_nav.yaml" or params[0].endswith(".yaml")
+    return {k: v for item in params[1:] for k, v in item.items()}
+
+
+ALL_LAUNCHES = [{}, {"use_sim": "true"}]
+
+
+def declared(executable: str) -> set[str]:
+    module = importlib.import_module(f"edge_spec_ros.nodes.{executable}")
+    return {f.name for cls in module.PARAMETER_CONFIGS for f in dataclasses.fields(cls)} | {"use_sim_time"}
+
+
+# --- the package: executables, parameters, YAML -----------------------------------------------------
 def console_scripts() -> dict[str, str]:
     """name → module:function from setup.py's entry points."""
     tree = ast.parse((ROOT / "setup.py").read_text())
@@ -37,75 +166,148 @@ def cmake_programs() -> set[str]:
     return {Path(p).name for p in block.split()}
 
 
-def launch_nodes() -> list[dict]:
-    """The keyword arguments of every Node(...) call: executable, name, parameter keys."""
-    nodes = []
-    for call in ast.walk(ast.parse(LAUNCH.read_text())):
-        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Node":
-            kw = {k.arg: k.value for k in call.keywords}
-            keys = set()
-            for item in getattr(kw.get("parameters"), "elts", []):
-                if isinstance(item, ast.Dict):
-                    keys |= {k.value for k in item.keys}
-            nodes.append({"executable": kw["executable"].value, "name": kw["name"].value, "params": keys})
-    return nodes
-
-
-def declared(executable: str) -> set[str]:
-    module = importlib.import_module(f"edge_spec_ros.nodes.{executable}")
-    return {f.name for cls in module.PARAMETER_CONFIGS for f in dataclasses.fields(cls)}
-
-
 def test_every_executable_is_a_console_script_and_installed():
     scripts = console_scripts()
     programs = cmake_programs()
-    nodes = launch_nodes()
+    nodes = [n for given in ALL_LAUNCHES for n in launch(**given)[0].values()]
     assert {n["executable"] for n in nodes} == {"camera_node", "sim_node", "bridge_node", "drafter_node", "action_node"}
     for node in nodes:
         exe = node["executable"]
+        assert node["package"] == "edge_spec_ros"
         assert scripts.get(exe) == f"edge_spec_ros.nodes.{exe}:main", exe
         assert exe in programs and (ROOT / "scripts" / exe).is_file(), exe
         assert f"from edge_spec_ros.nodes.{exe} import main" in (ROOT / "scripts" / exe).read_text()
 
 
 def test_every_launch_parameter_is_declared_by_its_node():
-    for node in launch_nodes():
-        undeclared = node["params"] - declared(node["executable"])
-        assert not undeclared, f"{node['executable']} does not declare {undeclared}"
+    every_argument = {"camera_source": "0", "verifier_endpoint": "tcp://10.0.0.5:5555", "mode": "sd",
+                      "use_sim_time": "true"}
+    for extra in ({}, {"use_sim": "true"}):
+        for node in launch(**every_argument, **extra)[0].values():
+            undeclared = set(overrides(node)) - declared(node["executable"])
+            assert not undeclared, f"{node['executable']} does not declare {undeclared}"
 
 
 def test_yaml_sets_only_declared_parameters_of_launched_nodes():
     config = yaml.safe_load(YAML.read_text())
-    by_name = {n["name"]: n["executable"] for n in launch_nodes()}
+    by_name = {name: n["executable"] for given in ALL_LAUNCHES for name, n in launch(**given)[0].items()}
     for name, section in config.items():
         assert name in by_name, f"{name} in the YAML is not a node of the launch file"
-        params = set(section["ros__parameters"])
-        undeclared = params - declared(by_name[name])
+        undeclared = set(section["ros__parameters"]) - declared(by_name[name])
         assert not undeclared, f"{name}: {undeclared} not declared"
-
-
-def test_launch_arguments_are_described_and_used():
-    tree = ast.parse(LAUNCH.read_text())
-    declared_args, used = {}, set()
-    for call in ast.walk(tree):
-        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "DeclareLaunchArgument":
-            kw = {k.arg: k.value for k in call.keywords}
-            declared_args[call.args[0].value] = kw.get("description")
-        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "LaunchConfiguration":
-            used.add(call.args[0].value)
-    assert {"params_file", "verifier_endpoint", "camera_source", "use_sim"} <= set(declared_args)
-    for name, description in declared_args.items():
-        assert isinstance(description, ast.Constant) and len(description.value) > 10, name
-    assert set(declared_args) == used
 
 
 def test_yaml_values_fit_the_config_dataclasses():
     """The YAML builds valid configs (types and validation of each node's dataclasses)."""
     config = yaml.safe_load(YAML.read_text())
-    by_name = {n["name"]: n["executable"] for n in launch_nodes()}
+    by_name = {name: n["executable"] for given in ALL_LAUNCHES for name, n in launch(**given)[0].items()}
     for name, section in config.items():
         module = importlib.import_module(f"edge_spec_ros.nodes.{by_name[name]}")
         values = section["ros__parameters"]
         for cls in module.PARAMETER_CONFIGS:
             fields = {f.name for f in dataclasses.fields(cls)}
             cls(**{k: v for k, v in values.items() if k in fields})
+
+
+# --- the arguments -----------------------------------------------------------------------------------
+REQUIRED_ARGUMENTS = {"params_file", "namespace", "use_sim_time", "use_sim", "use_camera", "image_topic",
+                      "camera_source", "verifier_endpoint", "mode", "cmd_vel_topic", "log_level"}
+
+
+def test_launch_arguments_are_described_used_and_their_choices_hold_their_defaults():
+    args = declared_arguments()
+    assert set(args) == REQUIRED_ARGUMENTS
+    for name, a in args.items():
+        assert isinstance(a.description, str) and len(a.description) > 20, name
+        assert a.choices is None or a.default_value in a.choices, name
+    assert set().union(*(launch(**given)[1].read for given in ALL_LAUNCHES)) == REQUIRED_ARGUMENTS  # all used
+    assert args["params_file"].default_value == f"{SHARE}/config/go2_nav.yaml"
+    with pytest.raises(ValueError, match="not in"):
+        launch(use_sim="maybe")
+
+
+def test_without_arguments_the_yaml_decides():
+    nodes, _ = launch()
+    assert set(nodes) == {"camera", "bridge", "drafter", "action"}
+    for name, node in nodes.items():
+        assert node["parameters"] == [f"{SHARE}/config/go2_nav.yaml"], name  # the YAML only, no override
+        assert not node.get("remappings"), name
+        assert node["namespace"] == "" and node["arguments"] == [], name
+
+
+def test_each_argument_changes_what_it_names_and_nothing_else():
+    base, _ = launch()
+    cases = [
+        ({"camera_source": "0"}, {"camera": {"source": ParameterValue("0", value_type=str)}}),
+        ({"camera_source": "/dev/video2"}, {"camera": {"source": ParameterValue("/dev/video2", value_type=str)}}),
+        ({"verifier_endpoint": "tcp://10.0.0.5:5555"}, {"bridge": {"verifier_endpoint": "tcp://10.0.0.5:5555"}}),
+        ({"mode": "sd"}, {"drafter": {"mode": "sd"}}),
+        ({"use_sim_time": "true"}, {name: {"use_sim_time": True} for name in base}),
+        ({"use_sim_time": "false"}, {name: {"use_sim_time": False} for name in base}),
+    ]
+    for given, expected in cases:
+        nodes, _ = launch(**given)
+        assert set(nodes) == set(base), given
+        for name, node in nodes.items():
+            assert overrides(node) == expected.get(name, {}), (given, name)
+            assert node.get("remappings", []) == base[name].get("remappings", []), (given, name)
+
+
+def test_topic_arguments_remap_the_nodes_that_use_them():
+    nodes, _ = launch(image_topic="/camera/color/image_raw", cmd_vel_topic="/twist_mux/nav")
+    images = [("camera/image_raw", "/camera/color/image_raw"),
+              ("camera/image_raw/compressed", "/camera/color/image_raw/compressed")]
+    assert nodes["camera"]["remappings"] == images and nodes["drafter"]["remappings"] == images
+    assert nodes["action"]["remappings"] == [("cmd_vel", "/twist_mux/nav")]
+    assert nodes["bridge"].get("remappings", []) == []
+    sim, _ = launch(use_sim="true", image_topic="/camera/color/image_raw", cmd_vel_topic="/twist_mux/nav")
+    assert sim["sim"]["remappings"] == images + [("cmd_vel", "/twist_mux/nav")]  # the room moves on that topic
+
+
+def test_use_sim_use_camera_and_sim_time():
+    sim, _ = launch(use_sim="true")
+    assert set(sim) == {"sim", "bridge", "drafter", "action"}
+    assert all(overrides(n) == {"use_sim_time": True} for n in sim.values())  # the sim owns /clock
+    sim_wall, _ = launch(use_sim="true", use_sim_time="false")
+    assert all(overrides(n) == {"use_sim_time": False} for n in sim_wall.values())
+    no_camera, _ = launch(use_camera="false")
+    assert set(no_camera) == {"bridge", "drafter", "action"}  # the robot's own driver publishes the frames
+
+
+def test_log_level_and_namespace_reach_every_node(tmp_path):
+    nodes, _ = launch(log_level="debug", namespace="go2")
+    for name, node in nodes.items():
+        assert node["arguments"] == ["--ros-args", "--log-level", "debug"], name
+        assert node["namespace"] == "go2", name
+    # the parameters file is rewritten so its sections still reach the nodes inside the namespace
+    rewritten = nodes["camera"]["parameters"][0]
+    assert all(n["parameters"][0] == rewritten for n in nodes.values())
+    original = yaml.safe_load(YAML.read_text())
+    assert yaml.safe_load(Path(rewritten).read_text()) == {f"/**/{k}": v for k, v in original.items()}
+    Path(rewritten).unlink()
+
+
+def test_the_rewritten_parameters_file_reaches_namespaced_nodes(tmp_path):
+    """With rcl itself: a section ``camera:`` misses the node /go2/camera; ``/**/camera:`` reaches it."""
+    rewritten = MODULE.namespaced_params_file(str(YAML), "go2")
+    expected = yaml.safe_load(YAML.read_text())["camera"]["ros__parameters"]["rate_hz"]
+    for path, reaches in ((str(YAML), False), (rewritten, True)):
+        context = rclpy.Context()
+        rclpy.init(args=["--ros-args", "--params-file", path], context=context)
+        try:
+            node = rclpy.create_node("camera", namespace="go2", context=context,
+                                     automatically_declare_parameters_from_overrides=True)
+            assert node.has_parameter("rate_hz") == reaches, path
+            if reaches:
+                assert node.get_parameter("rate_hz").value == expected
+            node.destroy_node()
+        finally:
+            rclpy.shutdown(context=context)
+    Path(rewritten).unlink()
+
+
+def test_a_camera_that_exits_ends_the_launch():
+    nodes, _ = launch()
+    (action,) = nodes["camera"]["on_exit"]
+    assert isinstance(action, Shutdown) and "camera" in action.reason
+    assert all("on_exit" not in n for name, n in nodes.items() if name != "camera")
