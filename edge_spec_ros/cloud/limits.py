@@ -99,7 +99,10 @@ def image_size(data: bytes, limits: Limits) -> tuple[int, int]:
     try:
         with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as img:  # lazy: the header only
             width, height = img.size
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+    except Image.DecompressionBombError as exc:  # PIL's own bound, far above ours
+        raise RequestError(f"Open.image: pixels exceeds the limit of {limits.max_image_pixels}: {str(exc)[:200]}",
+                           ErrorCode.TOO_LARGE) from None
+    except (OSError, ValueError, SyntaxError) as exc:
         raise RequestError(f"Open.image: not a JPEG/PNG image ({len(data)} bytes): {str(exc)[:200]}") from None
     if width < 1 or height < 1:
         raise RequestError(f"Open.image: empty image {width}x{height}")

@@ -185,7 +185,7 @@ class VerifierServer:
         try:
             env = decode(body, self.decode_limits)
         except WireError as exc:
-            self._count("malformed" if exc.code == ErrorCode.MALFORMED else "unsupported_version")
+            self._count(exc.code.name.lower())
             session = body[0][4:4 + SESSION_BYTES] if body and len(body[0]) >= 4 + SESSION_BYTES else bytes(16)
             self._reply(identity, session, Error(int(exc.code), str(exc)))
             return

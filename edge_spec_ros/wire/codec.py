@@ -143,7 +143,8 @@ def decode(frames: list[bytes], limits: DecodeLimits = DEFAULT_LIMITS) -> Envelo
         seen.add(name)
         total += nbytes
         if total > limits.max_total_bytes:
-            raise WireError(f"{cls.__name__}: arrays of {total}+ bytes exceed the limit of {limits.max_total_bytes}")
+            raise WireError(f"{cls.__name__}: arrays of {total}+ bytes exceed the limit of {limits.max_total_bytes}",
+                            ErrorCode.TOO_LARGE)
         checked.append((name, np_dtype, shape, codec, nbytes, data))
     values = dict(meta)
     for name, np_dtype, shape, codec, nbytes, data in checked:
@@ -186,7 +187,7 @@ def _check_descriptor(cls: type, desc: typing.Any, data: bytes, array_fields: fr
     if not isinstance(nbytes, int) or nbytes != expected:
         raise WireError(f"array {name!r}: size {str(nbytes)[:20]} does not match shape {shape} {dtype}")
     if nbytes > cap:
-        raise WireError(f"array {name!r}: {nbytes} bytes exceeds the limit of {cap}")
+        raise WireError(f"array {name!r}: {nbytes} bytes exceeds the limit of {cap}", ErrorCode.TOO_LARGE)
     if codec == "raw":
         if len(data) != nbytes:
             raise WireError(f"array {name!r}: {len(data)} bytes, expected {nbytes}")

@@ -33,11 +33,12 @@ def header(mtype: int, meta: dict | bytes, version: int = VERSION, magic: bytes 
     return HEADER.pack(magic, version, mtype, SESSION) + body
 
 
-def lz4_bomb(name: str = "bogus", nbytes: int = 64 * 1024 * 1024) -> list[bytes]:
-    """One array frame of ``nbytes`` zeros, LZ4-compressed to ~1/255 of that."""
+def lz4_bomb(*names: str, nbytes: int = 64 * 1024 * 1024) -> list[bytes]:
+    """A draft block with one array of ``nbytes`` zeros per name, each LZ4-compressed to ~1/255 of
+    its size (64 MB: 257 KB on the wire)."""
     packed = lz4.block.compress(bytes(nbytes), store_size=False)
-    meta = {"round": 0, "position": 0, "arrays": [[name, "uint8", [nbytes], "lz4", nbytes]]}
-    return [header(MsgType.DRAFT, meta), packed]
+    meta = {"round": 0, "position": 0, "arrays": [[name, "uint8", [nbytes], "lz4", nbytes] for name in names]}
+    return [header(MsgType.DRAFT, meta), *[packed] * len(names)]
 
 
 def _kinds() -> dict[str, list[bytes]]:

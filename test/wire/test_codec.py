@@ -390,7 +390,7 @@ def test_decode_huge_shape_rejected_without_allocation(shape):
     """A shape whose byte size exceeds MAX_ARRAY_BYTES is refused even if nbytes matches it."""
     nbytes = int(np.prod(shape)) * 4
     frames = rewrite(tokens_frames(), lambda m: m.update(arrays=[["tokens", "int32", shape, "raw", nbytes]]))
-    expect_wire_error(frames, "exceeds")
+    expect_wire_error(frames, "exceeds", ErrorCode.TOO_LARGE)
 
 
 @pytest.mark.parametrize("nbytes", [11, 13, 0, -12, "12", 12.0, None, [12]])
