@@ -246,6 +246,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
     from edge_spec_ros.bench import report as bench_report
+    from edge_spec_ros.bench.profiles import PROFILES
     from edge_spec_ros.bench.runner import Bench, BenchConfig
     from edge_spec_ros.cloud.process import verifier_process
 
@@ -263,7 +264,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     pair, serve_args = _bench_pair(args)
     extra = ("--adapters", args.adapters) if args.adapters else ()
     server = nullcontext(args.endpoint) if args.endpoint else \
-        verifier_process("--threads", str(threads), *serve_args, *extra)
+        verifier_process("--threads", str(threads), *serve_args, *extra, *PROFILES[config.profile].serve_args())
     with server as endpoint:
         _log(f"verifier at {endpoint}; profile {config.profile}")
         report = Bench(pair, endpoint, config, progress=lambda s: _log(f"  {s}")).run()
