@@ -20,8 +20,13 @@ class Profile:
     uplink: LinkShape | None
     downlink: LinkShape | None
     tp_s: float = 0.0  # emulated draft forward (0: this machine's real drafter time)
-    tq_s: float = 0.0  # emulated verification forward (0: real)
+    tq_s: float = 0.0  # emulated verification forward (0: real), by the verifier the bench starts
     description: str = ""
+
+    def serve_args(self) -> tuple[str, ...]:
+        """``edge-spec-ros serve`` options of the verifier this profile needs: compute emulation is
+        the server operator's setting, never a request field."""
+        return ("--emulate-tq-s", repr(self.tq_s)) if self.tq_s else ()
 
     def emulated(self) -> list[str]:
         """Plain statements of what this profile emulates."""
@@ -35,7 +40,8 @@ class Profile:
                              f"{shape.loss:.1%} loss (each loss costs a {shape.rto_s * 1e3:.0f} ms retransmission)")
         lines.append(f"draft forward T_p: emulated {self.tp_s * 1e3:.0f} ms" if self.tp_s
                      else "draft forward T_p: real, this machine")
-        lines.append(f"verification T_q: emulated {self.tq_s * 1e3:.0f} ms (exit l of L at l/L of it)"
+        lines.append(f"verification T_q: emulated {self.tq_s * 1e3:.0f} ms (exit l of L at l/L of it) by the "
+                     "verifier the bench starts (serve --emulate-tq-s; a running one: its operator's setting)"
                      if self.tq_s else "verification T_q: real, this machine")
         return lines
 

@@ -141,7 +141,7 @@ class Bench:
                               sampling=SamplingConfig(c.temperature), seed=c.seed,
                               stop_tokens=(self.pair.tokenizer.eos_token_id,))
         edge = EdgeConfig(decode=decode, threads=c.threads, client_policy=c.client_policy,
-                          server_policy=c.server_policy, tp_s=self.profile.tp_s, tq_s=self.profile.tq_s,
+                          server_policy=c.server_policy, tp_s=self.profile.tp_s,  # T_q: Profile.serve_args
                           adaptive_gamma=c.adaptive_gamma)
         edge = dataclasses.replace(edge, **overrides)
         client_config = ClientConfig(endpoint=self.endpoint, uplink=self.profile.uplink,

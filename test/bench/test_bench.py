@@ -41,6 +41,8 @@ def test_profiles_say_what_they_emulate():
     lines = " ".join(go2.emulated())
     assert "emulated 72 ms" in lines and "emulated 620 ms" in lines and "120 ms" in lines
     assert all("not emulated" in l or "real" in l for l in PROFILES["loopback"].emulated())
+    # T_q is emulated by the verifier process the bench starts, never asked for by a request
+    assert go2.serve_args() == ("--emulate-tq-s", "0.62") and PROFILES["wifi"].serve_args() == ()
     with pytest.raises(ValueError, match="unknown profile"):
         BenchConfig(profile="5g")
 
