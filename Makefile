@@ -6,7 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-# DDS traffic stays on this machine (shared memory only) in a private domain.
+# DDS traffic stays on this machine (shared memory only, no IP socket at all; 16 MiB segments so
+# 640x480 frames arrive whole) in a private domain.
+export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_local.xml
 export FASTDDS_BUILTIN_TRANSPORTS ?= SHM
 export ROS_DOMAIN_ID ?= 77
 export HF_HUB_OFFLINE := 1

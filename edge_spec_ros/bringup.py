@@ -166,7 +166,7 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
             if config.bag_remap:
                 args += ["-p", "bag_replay:remap:=[" + ", ".join(f"'{r}'" for r in config.bag_remap) + "]"]
         if config.sim:
-            args += ["-p", "use_sim_time:=true", "-p", "action:odom_topic:=odom"]
+            args += ["-p", "use_sim_time:=true", "-p", "action:odom_topic:=odom", "-p", "sim:lockstep:=true"]
         stop = init(args)
         from edge_spec_ros.nodes.action_node import ActionNode
         from edge_spec_ros.nodes.bridge_node import BridgeNode

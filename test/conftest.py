@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in the suite may reach a model hub
 # ROS 2 traffic stays on this machine (shared memory only) in a domain of this test run's own.
 os.environ["FASTDDS_BUILTIN_TRANSPORTS"] = "SHM"
+os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE",
+                      str(Path(__file__).resolve().parents[1] / "config" / "fastdds_local.xml"))
 os.environ["ROS_DOMAIN_ID"] = str(100 + os.getpid() % 100)
 
 import numpy as np

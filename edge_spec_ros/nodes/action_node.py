@@ -96,6 +96,7 @@ class ActionNode(Node):
         if self.config.odom_topic:
             self.create_subscription(Odometry, self.config.odom_topic, self.on_odom, qos_profile_sensor_data)
         self._timer = self.create_timer(1.0 / self.config.rate_hz, self.tick)
+        self._end_timer = None  # timed motions: fires at the planned end
         self._closed = False
 
     def now(self) -> float:
@@ -157,7 +158,14 @@ class ActionNode(Node):
         now = self.now()
         self.watchdog.feed(now)
         self.motion = _Motion(out, plan, tracker, MotionCommand(plan.linear_x, plan.angular_z), now)
-        self.tick()
+        if tracker is None:  # timed: end on the planned duration itself, not on the next control tick
+            self._end_timer = self.create_timer(plan.duration_s, self._on_duration)
+        self._publish(plan.linear_x, plan.angular_z)
+
+    def _on_duration(self) -> None:
+        if self.motion is not None and self.motion.tracker is None:
+            self._end("DONE", "duration")
+            self.tick()
 
     def on_instruction(self, msg: String) -> None:
         word = msg.data.strip().lower()
@@ -178,7 +186,8 @@ class ActionNode(Node):
             m.command = m.tracker.update(pose, stamp)
             if m.command.done:
                 self._end("DONE", m.command.reason)
-            self.tick()
+            else:
+                self._publish(m.command.linear_x, m.command.angular_z)
 
     def on_alive(self, msg: ExitResult) -> None:
         if msg.decision >= self.decision:  # the decision being decoded now, not an old one
@@ -208,7 +217,8 @@ class ActionNode(Node):
             elif m.tracker is not None and not self._odom_fresh():
                 self._end("CANCELLED", f"odometry older than {self.config.odom_timeout_s:g} s")
         if self.motion is not None:
-            self._publish(self.motion.command.linear_x, self.motion.command.angular_z)
+            if self.motion.tracker is None:  # with odometry the command goes out on each sample (on_odom)
+                self._publish(self.motion.command.linear_x, self.motion.command.angular_z)
         elif self.now() <= self.hold_until:
             self._publish(0.0, 0.0)
 
@@ -220,6 +230,9 @@ class ActionNode(Node):
     def _end(self, status: str, reason: str) -> None:
         """End the motion in progress (if any): zero now, hold zero, report how it ended."""
         m, self.motion = self.motion, None
+        if self._end_timer is not None:
+            self.destroy_timer(self._end_timer)
+            self._end_timer = None
         if m is None:
             return
         self.hold_until = self.now() + self.config.hold_zero_s
@@ -236,6 +249,8 @@ class ActionNode(Node):
         out.status, out.end_reason = status, reason
         if tracker is not None:
             out.travelled_m, out.turned_rad = (0.0, tracker.covered) if tracker.turn else (tracker.covered, 0.0)
+        else:  # no odometry: not measured
+            out.travelled_m = out.turned_rad = math.nan
         self.actions.publish(out)
 
     def close(self) -> None:

@@ -1,6 +1,7 @@
 """drafter_node: owns the drafter and the pre-draft cache; one decision cycle per instruction step.
 
-Subscribes  instruction (std_msgs/String), camera/image_raw (sensor_msgs/Image),
+Subscribes  instruction (std_msgs/String), image_topic (sensor_msgs/Image or, with image_transport
+            compressed, <image_topic>/compressed: sensor_msgs/CompressedImage; nodes/image_input.py),
             edge_spec/action (NavAction: when the last action is done, decide again)
 Publishes   edge_spec/decision (Decision: the decoded reasoning + action), edge_spec/stats (DecodeStats)
 Talks to the verifier through bridge_node (edge_spec/decision_request, edge_spec/draft,
@@ -23,10 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
 from rclpy.node import Node
-from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image
 from std_msgs.msg import String
 
 from edge_spec_ros.cpu import cpu_budget, set_torch_threads
@@ -37,7 +35,8 @@ from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_imag
 from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction
 from edge_spec_ros.nav.config import HARD_MAX_DURATION_S
 from edge_spec_ros.nav.motion import TIMEOUT_FACTOR, TIMEOUT_MARGIN_S
-from edge_spec_ros.nodes.convert import image_to_rgb, stats_to_msg
+from edge_spec_ros.nodes.convert import stats_to_msg
+from edge_spec_ros.nodes.image_input import ImageInput, ImageInputConfig
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE, RosVerifierLink
@@ -86,7 +85,7 @@ class DrafterNodeConfig:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
 
 
-PARAMETER_CONFIGS = (DrafterNodeConfig,)
+PARAMETER_CONFIGS = (DrafterNodeConfig, ImageInputConfig)
 
 
 def model_max_pixels(name: str) -> int:
@@ -136,10 +135,9 @@ class DrafterNode(Node):
         self.decisions = self.create_publisher(Decision, "edge_spec/decision", RELIABLE)
         self.stats = self.create_publisher(DecodeStatsMsg, "edge_spec/stats", RELIABLE)
         self.create_subscription(String, "instruction", self.on_instruction, RELIABLE)
-        self.create_subscription(Image, "camera/image_raw", self.on_image, qos_profile_sensor_data)
+        self.images = ImageInput(self, declare_config(self, ImageInputConfig))
         self.create_subscription(NavAction, "edge_spec/action", self.on_action, RELIABLE)
         self._cv = threading.Condition()  # guards everything below
-        self._frame: tuple[int, np.ndarray] | None = None  # (stamp ns, rgb) of the latest frame
         self._ends: dict[int, NavAction] = {}  # decision -> how its motion ended
         self._started: set[int] = set()
         self._instructions: queue.Queue[str | None] = queue.Queue()
@@ -155,16 +153,6 @@ class DrafterNode(Node):
             self._generation += 1
             self._cv.notify_all()
         self._instructions.put(msg.data.strip())
-
-    def on_image(self, msg: Image) -> None:
-        try:
-            rgb = image_to_rgb(msg)
-        except ValueError as exc:
-            self.get_logger().warning(f"camera frame ignored: {exc}", throttle_duration_sec=5.0)
-            return
-        with self._cv:
-            self._frame = (_stamp_ns(msg.header.stamp), rgb)
-            self._cv.notify_all()
 
     def on_action(self, msg: NavAction) -> None:
         with self._cv:
@@ -205,14 +193,13 @@ class DrafterNode(Node):
     def _decide(self, instruction: str, generation: int, not_before_ns: int) -> NavAction | None:
         """One decision: frame, decode, publish; then wait for the action node to end the motion."""
         c = self.config
-        frame = self._frame_after(not_before_ns, generation)
-        if frame is None and not self._current(generation):
+        got = self.images.wait(c.image_timeout_s, not_before_ns=not_before_ns or None)  # warns if none
+        frame = got.rgb if got is not None else None
+        if not self._current(generation):
             return None
         if frame is None:
-            self.get_logger().warning(f"no camera frame on {self.resolve_topic_name('camera/image_raw')} within "
-                                      f"{c.image_timeout_s:.1f} s" + (": deciding without an image"
-                                                                      if c.decide_without_image else
-                                                                      ": ending the instruction cycle"))
+            self.get_logger().warning("deciding without an image" if c.decide_without_image else
+                                      "no camera frame: ending the instruction cycle")
             if not c.decide_without_image:
                 return None
         jpg = encode_image(frame, quality=c.jpeg_quality) if frame is not None else b""
@@ -237,18 +224,6 @@ class DrafterNode(Node):
         self.get_logger().info(f"decision {decision} [{c.mode}] {text!r} τ={s.tau:.2f} "
                                f"r={s.miss_rate:.0%} {s.wall_s * 1e3:.0f} ms")
         return self._motion_end(decision, generation)
-
-    def _frame_after(self, not_before_ns: int, generation: int) -> np.ndarray | None:
-        """The latest frame stamped at or after ``not_before_ns``; None after ``image_timeout_s``."""
-        deadline = time.monotonic() + self.config.image_timeout_s
-        with self._cv:
-            while True:
-                if self._frame is not None and self._frame[0] >= not_before_ns:
-                    return self._frame[1]
-                left = deadline - time.monotonic()
-                if left <= 0 or self._generation != generation or self._closing:
-                    return None
-                self._cv.wait(left)
 
     def _motion_end(self, decision: int, generation: int) -> NavAction | None:
         """Wait for the action node's DONE/CANCELLED of ``decision`` (bounded: a silent action node

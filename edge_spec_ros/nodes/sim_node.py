@@ -8,7 +8,10 @@ Publishes   /clock (rosgraph_msgs/Clock), camera/image_raw (sensor_msgs/Image rg
 
 Every physics tick advances simulated time by 1/physics_rate_hz and integrates the command in effect
 over exactly that step (``sim/simulation.py``); ``real_time_factor`` sets how fast ticks come in wall
-time. Run every other node with ``use_sim_time:=true``: their timers and stamps then follow /clock,
+time. With ``lockstep`` (as PX4's simulators run with Gazebo), while the robot moves a tick waits until
+a cmd_vel has answered the last odometry, so the closed loop through the action node integrates
+exactly the commands the in-process evaluation does, however late the controller answers
+(``lockstep_timeout_s`` bounds the wait: a dead controller cannot freeze time for long). Run every other node with ``use_sim_time:=true``: their timers and stamps then follow /clock,
 so an action held for 3.3 s is held for 3.3 s of simulated time however loaded the computer is.
 Camera frames are rendered every 1/camera_rate_hz of simulated time. The node's own tick timer runs on
 the steady clock (it is the clock source), whatever its use_sim_time says.
@@ -56,9 +59,14 @@ class SimConfig:
     start_x: float = field(default=math.nan, metadata=doc("start pose override (room frame, m); NaN: the room's"))
     start_y: float = field(default=math.nan, metadata=doc("start pose override (m); NaN: the room's"))
     start_theta: float = field(default=math.nan, metadata=doc("start heading override (rad); NaN: the room's"))
+    lockstep: bool = field(default=False, metadata=doc("while the robot moves, advance a tick only once a cmd_vel "
+                                                       "answered the last odometry (deterministic closed loop)"))
+    lockstep_timeout_s: float = field(default=1.0, metadata=doc("lockstep: advance anyway after this long "
+                                                                "(wall clock) without a command"))
 
     def __post_init__(self) -> None:
-        if min(self.camera_rate_hz, self.physics_rate_hz, self.cmd_timeout_s, self.real_time_factor) <= 0 \
+        if min(self.camera_rate_hz, self.physics_rate_hz, self.cmd_timeout_s, self.real_time_factor,
+               self.lockstep_timeout_s) <= 0 \
                 or self.distractors < 0:
             raise ValueError(f"rates, real_time_factor and cmd_timeout_s must be > 0 and distractors >= 0, "
                              f"got {self}")
@@ -94,6 +102,8 @@ class SimNode(Node):
         self.goal = self.create_publisher(Bool, "sim/goal_reached", LATCHED)
         self.create_subscription(Twist, "cmd_vel", self.on_cmd, 10)
         self.steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self._commanded = False  # a cmd_vel arrived since the last tick
+        self._last_tick_ns = self.steady.now().nanoseconds
         self.create_timer(1.0 / (c.physics_rate_hz * c.real_time_factor), self.tick, clock=self.steady)
         self.goal.publish(Bool(data=self.reached))
         self._publish_state()
@@ -102,8 +112,15 @@ class SimNode(Node):
 
     def on_cmd(self, msg: Twist) -> None:
         self.sim.command(msg.linear.x, msg.angular.z)
+        self._commanded = True
 
     def tick(self) -> None:
+        now_ns = self.steady.now().nanoseconds
+        if self.config.lockstep and self.sim.cmd != (0.0, 0.0) and not self._commanded \
+                and now_ns - self._last_tick_ns < self.config.lockstep_timeout_s * 1e9:
+            return  # lockstep: the controller has not answered the last odometry yet
+        self._commanded = False
+        self._last_tick_ns = now_ns
         self.sim.tick()
         self._publish_state()
         reached = self.world.reached(self.target)
