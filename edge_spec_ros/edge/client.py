@@ -1,7 +1,9 @@
 """The robot's connection to the verifier: a DEALER socket, sessions, timeouts and byte counters.
 
 Every reply wait is bounded: a dead or silent verifier surfaces as ``VerifierTimeout`` within the
-configured time, an error reply as ``VerifierError`` carrying the server's code and message.
+configured time, an error reply as ``VerifierError`` carrying the server's code and message, and a
+refused CURVE handshake (a key the server does not authorise, a plain client at a CURVE server or
+the reverse) as ``VerifierAuthError`` as soon as ZeroMQ's socket monitor reports it.
 """
 
 from __future__ import annotations
@@ -9,11 +11,13 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from edge_spec_ros.wire.codec import WireError, decode, encode
 from edge_spec_ros.wire.emulator import LinkShape
@@ -24,6 +28,14 @@ log = logging.getLogger(__name__)
 
 OPEN_TIMEOUT_S = 30.0  # image encoding + prefill on the verifier
 REPLY_TIMEOUT_S = 10.0  # one verification round or one cloud token
+WAIT_SLICE_S = 0.1  # a reply wait looks at the handshake state this often
+MONITOR_POLL_MS = 200  # the monitor thread's longest wait for a socket event
+HANDSHAKE_EVENTS = {
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "the handshake failed (no detail)",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "the handshake failed: the two sides do not speak the same security "
+                                         "mechanism (CURVE on one side only?) or the peer sent garbage",
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "the verifier refused this robot's CURVE key (not in its authorized/ directory)",
+}
 
 
 class VerifierError(RuntimeError):
@@ -37,6 +49,14 @@ class VerifierTimeout(VerifierError):
     def __init__(self, message: str) -> None:
         RuntimeError.__init__(self, message)
         self.code = -1
+
+
+class VerifierAuthError(VerifierError):
+    """The connection's security handshake failed: no request can reach the verifier."""
+
+    def __init__(self, message: str) -> None:
+        RuntimeError.__init__(self, message)
+        self.code = -2
 
 
 @dataclass(frozen=True)
@@ -83,6 +103,12 @@ class VerifierClient:
             sock.curve_publickey = config.curve.public
             sock.curve_secretkey = config.curve.secret
             sock.curve_serverkey = config.curve.server_public
+        self.handshake_failure: str | None = None  # set by the monitor thread, cleared by a success
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | sum(HANDSHAKE_EVENTS))
+        self._monitor_stop = threading.Event()
+        self._monitor_thread = threading.Thread(target=self._watch_handshakes, name="verifier-client-monitor",
+                                                daemon=True)
+        self._monitor_thread.start()
         sock.connect(config.endpoint)
         self._inbox: dict[bytes, queue.Queue] = {}
         self.traffic: dict[bytes, Traffic] = {}
@@ -91,8 +117,31 @@ class VerifierClient:
         self._io.start()
 
     def close(self) -> None:
+        self._monitor_stop.set()
+        self._monitor_thread.join()
+        self._monitor.close(linger=0)
         self._io.stop()
         self._ctx.term()
+
+    def _watch_handshakes(self) -> None:
+        """Record the last handshake outcome (ZeroMQ socket monitor events)."""
+        while not self._monitor_stop.is_set():
+            if not self._monitor.poll(MONITOR_POLL_MS):
+                continue
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except (zmq.Again, zmq.ContextTerminated):
+                continue
+            except zmq.ZMQError:
+                return
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.handshake_failure = None
+            elif event["event"] in HANDSHAKE_EVENTS:
+                self.counters["handshake_failures"] += 1
+                detail = f" (errno {event['value']})" if event["event"] != zmq.EVENT_HANDSHAKE_FAILED_AUTH \
+                    else f" (ZAP status {event['value']})"
+                self.handshake_failure = HANDSHAKE_EVENTS[event["event"]] + detail
+                log.warning("verifier at %s: %s", self.config.endpoint, self.handshake_failure)
 
     def __enter__(self) -> "VerifierClient":
         return self
@@ -147,12 +196,21 @@ class VerifierClient:
             box = self._inbox.get(sid)
         if box is None:
             raise KeyError("unknown or ended session")
-        try:
-            msg = box.get(timeout=timeout_s)
-        except queue.Empty:
-            malformed = self.counters["malformed"]
-            raise VerifierTimeout(f"no reply from the verifier at {self.config.endpoint} within {timeout_s:.1f} s"
-                                  + (f" ({malformed} malformed frames received)" if malformed else "")) from None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                msg = box.get(timeout=min(WAIT_SLICE_S, max(0.0, deadline - time.monotonic())))
+                break
+            except queue.Empty:
+                if self.handshake_failure is not None:
+                    raise VerifierAuthError(f"cannot talk to the verifier at {self.config.endpoint}: "
+                                            f"{self.handshake_failure}") from None
+                if time.monotonic() >= deadline:
+                    malformed = self.counters["malformed"]
+                    raise VerifierTimeout(f"no reply from the verifier at {self.config.endpoint} within "
+                                          f"{timeout_s:.1f} s"
+                                          + (f" ({malformed} malformed frames received)" if malformed else "")) \
+                        from None
         if isinstance(msg, Error):
             raise VerifierError(msg.code, msg.message)
         return msg

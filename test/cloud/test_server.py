@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import zmq
 
-from edge_spec_ros.edge.client import ClientConfig, VerifierClient, VerifierError, VerifierTimeout
+from edge_spec_ros.edge.client import (
+    ClientConfig, VerifierAuthError, VerifierClient, VerifierError, VerifierTimeout,
+)
 from edge_spec_ros.wire.codec import HEADER, MAGIC, decode, encode
 from edge_spec_ros.wire.curve import client_keys, make_keys
 from edge_spec_ros.wire.messages import (
@@ -18,6 +20,7 @@ from edge_spec_ros.wire.messages import (
 )
 
 REPLY_S = 10
+AUTH_TIMEOUT_S = 8.0  # a refused handshake must be reported well before this
 
 
 class RawRobot:
@@ -148,13 +151,16 @@ def test_curve_rejects_an_unauthorised_robot(tmp_path, start_server, text_prompt
         good = client_keys(tmp_path / "keys" / "robot.key_secret", tmp_path / "keys" / "server.key")
         with VerifierClient(ClientConfig(endpoint=endpoint, curve=good)) as client:
             assert isinstance(client.open(Open(input_ids=ids))[1], Opened)
+        # refused handshakes are reported as such, well before the open timeout
         bad = client_keys(tmp_path / "intruder" / "robot.key_secret", tmp_path / "keys" / "server.key")
-        with VerifierClient(ClientConfig(endpoint=endpoint, curve=bad, open_timeout_s=2.0)) as client:
-            with pytest.raises(VerifierTimeout):
+        with VerifierClient(ClientConfig(endpoint=endpoint, curve=bad, open_timeout_s=AUTH_TIMEOUT_S)) as client:
+            t0 = time.monotonic()
+            with pytest.raises(VerifierAuthError, match="refused this robot's CURVE key"):
                 client.open(Open(input_ids=ids))
-        plain = ClientConfig(endpoint=endpoint, open_timeout_s=2.0)  # no encryption at all
+            assert time.monotonic() - t0 < AUTH_TIMEOUT_S
+        plain = ClientConfig(endpoint=endpoint, open_timeout_s=AUTH_TIMEOUT_S)  # no encryption at all
         with VerifierClient(plain) as client:
-            with pytest.raises(VerifierTimeout):
+            with pytest.raises(VerifierAuthError, match="handshake failed"):
                 client.open(Open(input_ids=ids))
 
 
