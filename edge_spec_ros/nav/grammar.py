@@ -24,17 +24,31 @@ Grammar (case-insensitive; extra spaces, commas, quotes and markdown emphasis ar
 Word magnitudes come from ``NavConfig``. Signs follow ROS REP 103: forward and left (counter-
 clockwise) are positive, backward and right are negative; the number itself must be >= 0.
 
+Unicode: the text is normalised before parsing (``normalize``): NFKC (full-width letters and digits,
+non-breaking and other compatibility spaces become their ASCII forms), format characters (zero-width
+spaces and joiners, word joiner, byte-order mark, soft hyphen, bidirectional controls) are removed,
+and Unicode minus signs and dashes become "-". Look-alike letters from other scripts (a Cyrillic
+"о" in "move") are not folded: an action word must be ASCII after NFKC, and the error names the
+character. ``NavAction.text`` and ``reasoning`` are the normalised text.
+
 ``parse_action`` never raises on model output: empty text, an ``Action:`` with nothing after it,
 unknown verbs or units, negative, non-finite ("nan cm", "inf degrees") or absurd numbers (beyond
 ``NavConfig.absurd_*``) come back as ``ParseResult.error``, a message that quotes the offending text
-(truncated to ``QUOTE_LIMIT`` characters). Magnitudes beyond the safety limits but within the sanity
-bounds are valid actions: the planner clamps them and records that it did.
+(truncated to ``QUOTE_LIMIT`` characters).
+
+Absurd magnitudes are refused, not clamped. A number beyond the sanity bound ("move forward 5 km",
+"turn left 99999 degrees", a runaway digit string) says the decode went wrong, so the whole action is
+untrustworthy, its direction included; clamping it would execute a garbled decision at the largest
+motion the safety limits allow. Magnitudes beyond the safety limits but within the sanity bounds are
+plausible, merely too large: they are valid actions, and the planner clamps them and records that
+it did.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
@@ -123,11 +137,30 @@ _TURN = re.compile(r"(?:turn|rotate)\s+(?P<dir>left|right)(?:\s+(?:by\s+)?(?P<ma
 _STOP = re.compile(r"(?:stop|stay|halt)(?:\s+(?:here|now|still|in place))?")
 
 
+_DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"), "-")
+
+
+def normalize(text: str) -> str:
+    """NFKC, without format characters (category Cf: zero-width spaces and joiners, BOM, soft hyphen,
+    bidi controls), with Unicode dashes and minus signs as "-"."""
+    text = unicodedata.normalize("NFKC", text)
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    return text.translate(_DASHES)
+
+
+def _non_ascii_letter(phrase: str) -> str | None:
+    """A description of the first non-ASCII letter in ``phrase`` (look-alikes stay unfolded)."""
+    for ch in phrase:
+        if ord(ch) > 127 and ch.isalpha():
+            return f"{ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')})"
+    return None
+
+
 def parse_action(text: str, config: NavConfig) -> ParseResult:
     """Parse the model's decoded text into a ``NavAction``, or an error; never raises on bad text."""
     if not isinstance(text, str):
         return ParseResult(error=f"expected the model output as str, got {type(text).__name__}")
-    cleaned = _SPECIAL_TOKEN.sub("", text)
+    cleaned = _SPECIAL_TOKEN.sub("", normalize(text))
     if not cleaned.strip():
         return ParseResult(error=f"empty model output: {quote(text)}")
 
@@ -171,6 +204,9 @@ def _parse_phrase(found: str, reasoning: str, config: NavConfig) -> tuple[NavAct
         sign = 1.0 if m["dir"] == "left" else -1.0
         return NavAction("turn", angle_rad=sign * value, text=found, reasoning=reasoning), None
 
+    odd = _non_ascii_letter(phrase)
+    if odd is not None:
+        return None, f"cannot parse action {quote(found)}: it contains the non-ASCII letter {odd}; {EXPECTED}"
     return None, f"cannot parse action {quote(found)}: {EXPECTED}"
 
 

@@ -349,3 +349,60 @@ def test_random_text_never_raises_and_actions_are_sane():
         assert abs(plan.linear_x) <= config.max_linear_speed and abs(plan.angular_z) <= config.max_angular_speed
         assert 0 <= plan.duration_s <= config.max_duration_s
     assert parsed > 500  # the generator does exercise the success path
+
+
+# --- unicode ------------------------------------------------------------------------------------------
+
+ZWSP, ZWNJ, ZWJ, WJ, BOM, SHY, NBSP, NNBSP = "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u00a0", "\u202f"
+
+
+@pytest.mark.parametrize("text", [
+    "Action: move forward medium" + ZWSP,
+    "Action: move" + ZWSP + " forward medium",
+    "Action: mo" + ZWJ + "ve forward med" + ZWNJ + "ium",
+    BOM + "Action: move forward medium",
+    "Action: move" + NBSP + "forward" + NNBSP + "medium",
+    "Action:" + WJ + " move for" + SHY + "ward medium",
+    "Action: ｍｏｖｅ ｆｏｒｗａｒｄ ｍｅｄｉｕｍ",  # full-width letters
+    "Action:\u3000move\u3000forward\u3000medium",  # ideographic spaces
+    "Action: move forward \u202emedium\u202c",  # bidi controls
+])
+def test_unicode_spaces_and_invisible_characters_are_normalised(text):
+    """NFKC, format characters removed: the same action as the plain ASCII text."""
+    action = ok(text)
+    assert (action.kind, action.distance_m) == ("forward", 0.5) and action.text == "move forward medium"
+
+
+@pytest.mark.parametrize(("text", "degrees"), [
+    ("Action: turn left ３０ degrees", 30.0),  # full-width digits
+    ("Action: turn left 3\u200b0 degrees", 30.0),
+    ("Action: turn right ４５°", -45.0),
+    ("Action: turn left 1\u00a0rad", 1.0 / DEG),
+])
+def test_unicode_digits_and_spaces_in_numbers(text, degrees):
+    assert ok(text).angle_rad == pytest.approx(degrees * DEG)
+
+
+@pytest.mark.parametrize("minus", ["\u2212", "\u2013", "\uff0d"])
+def test_unicode_minus_signs_read_as_negative_numbers(minus):
+    """A Unicode minus is a minus: a negative number is refused, with the usual message."""
+    assert "negative distance" in err(f"Action: move forward {minus}5 cm")
+
+
+@pytest.mark.parametrize(("text", "letter"), [
+    ("Action: m\u043eve forward medium", "U+043E CYRILLIC SMALL LETTER O"),
+    ("Action: turn l\u0435ft small", "U+0435 CYRILLIC SMALL LETTER IE"),
+    ("Action: st\u03bfp", "U+03BF GREEK SMALL LETTER OMICRON"),
+])
+def test_look_alike_letters_are_refused_and_named(text, letter):
+    """Look-alikes from other scripts are not folded into ASCII: the error names the character."""
+    assert letter in err(text)
+
+
+def test_absurd_magnitudes_are_refused_not_clamped_while_large_ones_are_clamped_by_the_planner():
+    """The documented policy: beyond the sanity bound an error; between the safety limit and the bound
+    a valid action (the planner clamps it)."""
+    assert "absurd" in err(f"Action: move forward {CONFIG.absurd_distance_m * 1.01} m")
+    assert "absurd" in err("Action: turn left 99999 degrees")
+    big = ok(f"Action: move forward {(CONFIG.max_distance_m + CONFIG.absurd_distance_m) / 2} m")
+    assert CONFIG.max_distance_m < big.distance_m < CONFIG.absurd_distance_m
