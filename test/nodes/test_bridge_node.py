@@ -1,0 +1,42 @@
+"""bridge_node in its own process against a real verifier: a malformed draft on edge_spec/draft is
+answered with an ERROR status and dropped; the bridge keeps bridging (the next decision opens)."""
+
+from __future__ import annotations
+
+from rosharness import node_command, process, wait_for
+from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock
+from edge_spec_ros.nodes.ros_link import RELIABLE
+
+DISCOVERY_S = 20.0
+OPEN_S = 60.0
+
+
+def open_request(decision: int, prompt) -> DecisionRequest:
+    msg = DecisionRequest()
+    msg.decision, msg.command = decision, DecisionRequest.OPEN
+    msg.input_ids = [int(t) for t in prompt.input_ids.reshape(-1)]
+    msg.want_exits, msg.queue_policy = False, "priority"
+    return msg
+
+
+def test_a_malformed_draft_is_refused_and_the_bridge_goes_on(ros, server_endpoint, text_prompt, tmp_path):
+    requests = ros.node.create_publisher(DecisionRequest, "edge_spec/decision_request", RELIABLE)
+    drafts = ros.node.create_publisher(DraftBlock, "edge_spec/draft", RELIABLE)
+    status = ros.collect(BridgeStatus, "edge_spec/bridge_status", RELIABLE)
+    cmd = node_command("bridge_node", "-p", f"verifier_endpoint:={server_endpoint}")
+    with process(cmd, tmp_path / "bridge.log") as proc:
+        wait_for(lambda: requests.get_subscription_count() > 0 and drafts.get_subscription_count() > 0,
+                 DISCOVERY_S, "the bridge")
+        requests.publish(open_request(1, text_prompt))
+        wait_for(lambda: any(s.decision == 1 and s.state == BridgeStatus.OPENED for s in status), OPEN_S, "OPENED")
+        bad = DraftBlock()
+        bad.decision, bad.round, bad.position = 1, 1, 0
+        bad.tokens = [1, 2, 3]
+        bad.q, bad.vocab_size = [0.5] * 5, 7  # 5 values cannot be 3 rows of 7
+        drafts.publish(bad)
+        wait_for(lambda: any(s.decision == 1 and s.state == BridgeStatus.ERROR and "malformed" in s.message
+                             for s in status), 10, "the ERROR status")
+        requests.publish(open_request(2, text_prompt))
+        wait_for(lambda: any(s.decision == 2 and s.state == BridgeStatus.OPENED for s in status), OPEN_S,
+                 "the next decision to open")
+        assert proc.poll() is None
