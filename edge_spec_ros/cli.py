@@ -198,7 +198,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     verifier, tokenizer = _load_verifier(args)
     try:
         limits = Limits(max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
-                        max_image_pixels=args.max_image_pixels, max_image_bytes=args.max_image_bytes)
+                        max_image_pixels=args.max_image_pixels, max_image_bytes=args.max_image_bytes,
+                        max_gamma=args.max_gamma)
         config = ServerConfig(bind=args.bind, workers=args.workers, session_timeout_s=args.session_timeout,
                               max_sessions=args.max_sessions, max_sessions_per_client=args.max_sessions_per_client,
                               max_requests=args.max_requests, idle_exit_s=args.idle_exit, curve=curve,
@@ -256,7 +257,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                          server_policy=args.server_policy, sweep_threads=args.sweep_threads,
                          sweep_gamma=args.sweep_gamma, sweep_policies=args.sweep_policies,
                          adaptive_gamma=args.adaptive_gamma, task_set=args.task_set,
-                         tasks=tuple(args.tasks.split(",")) if args.tasks else BenchConfig.tasks)
+                         tasks=tuple(args.tasks.split(",")) if args.tasks else BenchConfig.tasks,
+                         paths=tuple(args.paths.split(",")))
     from edge_spec_ros.cpu import cpu_budget, set_torch_threads
 
     # robot and verifier share this machine's cores: the CPU budget's rule, as bringup --serve uses it
@@ -271,7 +273,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(bench_report.table(report))
     json_path, png_path = bench_report.write(report, args.out)
     print(f"wrote {json_path} and {png_path}")
-    return 0 if "DIFFERENT" not in report["exact"] else 1
+    return 0 if "DIFFERENT" not in report["exact"] + report.get("paths_exact", "") else 1
 
 
 def _bench_pair(args: argparse.Namespace):
@@ -547,13 +549,13 @@ def cmd_build_tokenizer(args: argparse.Namespace) -> int:
     return 0
 
 
-SERVE_POLL_S = 0.5  # the serve loop wakes this often (a SIGTERM is seen within it)
+SERVE_POLL_S = 0.2  # the serve loop wakes this often (a SIGTERM is acted on within it)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from edge_spec_ros.cloud.limits import (
-        DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_PROMPT_TOKENS,
-        DEFAULT_MAX_SESSIONS_PER_CLIENT,
+        DEFAULT_MAX_GAMMA, DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_NEW_TOKENS,
+        DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_SESSIONS_PER_CLIENT, MAX_GAMMA,
     )
 
     parser = argparse.ArgumentParser(prog="edge-spec-ros", description=__doc__,
@@ -604,6 +606,8 @@ def build_parser() -> argparse.ArgumentParser:
                             f"(default {DEFAULT_MAX_IMAGE_PIXELS})")
     serve.add_argument("--max-image-bytes", type=int, default=DEFAULT_MAX_IMAGE_BYTES,
                        help=f"largest image file (default {DEFAULT_MAX_IMAGE_BYTES})")
+    serve.add_argument("--max-gamma", type=int, default=DEFAULT_MAX_GAMMA,
+                       help=f"most draft tokens in one block (default {DEFAULT_MAX_GAMMA}, at most {MAX_GAMMA})")
     serve.add_argument("--emulate-tq-s", type=float, default=0.0,
                        help="benchmarks: every verification forward takes at least this long (s; default 0: off)")
     serve.add_argument("--allow-client-emulation", action="store_true",
