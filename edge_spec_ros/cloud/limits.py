@@ -37,6 +37,7 @@ DEFAULT_MAX_NEW_TOKENS = 1024
 DEFAULT_MAX_IMAGE_PIXELS = 2048 * 1024  # 2.1 MP: a 1920 x 1080 frame fits, decoded it is 6 MB of RGB
 DEFAULT_MAX_IMAGE_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_SESSIONS_PER_CLIENT = 8
+DEFAULT_MAX_GAMMA = 16  # EdgeConfig.max_gamma's default; a dense q block of Qwen2-VL's V is then 9.7 MB
 
 
 class RequestError(ValueError):
@@ -50,13 +51,14 @@ class RequestError(ValueError):
 @dataclass(frozen=True)
 class Limits:
     """Server limits (serve options). max_prompt_tokens: ids in an Open; max_new_tokens: one Generate;
-    max_image_pixels: width x height from the image header; max_image_bytes: the image file."""
+    max_image_pixels: width x height from the image header; max_image_bytes: the image file;
+    max_gamma: draft tokens per block (at most the protocol's MAX_GAMMA)."""
 
     max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
-    max_gamma: int = MAX_GAMMA
+    max_gamma: int = DEFAULT_MAX_GAMMA
 
     def __post_init__(self) -> None:
         for name in ("max_prompt_tokens", "max_new_tokens", "max_image_pixels", "max_image_bytes", "max_gamma"):

@@ -92,7 +92,8 @@ class VerifySession:
 
     def check_draft(self, draft: DraftBlock) -> None:
         """Validate a draft block before queueing it (cheap): ``limits.check_draft``."""
-        request_limits.check_draft(draft, self.request, request_limits.Limits(), self.verifier.stack.vocab_size)
+        request_limits.check_draft(draft, self.request, request_limits.Limits(max_gamma=request_limits.MAX_GAMMA),
+                                   self.verifier.stack.vocab_size)
 
     def verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> None:
         """Verify at every exit, streaming results; the final exit commits its tokens. One block is one

@@ -38,7 +38,6 @@ class ErrorCode(IntEnum):
     BUSY = 7  # the server holds as many sessions as it may
     TOO_LARGE = 8  # over a server limit: message, prompt, image pixels or bytes, max_new_tokens
     QUOTA = 9  # this client holds as many sessions as one client may
-    CANCELLED = 10  # the session was closed or expired while the request waited or ran
 
 
 @dataclass(frozen=True)
