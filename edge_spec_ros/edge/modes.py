@@ -49,6 +49,7 @@ from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig, DecodeResult, append_until_stop
 from edge_spec_ros.edge.client import VerifierClient, VerifierError, VerifierTimeout
 from edge_spec_ros.edge.predraft import PreDrafter
+from edge_spec_ros.edge.registry import MODES, REGISTRY, get_mode  # noqa: F401 - MODES re-exported
 from edge_spec_ros.models.drafter import Draft, Drafter
 from edge_spec_ros.models.kv_cache import KVCache
 from edge_spec_ros.models.prompt import EncodedPrompt
@@ -59,11 +60,11 @@ from edge_spec_ros.spec.sparse import DraftDistribution, densify, to_sparse
 from edge_spec_ros.spec.verify import SplitVerdict, split_verify_device
 from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Generate, Open, Tokens
 
-MODES = ("ar", "sd", "fsd", "dssd", "tkslt", "lowpay", "pico", "pico-fsd", "dssd-topk-lossy")
-SPLIT_MODES = ("dssd", "pico", "dssd-topk-lossy")  # q_i(x_i) up, p_δ down, the robot resamples
-EXIT_MODES = ("fsd", "pico-fsd")  # early exits streamed, pre-drafting on the robot
-PIPELINED_MODES = ("pico", "pico-fsd")
-LOSSY_MODES = ("dssd-topk-lossy",)
+# Views of the mode registry (edge/registry.py), the one list of modes.
+SPLIT_MODES = tuple(m.name for m in REGISTRY if m.split)  # q_i(x_i) up, p_δ down, the robot resamples
+EXIT_MODES = tuple(m.name for m in REGISTRY if m.early_exits)  # exits streamed, pre-drafting on the robot
+PIPELINED_MODES = tuple(m.name for m in REGISTRY if m.pipelined)
+LOSSY_MODES = tuple(m.name for m in REGISTRY if not m.exact)
 
 
 @dataclass(frozen=True)
@@ -88,11 +89,8 @@ class EdgeConfig:
 
     def draft_distribution(self, mode: str) -> DraftDistribution | None:
         """The q the drafter samples from in ``mode`` (None: its full softmax)."""
-        if mode == "tkslt":
-            return DraftDistribution(self.tkslt_k)
-        if mode == "lowpay":
-            return DraftDistribution(self.lowpay_k)
-        return None
+        k_field = get_mode(mode).sparse_q
+        return DraftDistribution(getattr(self, k_field)) if k_field else None
 
     def __post_init__(self) -> None:
         for policy in (self.client_policy, self.server_policy):
@@ -111,21 +109,20 @@ class EdgeDecoder:
     def decode(self, mode: str, prompt: EncodedPrompt, image: bytes) -> DecodeResult:
         """``prompt``: the robot's encoding of instruction + image; ``image``: the same image as sent
         (JPEG/PNG bytes, travels once)."""
-        if mode not in MODES:
-            raise ValueError(f"mode {mode!r} is not one of {MODES}")
-        if mode != "ar" and self.drafter is None:
+        spec = get_mode(mode)
+        if spec.speculative and self.drafter is None:
             raise ValueError(f"mode {mode} needs a drafter")
         c = self.config
         stats = DecodeStats(mode.upper())
         t0 = time.perf_counter()
         request = Open(input_ids=prompt.input_ids.numpy().astype(np.int32), image=image,
-                       temperature=c.decode.sampling.temperature, seed=c.decode.seed, want_exits=mode in EXIT_MODES,
+                       temperature=c.decode.sampling.temperature, seed=c.decode.seed, want_exits=spec.early_exits,
                        queue_policy=c.server_policy, compute_tq_s=c.tq_s,
-                       p_top_k=c.lossy_p_k if mode in LOSSY_MODES else 0)
+                       p_top_k=c.lossy_p_k if spec.lossy_p else 0)
         sid, opened = self.client.open(request)
         stats.prefill_s = time.perf_counter() - t0
         try:
-            if mode == "ar":
+            if not spec.speculative:
                 tokens = self._cloud_ar(sid, stats, t0, c.decode.max_new_tokens)
             else:
                 tokens = self._speculative(sid, prompt, stats, t0, mode)

@@ -30,7 +30,8 @@ from std_msgs.msg import String
 from edge_spec_ros.cpu import cpu_budget, set_torch_threads
 from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import VerifierError
-from edge_spec_ros.edge.modes import MODES, EdgeConfig, EdgeDecoder
+from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
+from edge_spec_ros.edge.registry import MODES, get_mode
 from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
 from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction
 from edge_spec_ros.nav.config import HARD_MAX_DURATION_S
@@ -50,7 +51,7 @@ WORKER_JOIN_S = 5.0
 class DrafterNodeConfig:
     drafter_model: str = field(default="embedded", metadata=doc("'embedded' or a Qwen2-VL hub id / local path"))
     quantize_int8: bool = field(default=False, metadata=doc("int8 dynamic quantization of the drafter (CPU)"))
-    mode: str = field(default="fsd", metadata=doc("decoding mode: ar (cloud only), sd, fsd, dssd, tkslt, lowpay, pico, pico-fsd"))
+    mode: str = field(default="fsd", metadata=doc(f"decoding mode: {', '.join(MODES)} (edge/registry.py)"))
     gamma: int = field(default=4, metadata=doc("draft length γ"))
     max_new_tokens: int = field(default=48, metadata=doc("token budget of one decision"))
     temperature: float = field(default=0.0, metadata=doc("0: greedy"))
@@ -81,8 +82,7 @@ class DrafterNodeConfig:
     reply_timeout_s: float = field(default=10.0, metadata=doc("wait for one verification (s)"))
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        get_mode(self.mode)
 
 
 PARAMETER_CONFIGS = (DrafterNodeConfig, ImageInputConfig)

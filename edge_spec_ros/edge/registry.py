@@ -1,0 +1,76 @@
+"""The mode registry: every decoding mode the robot speaks, in one table.
+
+Each mode names its paper, whether it is exact, what crosses the link per round in each direction,
+and which mechanisms it combines. The decoder (``edge/modes.py``), the drafter node's parameter
+check, the CLI, the bench and the README's modes table all read this table; nothing else lists modes.
+
+Mechanisms: ``early_exits`` — every exit's verdict streamed down and pre-drafting from early results
+(FSD); ``pipelined`` — the next block drafted while the cloud verifies (PicoSpec); ``split`` — accept
+or reject in the cloud from q_i(x_i) only, p_δ down on a rejection and the robot resamples (DSSD);
+``sparse_q`` — the drafter samples from its top K and sends exactly that q (TK-SLT); ``lossy_p`` —
+p_δ pruned to its top K on the downlink (LOSSY: the output no longer follows the verifier's p).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    paper: str
+    exact: bool
+    up: str  # what travels up per round
+    down: str  # what travels down per round
+    speculative: bool = True  # the robot drafts (False: cloud-only decoding)
+    early_exits: bool = False
+    pipelined: bool = False
+    split: bool = False
+    sparse_q: str = ""  # EdgeConfig field holding K when the drafter samples from its top K
+    lossy_p: bool = False
+
+    @property
+    def mechanisms(self) -> tuple[str, ...]:
+        flags = {"pre-drafting from early exits": self.early_exits, "pipelining": self.pipelined,
+                 "split verification": self.split, "sparse q": bool(self.sparse_q),
+                 "top-K p_δ (lossy)": self.lossy_p}
+        return tuple(name for name, on in flags.items() if on)
+
+
+REGISTRY: tuple[Mode, ...] = (
+    Mode("ar", "baseline", True, "– (prompt once)", "each token", speculative=False),
+    Mode("sd", "FSD §3 (vanilla)", True, "γ ids + γ×V q", "the final verdict"),
+    Mode("fsd", "FSD Alg. 1-2", True, "as `sd`", "every exit's verdict, by confidence", early_exits=True),
+    Mode("dssd", "DSSD Alg. 2", True, "γ ids + γ values q_i(x_i)",
+         "the verdict; on a rejection p_δ (V values), the robot resamples", split=True),
+    Mode("tkslt", "TK-SLT Sol. 1", True, "γ ids + γ×K sparse q (the drafter samples from its top K)",
+         "the verdict", sparse_q="tkslt_k"),
+    Mode("lowpay", "–", True, "as `tkslt` at a small K (4)",
+         "the verdict: the server forms norm(max(0, p − q)) from the sparse q", sparse_q="lowpay_k"),
+    Mode("pico", "PicoSpec §3", True, "as `dssd`", "as `dssd`", pipelined=True, split=True),
+    Mode("pico-fsd", "– (FSD inside the pipeline)", True, "as `sd`", "as `fsd`", early_exits=True,
+         pipelined=True),
+    Mode("dssd-topk-lossy", "PicoSpec §3.3 downlink", False, "as `dssd`", "the top K of p_δ only",
+         split=True, lossy_p=True),
+)
+
+BY_NAME = {m.name: m for m in REGISTRY}
+MODES = tuple(BY_NAME)
+
+
+def get_mode(name: str) -> Mode:
+    """The mode called ``name``; a ValueError naming the choices otherwise."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown decoding mode {name!r}; choose one of {', '.join(MODES)}") from None
+
+
+def modes_table() -> str:
+    """The README's modes table (Markdown), generated from the registry."""
+    rows = ["| mode | paper | per round, up | per round, down | exact |", "|---|---|---|---|---|"]
+    for m in REGISTRY:
+        exact = "yes" if m.exact else "**no**: its TV error is reported"
+        rows.append(f"| `{m.name}` | {m.paper} | {m.up} | {m.down} | {exact} |")
+    return "\n".join(rows)

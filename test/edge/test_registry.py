@@ -1,0 +1,43 @@
+"""The mode registry is the one list of modes: the decoder's views, the payload table, the drafter's
+parameter check and the README's modes table all follow it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edge_spec_ros.bench.payload import payload_table
+from edge_spec_ros.edge import modes
+from edge_spec_ros.edge.registry import MODES, REGISTRY, get_mode, modes_table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_readme_modes_table_is_the_registry():
+    assert modes_table() in (ROOT / "README.md").read_text()
+
+
+def test_the_decoder_views_follow_the_registry():
+    assert modes.MODES == MODES
+    assert set(modes.LOSSY_MODES) == {m.name for m in REGISTRY if not m.exact} == {"dssd-topk-lossy"}
+    assert all("lossy" in m.name for m in REGISTRY if not m.exact)  # a lossy mode says so in its name
+    assert set(modes.EXIT_MODES) == {"fsd", "pico-fsd"} and set(modes.PIPELINED_MODES) == {"pico", "pico-fsd"}
+
+
+def test_the_payload_table_covers_every_mode():
+    assert [row["mode"] for row in payload_table(vocab=64, layers=4)] == list(MODES)
+
+
+def test_an_unknown_mode_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="dssd-topk-lossy"):
+        get_mode("spec")
+
+
+def test_the_drafter_node_checks_modes_against_the_registry():
+    from edge_spec_ros.nodes.drafter_node import DrafterNodeConfig
+
+    for name in MODES:
+        assert DrafterNodeConfig(mode=name).mode == name
+    with pytest.raises(ValueError, match="unknown decoding mode"):
+        DrafterNodeConfig(mode="fastest")
