@@ -51,3 +51,10 @@ test-slow: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# Mixed well-behaved and hostile clients against a real verifier for SOAK_S seconds: server RSS over
+# time, errors by code, and whether every good decode was exact (artifacts/soak.json; status 1 if not).
+SOAK_S ?= 300
+.PHONY: soak
+soak: $(STAMP)
+	$(BIN)/python -m edge_spec_ros.cloud.soak --duration $(SOAK_S) --out artifacts/soak.json
