@@ -175,7 +175,8 @@ def test_pico_overlapped_rounds(server_endpoint, pair, images):
     """PicoSpec's chained blocks: with a drafter as good as the target (all its layers) every block is
     fully accepted and guessed right, so blocks are sent before their predecessor's verdict and
     verified at once (hits); sampled hot (T = 3, the trained pair is peaked) some guesses miss and the
-    cloud answers stale. Either way the output is exact: greedy equals the target's own."""
+    cloud answers stale. Either way the output is exact: greedy equals the target's own, sampled equals
+    speculative sampling's with the same seed."""
     from edge_spec_ros.models.tiny import truncated_copy
 
     jpg, seen = images[0]
@@ -192,6 +193,10 @@ def test_pico_overlapped_rounds(server_endpoint, pair, images):
                                stop_tokens=(pair.tokenizer.eos_token_id,))
         result = EdgeDecoder(client, perfect, EdgeConfig(decode=sampled, tq_s=0.15)).decode("pico", prompt, jpg)
         assert result.stats.cache_misses > 0 and len(result.tokens) > 0
+        # sampled, the pipeline (stale blocks and separate rejection sampling included) emits exactly the
+        # tokens of speculative sampling with the same seed: the draws are position-indexed, so the
+        # distribution is the target's (test_protocol_distributions.py checks it by chi-square)
+        assert result.tokens == speculative(perfect, pair.verifier, prompt, sampled).tokens
         # with FSD pre-drafting inside the pipeline, the same exactness
         combined = EdgeDecoder(client, perfect, EdgeConfig(decode=greedy, tq_s=0.15, threads=2))
         assert combined.decode("pico-fsd", prompt, jpg).tokens == target
