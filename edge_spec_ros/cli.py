@@ -641,6 +641,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="camera: image + instruction prompts; text: conversation, code, maths, instructions, "
                             "summarisation, QA (--prompts per kind), reported per kind (FSD Table 6)")
     bench.add_argument("--tasks", default="", help="comma-separated task kinds of the text set (default: all)")
+    bench.add_argument("--paths", default="zmq",
+                       help="zmq,ros: also run every mode through the ROS nodes (RosVerifierLink and a bridge_node "
+                            "process) beside the direct ZeroMQ client, interleaved, and report the overhead per round")
     bench.add_argument("--out", default="artifacts/bench", help="directory for the JSON and PNG")
     bench.set_defaults(func=cmd_bench)
 

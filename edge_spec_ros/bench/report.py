@@ -45,6 +45,9 @@ def table(report: dict) -> str:
         a, b = name.split("_", 2)[1:]
         lines.append(f"speedup {a.upper()} → {b.upper()}: {value:.2f}x")
     lines.append(f"exactness: {report['exact']}")
+    if report.get("ros_vs_zmq"):
+        lines.extend(paths_table(report["ros_vs_zmq"]))
+        lines.append(f"exactness across paths: {report['paths_exact']}")
     if report.get("picospec_model"):
         lines.append("PicoSpec throughput model (eqs. 5-9) with this run's α, T_draft, T_RTT, T_verify:")
         lines += [f"  {k} = {v:.3f}" for k, v in report["picospec_model"].items()]
@@ -62,6 +65,27 @@ def table(report: dict) -> str:
             lines.append("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                           for k, v in row.items()))
     return "\n".join(lines)
+
+
+def paths_table(rows: dict[str, dict]) -> list[str]:
+    """The ROS path beside the direct ZeroMQ one, per mode."""
+    lines = ["ROS path (RosVerifierLink -> bridge_node process -> the same verifier) vs direct ZeroMQ, "
+             "interleaved prompt by prompt; overhead = (t_ros - t_zmq) / rounds:",
+             f"  {'mode':<16}{'decision ms':>12}{'decision ms':>12}{'open ms':>9}{'open ms':>9}{'rounds':>8}"
+             f"{'overhead':>10}{'median of':>11}{'w/o open':>10}  outputs    traffic",
+             f"  {'':<16}{'zmq':>12}{'ros':>12}{'zmq':>9}{'ros':>9}{'':>8}"
+             f"{'ms/round':>10}{'prompts':>11}{'ms/round':>10}"]
+    for mode, r in rows.items():
+        rounds = f"{r['rounds_zmq']}" if r["rounds_zmq"] == r["rounds_ros"] else f"{r['rounds_zmq']}/{r['rounds_ros']}"
+        outputs = "identical" if r["identical"] else "DIFFERENT" if r["must_match"] else "differ*"
+        traffic = {True: "same", False: "DIFFERS", None: "–"}[r["same_traffic"]]
+        lines.append(f"  {mode:<16}{r['decision_ms_zmq']:>12.1f}{r['decision_ms_ros']:>12.1f}{r['open_ms_zmq']:>9.1f}"
+                     f"{r['open_ms_ros']:>9.1f}{rounds:>8}{r['overhead_ms_per_round']:>+10.2f}"
+                     f"{r['overhead_ms_per_round_median']:>+11.2f}{r['overhead_ms_per_round_after_open']:>+10.2f}"
+                     f"  {outputs:<10} {traffic}")
+    if any(not r["must_match"] and not r["identical"] for r in rows.values()):
+        lines.append("  * sampled, timing-dependent: exact in distribution, not token for token between runs")
+    return lines
 
 
 TASK_ROWS = (

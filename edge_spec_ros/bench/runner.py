@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import statistics
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,7 +25,7 @@ from edge_spec_ros.bench.tasks import TASK_KINDS, task_prompts, text_encoder
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
-from edge_spec_ros.edge.modes import LOSSY_MODES, MODES, EdgeConfig, EdgeDecoder
+from edge_spec_ros.edge.modes import EXIT_MODES, LOSSY_MODES, MODES, PIPELINED_MODES, EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.prompt import EncodedPrompt, PromptConfig, PromptEncoder, decode_image, encode_image
 from edge_spec_ros.sim.samples import SimDataConfig, sim_sample
@@ -53,6 +55,9 @@ class BenchConfig:
     adaptive_gamma: bool = False
     task_set: str = "camera"  # camera: image + instruction prompts; text: bench/tasks.py, ``prompts`` per kind
     tasks: tuple[str, ...] = TASK_KINDS  # the task kinds of the text set
+    # zmq: EdgeDecoder over the direct ZeroMQ client; ros: the same decoder over RosVerifierLink through a
+    # bridge_node process (bench/ros_path.py), interleaved prompt by prompt with the direct path
+    paths: tuple[str, ...] = ("zmq",)
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -65,9 +70,12 @@ class BenchConfig:
         unknown = set(self.tasks) - set(TASK_KINDS)
         if unknown:
             raise ValueError(f"unknown task kinds {sorted(unknown)}; choose from {TASK_KINDS}")
+        if set(self.paths) - set(PATHS) or "zmq" not in self.paths or len(set(self.paths)) != len(self.paths):
+            raise ValueError(f"paths {self.paths}: the direct path zmq, optionally ros beside it ({PATHS})")
 
 
 TASK_SETS = ("camera", "text")
+PATHS = ("zmq", "ros")
 
 
 class RobotModels(Protocol):
@@ -136,6 +144,14 @@ class Bench:
             self.labels = ["camera"] * len(self.prompts)
 
     def run_modes(self, modes: tuple[str, ...], **overrides) -> dict[str, ModeResult]:
+        """``modes`` over the direct ZeroMQ client."""
+        return self.run_paths(modes, ("zmq",), **overrides)["zmq"]
+
+    def run_paths(self, modes: tuple[str, ...], paths: tuple[str, ...],
+                  **overrides) -> dict[str, dict[str, ModeResult]]:
+        """path -> mode -> result. Every path decodes every prompt of a mode before the next mode;
+        the paths alternate prompt by prompt (zmq first on even prompts, last on odd ones), so the
+        machine's noise and any warming up hit them alike."""
         c = self.config
         decode = DecodeConfig(max_new_tokens=c.max_new_tokens, gamma=overrides.pop("gamma", c.gamma),
                               sampling=SamplingConfig(c.temperature), seed=c.seed,
@@ -144,25 +160,36 @@ class Bench:
                           server_policy=c.server_policy, tp_s=self.profile.tp_s,  # T_q: Profile.serve_args
                           adaptive_gamma=c.adaptive_gamma)
         edge = dataclasses.replace(edge, **overrides)
+        warm = dataclasses.replace(edge, decode=dataclasses.replace(decode, max_new_tokens=4))
         client_config = ClientConfig(endpoint=self.endpoint, uplink=self.profile.uplink,
                                      downlink=self.profile.downlink, reply_timeout_s=60.0)
-        results: dict[str, ModeResult] = {}
-        with VerifierClient(client_config) as client:
-            decoder = EdgeDecoder(client, self.pair.drafter, edge)
+        results: dict[str, dict[str, ModeResult]] = {p: {} for p in paths}
+        with ExitStack() as stack:
+            links = {"zmq": stack.enter_context(VerifierClient(client_config))}
+            if "ros" in paths:
+                from edge_spec_ros.bench.ros_path import RosPath  # rclpy only when asked for
+
+                self.progress("starting bridge_node for the ROS path")
+                links["ros"] = stack.enter_context(RosPath(self.endpoint, self.profile)).link
+            decoders = {p: EdgeDecoder(links[p], self.pair.drafter, edge) for p in paths}
             for mode in modes:
-                warm = dataclasses.replace(edge, decode=dataclasses.replace(decode, max_new_tokens=4))
-                EdgeDecoder(client, self.pair.drafter, warm).decode(mode, *self.prompts[0])  # untimed warm-up
-                runs = []
+                for p in paths:  # untimed warm-up
+                    EdgeDecoder(links[p], self.pair.drafter, warm).decode(mode, *self.prompts[0])
+                runs: dict[str, list] = {p: [] for p in paths}
                 for i, (prompt, jpg) in enumerate(self.prompts):
-                    self.progress(f"{mode} γ={decode.gamma} N={edge.threads} prompt {i + 1}/{len(self.prompts)}")
-                    runs.append(decoder.decode(mode, prompt, jpg))
-                results[mode] = ModeResult(merge([r.stats for r in runs]), [r.tokens for r in runs],
-                                           [r.stats for r in runs])
+                    for p in (paths if i % 2 == 0 else paths[::-1]):
+                        self.progress(f"{mode} γ={decode.gamma} N={edge.threads} prompt {i + 1}/{len(self.prompts)}"
+                                      + (f" {p}" if len(paths) > 1 else ""))
+                        runs[p].append(decoders[p].decode(mode, prompt, jpg))
+                for p in paths:
+                    results[p][mode] = ModeResult(merge([r.stats for r in runs[p]]), [r.tokens for r in runs[p]],
+                                                  [r.stats for r in runs[p]])
         return results
 
     def run(self) -> dict:
         c = self.config
-        main = self.run_modes(c.modes)
+        by_path = self.run_paths(c.modes, c.paths)
+        main = by_path["zmq"]
         report: dict = {
             "profile": self.profile.name,
             "description": self.profile.description,
@@ -175,6 +202,10 @@ class Bench:
             "payload": payload_table(gamma=c.gamma),
             "sweeps": {},
         }
+        if "ros" in by_path:
+            report["paths"] = {"ros": {m: r.stats.as_dict() for m, r in by_path["ros"].items()}}
+            report["ros_vs_zmq"] = ros_vs_zmq(by_path["zmq"], by_path["ros"], c.temperature, c.adaptive_gamma)
+            report["paths_exact"] = paths_exactness(report["ros_vs_zmq"])
         if "pico" in main:
             report["picospec_model"] = picospec_check(main, c.gamma)
         if c.task_set == "text":
@@ -201,6 +232,76 @@ class Bench:
                     rows.append({"client": client, "server": server, "threads": n, "miss_rate": fsd.stats.miss_rate})
             report["sweeps"]["policies"] = rows
         return report
+
+
+def timing_dependent(mode: str, temperature: float, adaptive_gamma: bool) -> bool:
+    """Whether ``mode``'s tokens may change with timing alone (between two runs on one path): sampled
+    PicoSpec modes cut blocks where the verdict arrives, and ODLD picks γ from measured times; both
+    stay exact in distribution. Greedy output never depends on timing."""
+    return temperature > 0 and (mode in PIPELINED_MODES or adaptive_gamma)
+
+
+def ros_vs_zmq(zmq: dict[str, ModeResult], ros: dict[str, ModeResult], temperature: float = 0.0,
+               adaptive_gamma: bool = False) -> dict[str, dict]:
+    """Per mode: mean decision latency and open (prefill) time on each path, rounds, the ROS path's
+    overhead per round (t_ros − t_zmq) / rounds over all prompts (rounds: the direct path's; a
+    PicoSpec round count may differ between paths, both are given), the median of the per-prompt
+    figures, the same without the open (rounds only), whether the two paths emitted the same
+    tokens for every prompt (``must_match``: unless timing-dependent, see ``timing_dependent``) and
+    whether they put about the same bytes on the wire (``similar_traffic``; None where rounds or
+    early exits follow timing): a wire field the ROS path does not carry shows there (the lossy mode's Open.p_top_k
+    brings p_δ down whole through the bridge)."""
+    rows = {}
+    for mode, z in zmq.items():
+        r = ros[mode]
+        n = len(z.runs)
+        per_prompt = [(rs.wall_s - zs.wall_s) / zs.rounds for zs, rs in zip(z.runs, r.runs, strict=True) if zs.rounds]
+        rounds = z.stats.rounds or float("nan")
+        # rounds (PicoSpec, ODLD) and early exits sent before the next draft cancels them (FSD) follow timing
+        loose = mode in PIPELINED_MODES or mode in EXIT_MODES or adaptive_gamma
+        rows[mode] = {
+            "decision_ms_zmq": z.stats.wall_s / n * 1e3,
+            "decision_ms_ros": r.stats.wall_s / n * 1e3,
+            "open_ms_zmq": z.stats.prefill_s / n * 1e3,
+            "open_ms_ros": r.stats.prefill_s / n * 1e3,
+            "rounds_zmq": z.stats.rounds,
+            "rounds_ros": r.stats.rounds,
+            "overhead_ms_per_round": (r.stats.wall_s - z.stats.wall_s) / rounds * 1e3,
+            "overhead_ms_per_round_median": statistics.median(per_prompt) * 1e3 if per_prompt else float("nan"),
+            "overhead_ms_per_round_after_open": ((r.stats.wall_s - r.stats.prefill_s)
+                                                 - (z.stats.wall_s - z.stats.prefill_s)) / rounds * 1e3,
+            "identical": z.outputs == r.outputs,
+            "must_match": not timing_dependent(mode, temperature, adaptive_gamma),
+            "same_traffic": None if loose else similar_traffic(z.stats, r.stats),
+            "bytes_down_per_round_zmq": z.stats.bytes_down_per_round,
+            "bytes_down_per_round_ros": r.stats.bytes_down_per_round,
+        }
+    return rows
+
+
+TRAFFIC_TOLERANCE = (0.15, 100.0)  # relative, and bytes per round: scalars travel as JSON, their length varies
+
+
+def similar_traffic(a: DecodeStats, b: DecodeStats) -> bool:
+    """Bytes up and down per decision agree within ``TRAFFIC_TOLERANCE`` (either bound suffices)."""
+    rel, per_round = TRAFFIC_TOLERANCE
+    rounds = max(a.rounds, 1)
+    return all(abs(x - y) <= max(rel * max(x, y), per_round * rounds)
+               for x, y in ((a.bytes_up, b.bytes_up), (a.bytes_down, b.bytes_down)))
+
+
+def paths_exactness(rows: dict[str, dict]) -> str:
+    """One line: DIFFERENT where a mode that must match did not; notes for the rest."""
+    different = [m for m, row in rows.items() if row["must_match"] and not row["identical"]]
+    loose = [m for m, row in rows.items() if not row["must_match"] and not row["identical"]]
+    traffic = [m for m, row in rows.items() if row["same_traffic"] is False]
+    out = f"DIFFERENT outputs on the ROS path in {', '.join(different)}" if different else \
+        f"identical outputs on the ROS and direct ZeroMQ paths in {', '.join(m for m in rows if m not in loose)}"
+    if loose:
+        out += f"; {', '.join(loose)} differ but are timing-dependent when sampled (as between two ZeroMQ runs)"
+    if traffic:
+        out += f"; the ROS path put different bytes on the wire in {', '.join(traffic)} (a wire field not carried?)"
+    return out
 
 
 def per_task(results: dict[str, ModeResult], labels: list[str]) -> dict[str, dict[str, float]]:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
+import statistics
 
 import pytest
 
 from edge_spec_ros.bench import report as bench_report
 from edge_spec_ros.bench.profiles import PROFILES
-from edge_spec_ros.bench.runner import Bench, BenchConfig
+from edge_spec_ros.bench.ros_path import bridge_args
+from edge_spec_ros.bench.runner import Bench, BenchConfig, ModeResult, merge, paths_exactness, ros_vs_zmq
+from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.models.embedded import embedded_pair
 
 
@@ -50,3 +54,68 @@ def test_profiles_say_what_they_emulate():
 def test_bench_rejects_unknown_modes():
     with pytest.raises(ValueError, match="unknown modes"):
         BenchConfig(modes=("sd", "magic"))
+
+
+def test_bench_ros_path_beside_zmq(server_endpoint):
+    """Both paths in one run: every decision also through RosVerifierLink and a bridge_node process,
+    the same tokens on both, the per-round overhead in the report (no timing bound: shared cores)."""
+    config = BenchConfig(profile="loopback", prompts=2, max_new_tokens=8, threads=2, modes=("fsd", "dssd"),
+                         paths=("zmq", "ros"))
+    report = Bench(embedded_pair(), server_endpoint, config).run()
+    rows = report["ros_vs_zmq"]
+    assert set(rows) == {"fsd", "dssd"} and set(report["paths"]["ros"]) == {"fsd", "dssd"}
+    for mode, row in rows.items():
+        assert row["identical"] and row["must_match"], mode
+        assert row["same_traffic"] is (None if mode == "fsd" else True), mode  # FSD: early exits follow timing
+        assert row["rounds_zmq"] > 0 and row["decision_ms_zmq"] > 0 and row["decision_ms_ros"] > 0
+        for key in ("overhead_ms_per_round", "overhead_ms_per_round_median", "overhead_ms_per_round_after_open"):
+            assert math.isfinite(row[key]), (mode, key)
+        assert report["paths"]["ros"][mode]["tokens"] == report["modes"][mode]["tokens"] > 0
+    assert report["paths_exact"] == "identical outputs on the ROS and direct ZeroMQ paths in fsd, dssd"
+    text = bench_report.table(report)
+    assert "ROS path" in text and "ms/round" in text and "identical" in text
+
+
+def _result(outputs, wall_s, rounds, prefill_s=0.01, bytes_down=1000):
+    runs = []
+    for out, wall, r in zip(outputs, wall_s, rounds):
+        s = DecodeStats("X")
+        s.wall_s, s.rounds, s.prefill_s, s.tokens = wall, r, prefill_s, len(out)
+        s.bytes_up, s.bytes_down = 500, bytes_down
+        runs.append(s)
+    return ModeResult(merge(runs), list(outputs), runs)
+
+
+def test_ros_vs_zmq_figures_and_verdicts():
+    zmq = {"sd": _result([[1, 2], [3]], [0.10, 0.20], [2, 3]),
+           "pico": _result([[1, 2]], [0.10], [2]),
+           "dssd-topk-lossy": _result([[1]], [0.1], [2])}
+    ros = {"sd": _result([[1, 2], [3]], [0.11, 0.23], [2, 3]),
+           "pico": _result([[1, 3]], [0.12], [3]),
+           "dssd-topk-lossy": _result([[1]], [0.1], [2], bytes_down=9000)}  # p_δ came down whole
+    rows = ros_vs_zmq(zmq, ros, temperature=0.9)
+    sd = rows["sd"]
+    assert sd["overhead_ms_per_round"] == pytest.approx((0.34 - 0.30) / 5 * 1e3)
+    assert sd["overhead_ms_per_round_median"] == pytest.approx(statistics.median([5.0, 10.0]))
+    assert sd["decision_ms_zmq"] == pytest.approx(150) and sd["identical"] and sd["same_traffic"]
+    # sampled PicoSpec follows timing (also between two ZeroMQ runs): reported, not a failure
+    assert not rows["pico"]["identical"] and not rows["pico"]["must_match"] and rows["pico"]["same_traffic"] is None
+    assert rows["dssd-topk-lossy"]["same_traffic"] is False
+    verdict = paths_exactness(rows)
+    assert verdict.startswith("identical outputs") and "pico differ but are timing-dependent" in verdict
+    assert "different bytes on the wire in dssd-topk-lossy" in verdict
+    greedy = ros_vs_zmq(zmq, ros, temperature=0.0)
+    assert greedy["pico"]["must_match"]
+    assert paths_exactness(greedy).startswith("DIFFERENT outputs on the ROS path in pico")
+
+
+def test_bench_paths_and_bridge_arguments():
+    with pytest.raises(ValueError, match="paths"):
+        BenchConfig(paths=("ros",))
+    with pytest.raises(ValueError, match="paths"):
+        BenchConfig(paths=("zmq", "dds"))
+    args = bridge_args("tcp://127.0.0.1:5555", PROFILES["wifi"], "/ns", 60.0, 30.0)
+    assert args[args.index("-m") + 1] == "edge_spec_ros.nodes.bridge_node" and "__ns:=/ns" in args
+    assert "verifier_endpoint:=tcp://127.0.0.1:5555" in args and "emulate_delay_s:=0.06" in args
+    assert "reply_timeout_s:=30.0" in args
+    assert not any("emulate" in a for a in bridge_args("tcp://x:1", PROFILES["loopback"], "/ns", 1.0, 1.0))
