@@ -17,7 +17,7 @@ from edge_spec_ros.edge.client import ClientConfig, VerifierClient, VerifierErro
 from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftMsg, ExitResult as ExitMsg
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
-from edge_spec_ros.nodes.ros_link import RELIABLE, session_id
+from edge_spec_ros.nodes.ros_link import RELIABLE, f32, i32, session_id
 from edge_spec_ros.wire.curve import client_keys
 from edge_spec_ros.wire.emulator import LinkShape
 from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Generate, Open, Tokens
@@ -153,13 +153,13 @@ class BridgeNode(Node):
         out = ExitMsg()
         out.header.stamp = self.get_clock().now().to_msg()
         out.decision, out.round, out.layer, out.accepted = decision, r.round, r.layer, r.accepted
-        out.tokens = np.asarray(r.tokens, dtype=np.int32)
+        out.tokens = i32(r.tokens)
         out.confidence, out.is_final, out.compute_s = float(r.confidence), bool(r.is_final), float(r.compute_s)
         out.resample, out.p_tv, out.stale = r.resample, float(r.p_tv), r.stale
         if r.p is not None:
-            out.p = np.asarray(r.p, dtype=np.float32)
+            out.p = f32(r.p)
         if r.p_ids is not None:
-            out.p_ids = np.asarray(r.p_ids, dtype=np.int32)
+            out.p_ids = i32(r.p_ids)
         self.results.publish(out)
 
     def _publish_status(self, decision: int, state: int, message: str, code: int = 0, num_layers: int = 0,

@@ -7,6 +7,7 @@ the bridge. Wire messages are mirrored by the package's interfaces (msg/).
 
 from __future__ import annotations
 
+import array
 import queue
 import threading
 
@@ -23,6 +24,18 @@ from edge_spec_ros.wire.messages import (
 
 # Drafts and results must not be dropped or reordered.
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+
+
+def f32(values) -> array.array:
+    """A float32[] field's value: rclpy keeps an ``array.array`` as is, but copies any other sequence
+    (numpy included) element by element in Python (about 1 ms per 8,000 values; 80 ms for a γ×V
+    q at Qwen2's vocabulary)."""
+    return array.array("f", np.ascontiguousarray(values, dtype=np.float32).tobytes())
+
+
+def i32(values) -> array.array:
+    """An int32[] field's value (see ``f32``)."""
+    return array.array("i", np.ascontiguousarray(values, dtype=np.int32).tobytes())
 
 
 def session_id(decision: int) -> bytes:
@@ -74,7 +87,7 @@ class RosVerifierLink:
         msg.header.stamp = self.node.get_clock().now().to_msg()
         msg.decision = decision
         msg.command = DecisionRequest.OPEN
-        msg.input_ids = np.asarray(request.input_ids, dtype=np.int32)
+        msg.input_ids = i32(request.input_ids)
         msg.image = request.image
         msg.temperature = float(request.temperature)
         msg.seed = int(request.seed)
@@ -94,16 +107,16 @@ class RosVerifierLink:
         if isinstance(message, DraftBlock):
             msg.round = message.round
             msg.position = message.position
-            msg.tokens = np.asarray(message.tokens, dtype=np.int32)
+            msg.tokens = i32(message.tokens)
             msg.resampled, msg.chained, msg.partial = message.resampled, message.chained, message.partial
             if message.q is not None:
-                msg.q = np.ascontiguousarray(message.q, dtype=np.float32).ravel()
+                msg.q = f32(message.q)
                 msg.vocab_size = int(message.q.shape[1])
             if message.q_ids is not None:
-                msg.q_ids = np.ascontiguousarray(message.q_ids, dtype=np.int32).ravel()
-                msg.q_values = np.ascontiguousarray(message.q_values, dtype=np.float32).ravel()
+                msg.q_ids = i32(message.q_ids)
+                msg.q_values = f32(message.q_values)
             if message.q_draft is not None:
-                msg.q_draft = np.asarray(message.q_draft, dtype=np.float32)
+                msg.q_draft = f32(message.q_draft)
         elif isinstance(message, Generate):
             msg.max_new_tokens = message.max_new_tokens
             msg.stop_tokens = list(message.stop_tokens)
