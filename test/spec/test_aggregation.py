@@ -287,3 +287,19 @@ def test_drdg_tw_greedy_is_the_argmax_chain_and_rules_agree():
     assert stopped.tokens == a.tokens[:a.tokens.index(eos) + 1]
     with pytest.raises(ValueError):
         drdg_tw(robot, cloud, [0], 2, PositionalRNG(0), GREEDY, rule="nope")  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_algorithm1_chi_square_on_many_random_tables():
+    """Slow: 8 random (p^l, p^r, η) on V = 8, 20 000 positions each: x_t fits p_t every time."""
+    for seed in range(8):
+        p_l, p_r, eta_l = _random_pair(100 + seed, v=8)
+        robot = LocalAggregate(p_l, math.log(eta_l))
+        cloud = LocalAggregate(p_r, math.log(1 - eta_l))
+        rng = PositionalRNG(seed)
+        n = 20_000
+        tokens = np.array([speculative_aggregate(draft_token(p_l, ROBOT, rng, t, SAMPLED), robot,
+                                                 draft_token(p_r, CLOUD, rng, t, SAMPLED), cloud, rng, t,
+                                                 SAMPLED).token for t in range(n)])
+        expected = target_distribution(p_l, p_r, eta_l).numpy() * n
+        assert chisquare(np.bincount(tokens, minlength=8), expected)[1] > 1e-4
