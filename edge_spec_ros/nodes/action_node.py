@@ -29,6 +29,7 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from std_msgs.msg import String
 
+from edge_spec_ros.edge.cycle import is_stop
 from edge_spec_ros.msg import BridgeStatus, Decision, ExitResult, NavAction as NavActionMsg
 from edge_spec_ros.nav import NavConfig, Watchdog, parse_action, plan_motion
 from edge_spec_ros.nav.motion import MotionCommand, MotionTracker, PlanarPose
@@ -37,7 +38,6 @@ from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc, watch_config
 from edge_spec_ros.nodes.ros_link import RELIABLE
 
-STOP_WORDS = ("", "cancel", "stop")
 
 
 @dataclass(frozen=True)
@@ -168,8 +168,7 @@ class ActionNode(Node):
             self.tick()
 
     def on_instruction(self, msg: String) -> None:
-        word = msg.data.strip().lower()
-        self._end("CANCELLED", "stop" if word in STOP_WORDS else "new instruction")
+        self._end("CANCELLED", "stop" if is_stop(msg.data) else "new instruction")
         self.tick()
 
     def on_odom(self, msg: Odometry) -> None:

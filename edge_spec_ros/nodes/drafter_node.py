@@ -30,6 +30,7 @@ from std_msgs.msg import String
 from edge_spec_ros.cpu import cpu_budget, set_torch_threads
 from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import VerifierError
+from edge_spec_ros.edge.cycle import CycleConfig, MotionEnd, run_cycle
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.edge.registry import MODES, get_mode
 from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
@@ -37,13 +38,13 @@ from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction
 from edge_spec_ros.nav.config import HARD_MAX_DURATION_S
 from edge_spec_ros.nav.motion import TIMEOUT_FACTOR, TIMEOUT_MARGIN_S
 from edge_spec_ros.nodes.convert import stats_to_msg
+from edge_spec_ros.nodes.describe_service import DescribeService, ExclusiveDecoder
 from edge_spec_ros.nodes.image_input import ImageInput, ImageInputConfig
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE, RosVerifierLink
 from edge_spec_ros.spec.sampling import SamplingConfig
 
-STOP_WORDS = ("", "cancel", "stop")
 WORKER_JOIN_S = 5.0
 
 
@@ -132,10 +133,12 @@ class DrafterNode(Node):
         self.decoder = EdgeDecoder(self.link, drafter, EdgeConfig(
             decode=decode, threads=predraft, client_policy=c.client_queue_policy,
             server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s, tq_s=c.emulate_tq_s))
+        self.decoder = ExclusiveDecoder(self.decoder)  # a Describe's decode never overlaps a decision's
         self.decisions = self.create_publisher(Decision, "edge_spec/decision", RELIABLE)
         self.stats = self.create_publisher(DecodeStatsMsg, "edge_spec/stats", RELIABLE)
         self.create_subscription(String, "instruction", self.on_instruction, RELIABLE)
         self.images = ImageInput(self, declare_config(self, ImageInputConfig))
+        self.describe = DescribeService(self)  # `describe`: image (or latest frame) + prompt -> text; moves nothing
         self.create_subscription(NavAction, "edge_spec/action", self.on_action, RELIABLE)
         self._cv = threading.Condition()  # guards everything below
         self._ends: dict[int, NavAction] = {}  # decision -> how its motion ended
@@ -164,36 +167,34 @@ class DrafterNode(Node):
 
     # --- the decision cycle (its own thread: decoding blocks on verifier replies) -----------------
     def _run(self) -> None:
+        c = self.config
+        cycle = CycleConfig(c.max_decisions, c.repeat_decisions, c.settle_s)
         while True:
             instruction = self._instructions.get()
             if instruction is None:  # close()
                 return
             with self._cv:
                 generation = self._generation
-            if instruction.lower() in STOP_WORDS:
-                self.get_logger().info("instruction cycle ended")
-                continue
-            not_before_ns = 0  # the first decision takes the latest frame
-            for _ in range(self.config.max_decisions if self.config.repeat_decisions else 1):
-                if not self._current(generation):
-                    break
+
+            def decide(text: str, not_before_ns: int | None) -> MotionEnd | None:
                 try:
-                    end = self._decide(instruction, generation, not_before_ns)
+                    end = self._decide(text, generation, not_before_ns)
                 except Exception as exc:  # noqa: BLE001 - garbage in or out ends this cycle, never the thread
                     self.get_logger().error(f"decision failed: {exc!r}: ending the instruction cycle")
-                    break
-                if end is None or end.kind in ("stop", "invalid") or not self.config.repeat_decisions:
-                    break
-                not_before_ns = _stamp_ns(end.header.stamp) + round(self.config.settle_s * 1e9)
+                    return None
+                return None if end is None else MotionEnd(end.kind, _stamp_ns(end.header.stamp))
+
+            result = run_cycle(instruction, cycle, decide, lambda: self._current(generation))
+            self.get_logger().info(f"instruction cycle ended after {result.decisions} decisions: {result.reason}")
 
     def _current(self, generation: int) -> bool:
         with self._cv:
             return generation == self._generation and not self._closing
 
-    def _decide(self, instruction: str, generation: int, not_before_ns: int) -> NavAction | None:
+    def _decide(self, instruction: str, generation: int, not_before_ns: int | None) -> NavAction | None:
         """One decision: frame, decode, publish; then wait for the action node to end the motion."""
         c = self.config
-        got = self.images.wait(c.image_timeout_s, not_before_ns=not_before_ns or None)  # warns if none
+        got = self.images.wait(c.image_timeout_s, not_before_ns=not_before_ns)  # warns if none
         frame = got.rgb if got is not None else None
         if not self._current(generation):
             return None
