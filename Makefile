@@ -18,7 +18,8 @@ export TOKENIZERS_PARALLELISM := false
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt setup.py CMakeLists.txt package.xml $(wildcard msg/*.msg) scripts/build_interfaces.sh
+$(STAMP): requirements.txt setup.py CMakeLists.txt package.xml $(wildcard msg/*.msg srv/*.srv action/*.action) \
+		scripts/build_interfaces.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.

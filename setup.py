@@ -26,6 +26,7 @@ setup(
             "action_node = edge_spec_ros.nodes.action_node:main",
             "bag_replay_node = edge_spec_ros.nodes.bag_replay_node:main",
             "sim_node = edge_spec_ros.nodes.sim_node:main",
+            "navigate_node = edge_spec_ros.nodes.navigate_node:main",
         ],
     },
 )
