@@ -1,20 +1,25 @@
 """bridge_node: owns the ZeroMQ link to the cloud verifier.
 
 Subscribes  edge_spec/decision_request (DecisionRequest), edge_spec/draft (DraftBlock)
-Publishes   edge_spec/exit_result (ExitResult, every exit as it arrives), edge_spec/bridge_status
+Publishes   edge_spec/exit_result (ExitResult, every exit as it arrives), edge_spec/bridge_status,
+            /diagnostics (diagnostic_msgs/DiagnosticArray, every ``diagnostics_period_s``: the verifier
+            link: connected, last round trip, τ, α and the pre-draft cache miss rate r of the latest
+            decision (from edge_spec/stats, which it subscribes), errors and the last one)
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient, VerifierError, VerifierTimeout
-from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftMsg, ExitResult as ExitMsg
+from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DecodeStats, DraftBlock as DraftMsg, ExitResult as ExitMsg
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE, f32, i32, session_id
@@ -36,9 +41,24 @@ class BridgeConfig:
     emulate_jitter_s: float = field(default=0.0, metadata=doc("emulated jitter, both directions"))
     emulate_bandwidth_bps: float = field(default=0.0, metadata=doc("emulated bandwidth cap (0: none)"))
     emulate_loss: float = field(default=0.0, metadata=doc("emulated loss probability (costs a retransmission)"))
+    diagnostics_period_s: float = field(default=1.0, metadata=doc("/diagnostics period (steady clock, s)", 0.1, 60.0))
 
 
 PARAMETER_CONFIGS = (BridgeConfig,)
+
+
+@dataclass
+class _LinkHealth:
+    """What /diagnostics reports about the verifier link (see BridgeNode.publish_diagnostics)."""
+
+    replies: int = 0  # verifier replies (Opened, exits, tokens) since the start
+    last_reply_s: float = 0.0  # steady clock of the last one
+    round_trip_s: float | None = None  # the last request or draft → its final answer (s, with the server's compute)
+    server_s: float = 0.0  # the server's compute in that round trip (s)
+    lost: bool = False  # LINK_LOST and no reply since
+    errors: int = 0  # ERROR and LINK_LOST statuses
+    last_error: str = ""
+    stats: DecodeStats | None = None  # the latest decision's statistics (edge_spec/stats)
 
 
 class _Session:
@@ -64,6 +84,7 @@ class BridgeNode(Node):
         self.status = self.create_publisher(BridgeStatus, "edge_spec/bridge_status", RELIABLE)
         self.create_subscription(DecisionRequest, "edge_spec/decision_request", self.on_request, RELIABLE)
         self.create_subscription(DraftMsg, "edge_spec/draft", self.on_draft, RELIABLE)
+        self._diagnostics_init()
         self.get_logger().info(f"bridging to the verifier at {c.verifier_endpoint}")
 
     def on_request(self, msg: DecisionRequest) -> None:
@@ -150,6 +171,7 @@ class BridgeNode(Node):
                                      exit_layers=list(msg.exit_layers))
 
     def _publish_exit(self, decision: int, r: ExitResult) -> None:
+        self._note_reply(decision, r)
         out = ExitMsg()
         out.header.stamp = self.get_clock().now().to_msg()
         out.decision, out.round, out.layer, out.accepted = decision, r.round, r.layer, r.accepted
@@ -164,11 +186,81 @@ class BridgeNode(Node):
 
     def _publish_status(self, decision: int, state: int, message: str, code: int = 0, num_layers: int = 0,
                         exit_layers: list[int] | None = None) -> None:
+        self._note_status(state, message)
         out = BridgeStatus()
         out.header.stamp = self.get_clock().now().to_msg()
         out.decision, out.state, out.code, out.message = decision, state, code, message
         out.num_layers, out.exit_layers = num_layers, exit_layers or []
         self.status.publish(out)
+
+    # --- /diagnostics: the verifier link's health ---------------------------------------------------
+    def _diagnostics_init(self) -> None:
+        self._health = _LinkHealth()
+        self._health_lock = threading.Lock()  # the sessions' threads note, the timer reads
+        self.diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(DecodeStats, "edge_spec/stats", self._note_stats, RELIABLE)
+        self.create_timer(self.config.diagnostics_period_s, self.publish_diagnostics,
+                          clock=Clock(clock_type=ClockType.STEADY_TIME))  # also while simulated time stands
+
+    def _note_reply(self, decision: int, r: ExitResult) -> None:
+        session = self.sessions.get(decision)
+        sent = session.waiting_since if session is not None else None
+        with self._health_lock:
+            h = self._health
+            h.replies += 1
+            h.last_reply_s = time.monotonic()
+            h.lost = False
+            if r.is_final and sent is not None:  # request or draft → the final exit's answer
+                h.round_trip_s, h.server_s = h.last_reply_s - sent, float(r.compute_s)
+
+    def _note_status(self, state: int, message: str) -> None:
+        with self._health_lock:
+            h = self._health
+            if state == BridgeStatus.OPENED:
+                h.replies += 1
+                h.last_reply_s, h.lost = time.monotonic(), False
+            else:
+                h.errors += 1
+                h.lost = h.lost or state == BridgeStatus.LINK_LOST
+                h.last_error = f"{'link lost' if state == BridgeStatus.LINK_LOST else 'error'}: {message}"
+
+    def _note_stats(self, msg: DecodeStats) -> None:
+        with self._health_lock:
+            self._health.stats = msg
+
+    def publish_diagnostics(self) -> None:
+        with self._health_lock:
+            h = replace(self._health)
+        handshake = self.client.handshake_failure
+        status = DiagnosticStatus(name=f"{self.get_name()}: verifier link", hardware_id=self.config.verifier_endpoint)
+        if handshake or h.lost:
+            status.level, connected = DiagnosticStatus.ERROR, "false"
+            status.message = f"handshake failed: {handshake}" if handshake else h.last_error
+        elif h.replies:
+            status.level, status.message, connected = DiagnosticStatus.OK, "connected", "true"
+        else:
+            status.level, status.message, connected = DiagnosticStatus.STALE, "no reply yet (no decision so far)", "unknown"
+        s = h.stats
+        values = {
+            "connected": connected,
+            "endpoint": self.config.verifier_endpoint,
+            "replies": h.replies,
+            "last_reply_age_s": f"{time.monotonic() - h.last_reply_s:.3f}" if h.replies else "",
+            "round_trip_s": f"{h.round_trip_s:.4f}" if h.round_trip_s is not None else "",
+            "server_compute_s": f"{h.server_s:.4f}" if h.round_trip_s is not None else "",
+            "open_sessions": len(self.sessions),
+            "decision": s.decision if s is not None else "",
+            "mode": s.mode if s is not None else "",
+            "tau": f"{s.tau:.3f}" if s is not None else "",
+            "alpha": f"{s.alpha:.3f}" if s is not None else "",
+            "cache_miss_rate": f"{s.miss_rate:.3f}" if s is not None else "",
+            "errors": h.errors,
+            "last_error": handshake or h.last_error,
+        }
+        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
+        out = DiagnosticArray(status=[status])
+        out.header.stamp = self.get_clock().now().to_msg()
+        self.diagnostics.publish(out)
 
     def close(self) -> None:
         """End every session's forwarding thread (joined) and the verifier client."""
