@@ -2,6 +2,7 @@
 
     ros2 launch edge_spec_ros go2_nav.launch.py verifier_endpoint:=tcp://10.0.0.5:5555
     ros2 topic pub --once -w 1 /instruction std_msgs/msg/String "data: 'find the silver bottle'"
+    ros2 action send_goal --feedback /navigate edge_spec_ros/action/Navigate "{instruction: 'find the silver bottle'}"
 
 Every node reads its parameters from ``params_file`` (config/go2_nav.yaml); an argument given on the
 command line overrides the one parameter (or topic) it names, and an argument left at its empty
@@ -103,6 +104,8 @@ def launch_nodes(context, *args, **kwargs):
         Node(executable="drafter_node", name="drafter", parameters=parameters(**overrides_of(mode=arg("mode"))),
              remappings=image_remaps, **common),
         Node(executable="action_node", name="action", parameters=parameters(), remappings=cmd_vel_remaps, **common),
+        # the Navigate action beside the instruction topic (cancel: "stop" on instruction)
+        Node(executable="navigate_node", name="navigate", parameters=parameters(), **common),
     ]
     return nodes
 

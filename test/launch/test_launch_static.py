@@ -170,7 +170,8 @@ def test_every_executable_is_a_console_script_and_installed():
     scripts = console_scripts()
     programs = cmake_programs()
     nodes = [n for given in ALL_LAUNCHES for n in launch(**given)[0].values()]
-    assert {n["executable"] for n in nodes} == {"camera_node", "sim_node", "bridge_node", "drafter_node", "action_node"}
+    assert {n["executable"] for n in nodes} == {"camera_node", "sim_node", "bridge_node", "drafter_node", "action_node",
+                                                "navigate_node"}
     for node in nodes:
         exe = node["executable"]
         assert node["package"] == "edge_spec_ros"
@@ -228,7 +229,7 @@ def test_launch_arguments_are_described_used_and_their_choices_hold_their_defaul
 
 def test_without_arguments_the_yaml_decides():
     nodes, _ = launch()
-    assert set(nodes) == {"camera", "bridge", "drafter", "action"}
+    assert set(nodes) == {"camera", "bridge", "drafter", "action", "navigate"}
     for name, node in nodes.items():
         assert node["parameters"] == [f"{SHARE}/config/go2_nav.yaml"], name  # the YAML only, no override
         assert not node.get("remappings"), name
@@ -259,19 +260,19 @@ def test_topic_arguments_remap_the_nodes_that_use_them():
               ("camera/image_raw/compressed", "/camera/color/image_raw/compressed")]
     assert nodes["camera"]["remappings"] == images and nodes["drafter"]["remappings"] == images
     assert nodes["action"]["remappings"] == [("cmd_vel", "/twist_mux/nav")]
-    assert nodes["bridge"].get("remappings", []) == []
+    assert nodes["bridge"].get("remappings", []) == [] and nodes["navigate"].get("remappings", []) == []
     sim, _ = launch(use_sim="true", image_topic="/camera/color/image_raw", cmd_vel_topic="/twist_mux/nav")
     assert sim["sim"]["remappings"] == images + [("cmd_vel", "/twist_mux/nav")]  # the room moves on that topic
 
 
 def test_use_sim_use_camera_and_sim_time():
     sim, _ = launch(use_sim="true")
-    assert set(sim) == {"sim", "bridge", "drafter", "action"}
+    assert set(sim) == {"sim", "bridge", "drafter", "action", "navigate"}
     assert all(overrides(n) == {"use_sim_time": True} for n in sim.values())  # the sim owns /clock
     sim_wall, _ = launch(use_sim="true", use_sim_time="false")
     assert all(overrides(n) == {"use_sim_time": False} for n in sim_wall.values())
     no_camera, _ = launch(use_camera="false")
-    assert set(no_camera) == {"bridge", "drafter", "action"}  # the robot's own driver publishes the frames
+    assert set(no_camera) == {"bridge", "drafter", "action", "navigate"}  # the robot's own driver publishes the frames
 
 
 def test_log_level_and_namespace_reach_every_node(tmp_path):
@@ -311,3 +312,14 @@ def test_a_camera_that_exits_ends_the_launch():
     (action,) = nodes["camera"]["on_exit"]
     assert isinstance(action, Shutdown) and "camera" in action.reason
     assert all("on_exit" not in n for name, n in nodes.items() if name != "camera")
+
+
+def test_the_navigate_action_and_describe_service_come_up_with_the_stack():
+    """navigate_node (the Navigate action) runs beside the drafter, whose Describe service it does not
+    need; both are in the launch with and without the simulated room, namespaced like the others."""
+    for given in ALL_LAUNCHES:
+        nodes, _ = launch(**given)
+        assert nodes["navigate"]["executable"] == "navigate_node" and "drafter" in nodes
+    spaced, _ = launch(namespace="go2", use_sim_time="true")
+    assert spaced["navigate"]["namespace"] == "go2" and overrides(spaced["navigate"]) == {"use_sim_time": True}
+    assert "navigate_node" in console_scripts() and "navigate_node" in cmake_programs()
