@@ -1,0 +1,277 @@
+"""The Navigate action, the Describe service and /diagnostics, with real nodes in separate processes:
+camera (synthetic frame), bridge, drafter and action nodes in one process (as bringup composes them,
+but running until stopped), navigate_node in another, a verifier process on loopback, and the action
+and service clients in the test process. The shipped pair decides "stop" for "find the silver
+bottle" and "move forward 25 cm" for "go to the red chair" on the synthetic frame."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from action_msgs.msg import GoalStatus
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from geometry_msgs.msg import Twist
+from rclpy.action import ActionClient
+from std_msgs.msg import String
+
+from rosharness import node_command, process, wait_for
+from edge_spec_ros.action import Navigate
+from edge_spec_ros.camera.synthetic import synthetic_camera_image
+from edge_spec_ros.msg import Decision, DecisionRequest, NavAction
+from edge_spec_ros.nav import NavConfig, parse_action
+from edge_spec_ros.nodes.convert import rgb_to_image
+from edge_spec_ros.nodes.ros_link import RELIABLE
+from edge_spec_ros.srv import Describe
+
+ROOT = Path(__file__).resolve().parents[2]
+REACH = "find the silver bottle"  # → "... Action: stop"
+MOVE = "go to the red chair"  # → "... Action: move forward 25 cm" (0.83 s at 0.3 m/s)
+UP_S = 90.0
+DECIDE_S = 60.0
+STACK = ("import sys\n"
+         "from edge_spec_ros.nodes.lifecycle import main_for\n"
+         "from edge_spec_ros.nodes.drafter_node import DrafterNode\n"
+         "from edge_spec_ros.nodes.bridge_node import BridgeNode\n"
+         "from edge_spec_ros.nodes.action_node import ActionNode\n"
+         "from edge_spec_ros.nodes.camera_node import CameraNode\n"
+         "raise SystemExit(main_for(DrafterNode, BridgeNode, ActionNode, CameraNode, args=sys.argv))\n")
+
+
+def stack_params(tmp_path: Path, endpoint: str) -> Path:
+    config = yaml.safe_load((ROOT / "config" / "go2_nav.yaml").read_text())
+    config["bridge"]["ros__parameters"].update(verifier_endpoint=endpoint, diagnostics_period_s=0.25)
+    config["drafter"]["ros__parameters"].update(mode="fsd", predraft_threads=1, torch_threads=1)
+    config["action"]["ros__parameters"]["odom_topic"] = ""  # timed motions: no odometry without the sim
+    path = tmp_path / "stack.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class Stack:
+    """The processes, and what the test process hears of them."""
+
+    def __init__(self, ros, log_dir: Path) -> None:
+        self.ros, self.log_dir = ros, log_dir
+        self.navigate = ActionClient(ros.node, Navigate, "navigate")
+        self.describe = ros.node.create_client(Describe, "describe")
+        self.twists: list[tuple[float, Twist]] = []
+        ros.node.create_subscription(Twist, "cmd_vel", lambda m: self.twists.append((time.monotonic(), m)), 10)
+        self.decisions = ros.collect(Decision, "edge_spec/decision", RELIABLE)
+        self.actions: list[tuple[float, NavAction]] = []
+        ros.node.create_subscription(NavAction, "edge_spec/action",
+                                     lambda m: self.actions.append((time.monotonic(), m)), RELIABLE)
+        self.instructions = ros.collect(String, "instruction", RELIABLE)
+        self.diagnostics = ros.collect(DiagnosticArray, "/diagnostics")
+        self.reached_text = ""  # the decision text of the REACHED goal (the Describe test compares)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-2500:]}" for p in sorted(self.log_dir.glob("*.log")))
+
+    def goal(self, instruction: str, max_decisions: int = 0, on_feedback=None):
+        """Send a goal; return (goal handle, feedback list, result future)."""
+        feedback: list = []
+
+        def on_fb(msg):
+            feedback.append(msg.feedback)
+            if on_feedback is not None:
+                on_feedback(msg.feedback)
+
+        sent = self.navigate.send_goal_async(Navigate.Goal(instruction=instruction, max_decisions=max_decisions),
+                                             feedback_callback=on_fb)
+        wait_for(sent.done, 10, "the goal's acceptance")
+        handle = sent.result()
+        assert handle.accepted, instruction
+        return handle, feedback, handle.get_result_async()
+
+    def result(self, future, timeout_s: float = DECIDE_S):
+        wait_for(future.done, timeout_s, f"the goal's result\n{self.logs()}")
+        return future.result()
+
+    def call(self, request: Describe.Request, timeout_s: float = DECIDE_S) -> Describe.Response:
+        future = self.describe.call_async(request)
+        wait_for(future.done, timeout_s, f"the describe answer\n{self.logs()}")
+        return future.result()
+
+
+@pytest.fixture(scope="module")
+def stack(ros, server_endpoint, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("navigate")
+    params = stack_params(logs, server_endpoint)
+    s = Stack(ros, logs)
+    stack_cmd = [sys.executable, "-c", STACK, "--ros-args", "--params-file", str(params)]
+    navigate_cmd = node_command("navigate_node", "-p", "progress_timeout_s:=60.0")
+    with process(stack_cmd, logs / "stack.log") as robot, process(navigate_cmd, logs / "navigate.log") as nav:
+        wait_for(lambda: s.navigate.server_is_ready() and s.describe.service_is_ready()
+                 and len(ros.node.get_subscriptions_info_by_topic("/instruction")) >= 4, UP_S,
+                 f"the stack and navigate_node\n{s.logs()}")  # drafter, action, navigate, the test
+        yield s
+        assert robot.poll() is None and nav.poll() is None, s.logs()
+
+
+def moving(t: Twist) -> bool:
+    return t.linear.x != 0.0 or t.angular.z != 0.0
+
+
+def test_goal_reached_with_feedback_and_result(stack):
+    """A goal runs the whole stack: feedback for the decision, its statistics and its action; the
+    policy's "stop" ends it as REACHED (goal SUCCEEDED) with one decision."""
+    handle, feedback, future = stack.goal(REACH)
+    response = stack.result(future)
+    result = response.result
+    assert response.status == GoalStatus.STATUS_SUCCEEDED, result
+    assert result.outcome == Navigate.Result.REACHED and result.decisions == 1, result
+    assert parse_action(result.last_text, NavConfig()).action.kind == "stop", result.last_text
+    assert stack.instructions and stack.instructions[0].data == REACH  # the topic interface, underneath
+    # feedback (a topic) and the result (a service) may arrive in either order
+    wait_for(lambda: any(f.event == Navigate.Feedback.ACTION for f in feedback), 5, "the action's feedback")
+    events = [f.event for f in feedback]
+    assert {Navigate.Feedback.DECISION, Navigate.Feedback.STATS, Navigate.Feedback.ACTION} <= set(events), events
+    last = feedback[-1]
+    assert last.decisions == 1 and last.decision.text == result.last_text and last.decision.instruction == REACH
+    assert last.stats.decision == last.decision.decision and last.stats.rounds >= 1 and last.stats.tau > 0
+    assert last.action.kind == "stop" and last.action.status == NavAction.DONE
+    assert stack.decisions[-1].text == result.last_text
+    stack.reached_text = result.last_text
+
+
+def test_cancel_mid_motion_zeroes_the_velocity_at_once(stack):
+    """Cancelling while the robot moves: the cancel callback publishes "stop", the action node
+    publishes zero velocity at once (well before the motion's planned end), the goal is CANCELED with
+    outcome STOPPED, and nothing moves afterwards."""
+    cancel = {}
+
+    def on_feedback(fb):
+        if fb.event == Navigate.Feedback.ACTION and fb.action.status == NavAction.STARTED and "t" not in cancel:
+            cancel["t"] = time.monotonic()
+            cancel["action"] = fb.action
+            cancel["future"] = handle_box[0].cancel_goal_async()
+
+    handle_box: list = []
+    since = time.monotonic()
+    handle, feedback, future = stack.goal(MOVE, on_feedback=on_feedback)
+    handle_box.append(handle)
+    response = stack.result(future)
+    assert "t" in cancel, f"no motion started\n{stack.logs()}"
+    started, t_cancel = cancel["action"], cancel["t"]
+    assert started.kind == "forward" and started.linear_x > 0 and started.duration_s > 0.5, started
+    assert response.status == GoalStatus.STATUS_CANCELED
+    assert response.result.outcome == Navigate.Result.STOPPED and response.result.decisions == 1, response.result
+    assert response.result.message == "cancelled"
+    wait_for(lambda: any(m.decision == started.decision and m.status != NavAction.STARTED for _, m in stack.actions),
+             5, "the end of the motion")
+    end = next(m for _, m in stack.actions if m.decision == started.decision and m.status != NavAction.STARTED)
+    assert end.status == NavAction.CANCELLED and end.end_reason == "stop", end
+    after = [(t, m) for t, m in stack.twists if t >= since]
+    assert any(moving(m) for t, m in after if t < t_cancel), "the robot did not move before the cancel"
+    zero_at = next(t for t, m in after if t >= t_cancel and not moving(m))
+    print(f"zero velocity {(zero_at - t_cancel) * 1e3:.0f} ms after the cancel request")
+    assert zero_at - t_cancel < 0.3, f"zero velocity {zero_at - t_cancel:.3f} s after the cancel"
+    assert zero_at - t_cancel < started.duration_s / 2  # not the motion's own end
+    time.sleep(0.5)
+    assert not any(moving(m) for t, m in stack.twists if t > zero_at), "moved again after the cancel"
+    assert [i.data for i in stack.instructions[-2:]] == [MOVE, "stop"]
+
+
+def test_max_decisions_fails_and_stops_the_cycle(stack):
+    """A goal of one decision whose action is a move ends as FAILED (goal ABORTED) when that motion is
+    over, and sends "stop" so the drafter does not decide again."""
+    handle, feedback, future = stack.goal(MOVE, max_decisions=1)
+    response = stack.result(future)
+    assert response.status == GoalStatus.STATUS_ABORTED
+    result = response.result
+    assert result.outcome == Navigate.Result.FAILED and result.decisions == 1, result
+    assert "max_decisions 1" in result.message, result.message
+    assert parse_action(result.last_text, NavConfig()).action.kind == "forward"
+    wait_for(lambda: len([f for f in feedback if f.event == Navigate.Feedback.ACTION]) >= 2, 5, "the feedback")
+    assert [f.action.status for f in feedback if f.event == Navigate.Feedback.ACTION] == \
+        [NavAction.STARTED, NavAction.DONE]
+    assert stack.instructions[-1].data == "stop"
+    count = len(stack.decisions)
+    time.sleep(1.5)  # settle_s + a frame: a second decision would have started by now
+    assert len(stack.decisions) == count, "the drafter decided again"
+
+
+def test_describe_answers_text_and_statistics_and_moves_nothing(stack):
+    """Describe on the latest frame and on an image in the request: the verifier's greedy text (the
+    same the REACHED goal's decision had on the same frame) and statistics; no decision, no action,
+    no velocity. Bad requests are refused with a reason."""
+    decisions, actions, since = len(stack.decisions), len(stack.actions), time.monotonic()
+    latest = stack.call(Describe.Request(prompt=REACH))
+    assert latest.success, latest.message
+    assert latest.text and latest.stats.rounds >= 1 and latest.stats.tokens >= 1 and latest.stats.mode == "FSD"
+    assert latest.stats.decision >= 2**31  # its own verifier sessions
+    assert latest.image_stamp.sec > 0
+    if stack.reached_text:
+        assert latest.text == stack.reached_text
+    frame = rgb_to_image(synthetic_camera_image(224, 168, seed=0), latest.image_stamp, "camera", "bgr8")
+    given = stack.call(Describe.Request(image=frame, prompt=REACH, mode="sd", max_new_tokens=48))
+    assert given.success and given.text == latest.text and given.stats.mode == "SD", given
+    assert (given.image_stamp.sec, given.image_stamp.nanosec) == (frame.header.stamp.sec, frame.header.stamp.nanosec)
+    for request, reason in ((Describe.Request(prompt=" "), "empty prompt"),
+                            (Describe.Request(prompt=REACH, mode="warp"), "unknown mode"),
+                            (Describe.Request(prompt=REACH, max_new_tokens=100000), "above"),
+                            (Describe.Request(image=_bad_image(latest.image_stamp), prompt=REACH), "image")):
+        refused = stack.call(request, 10)
+        assert not refused.success and reason in refused.message, (reason, refused.message)
+    time.sleep(0.3)
+    assert len(stack.decisions) == decisions and len(stack.actions) == actions
+    assert not any(moving(m) for t, m in stack.twists if t >= since)
+
+
+def _bad_image(stamp):
+    frame = rgb_to_image(synthetic_camera_image(224, 168), stamp, "camera")
+    frame.width = 0  # a zero-width frame
+    return frame
+
+
+def test_diagnostics_report_the_verifier_link(stack):
+    """/diagnostics carries the link's state: connected, the last round trip, τ, α and the cache miss
+    rate of the latest decision, the errors and the last one."""
+    def latest():
+        for array in reversed(stack.diagnostics):
+            for status in array.status:
+                if status.name == "bridge: verifier link" and status.hardware_id.startswith("tcp://127.0.0.1"):
+                    values = {kv.key: kv.value for kv in status.values}
+                    if values.get("tau"):
+                        return status, values
+        return None
+
+    wait_for(lambda: latest() is not None, 10, "a diagnostics status with decode statistics")
+    status, values = latest()
+    assert status.level == DiagnosticStatus.OK and status.message == "connected", (status.message, values)
+    assert values["connected"] == "true" and int(values["replies"]) > 0
+    assert float(values["round_trip_s"]) > 0 and float(values["server_compute_s"]) >= 0
+    assert float(values["tau"]) > 0 and 0 <= float(values["alpha"]) <= 1
+    assert 0 <= float(values["cache_miss_rate"]) <= 1 and values["mode"] == "FSD"
+    assert {"last_error", "errors", "last_reply_age_s", "open_sessions", "endpoint"} <= set(values)
+
+
+def test_diagnostics_report_a_lost_link(ros, tmp_path):
+    """A bridge whose verifier never answers: after open_timeout_s its status is ERROR, connected
+    false, with the lost link as the last error. (In a namespace of its own, apart from the stack; its
+    diagnostics go to the absolute /diagnostics all the same.)"""
+    endpoint = "tcp://127.0.0.1:9"  # discard port: nothing answers
+    diagnostics = ros.collect(DiagnosticArray, "/diagnostics")
+    requests = ros.node.create_publisher(DecisionRequest, "/lost/edge_spec/decision_request", RELIABLE)
+    cmd = node_command("bridge_node", "-p", f"verifier_endpoint:={endpoint}", "-p", "open_timeout_s:=1.0",
+                       "-p", "diagnostics_period_s:=0.2", "-r", "__node:=lost_bridge", "-r", "__ns:=/lost")
+
+    def mine():
+        return [s for a in diagnostics for s in a.status if s.hardware_id == endpoint]
+
+    with process(cmd, tmp_path / "bridge.log"):
+        wait_for(lambda: mine() and requests.get_subscription_count() > 0, 30,
+                 f"the bridge's diagnostics\n{(tmp_path / 'bridge.log').read_text()}")
+        first = mine()[-1]
+        assert first.level == DiagnosticStatus.STALE and {kv.key: kv.value for kv in first.values}["connected"] == "unknown"
+        requests.publish(DecisionRequest(decision=7, command=DecisionRequest.OPEN, input_ids=[1, 2, 3]))
+        wait_for(lambda: mine()[-1].level == DiagnosticStatus.ERROR, 10, "the lost link in the diagnostics")
+    status = mine()[-1]
+    values = {kv.key: kv.value for kv in status.values}
+    assert values["connected"] == "false" and values["errors"] == "1", values
+    assert values["last_error"].startswith("link lost") and "within 1.0 s" in values["last_error"], values
+    assert status.message == values["last_error"] and status.name == "lost_bridge: verifier link"
