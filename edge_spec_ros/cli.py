@@ -178,22 +178,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import os
     import signal
 
-    from edge_spec_ros.cloud.limits import Limits
-    from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
-    from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
     from edge_spec_ros.wire.curve import KeyFileError, server_keys
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    try:
+    try:  # before the slow imports: a refused key is reported at once
         curve = server_keys(Path(args.curve_keys) / "server.key_secret", Path(args.curve_keys) / "authorized") \
             if args.curve_keys else None
     except KeyFileError as exc:
         _log(f"error: {exc}")
         return 2
+
+    from edge_spec_ros.cloud.limits import Limits
+    from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
+    from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # A busy I/O thread (a flood) holds the GIL; a worker waits up to one switch interval each time it
+    # takes it back between torch ops. A short interval keeps a prefill from crawling meanwhile.
+    sys.setswitchinterval(SERVE_SWITCH_INTERVAL_S)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     _log(f"loading verifier {args.verifier} ...")
     verifier, tokenizer = _load_verifier(args)
     try:
@@ -549,7 +554,8 @@ def cmd_build_tokenizer(args: argparse.Namespace) -> int:
     return 0
 
 
-SERVE_POLL_S = 0.2  # the serve loop wakes this often (a SIGTERM is acted on within it)
+SERVE_POLL_S = 0.1  # the serve loop wakes this often (a SIGTERM is acted on within it)
+SERVE_SWITCH_INTERVAL_S = 0.0005  # the verifier process's GIL switch interval (CPython's default: 5 ms)
 
 
 def build_parser() -> argparse.ArgumentParser:
