@@ -45,7 +45,7 @@ from edge_spec_ros.wire.messages import (
 log = logging.getLogger(__name__)
 
 HOUSEKEEPING_PERIOD_S = 0.5
-WORKER_JOIN_S = 0.5  # how long stop() waits for each worker (a forward pass in flight is not interrupted)
+WORKER_JOIN_S = 0.2  # how long stop() waits for the workers (a forward pass in flight is not interrupted)
 RECEIVE_HWM = 100  # frame sets ZeroMQ buffers per connection before it stops reading that peer
 
 

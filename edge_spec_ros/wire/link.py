@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 IDLE_POLL_S = 0.1  # longest sleep of an I/O thread with nothing scheduled
 LINGER_MS = 200  # how long close() may wait to flush queued frames
 MAX_FRAMES_PER_LOOP = 64  # received frame sets handled before the loop sends and runs commands again
+BUSY_YIELD_S = 0.0005  # after a full batch, the I/O thread leaves the interpreter (GIL) to the workers
 MAX_UNSENT = 10_000  # due messages kept while the socket cannot take them (oldest dropped beyond)
-STOP_JOIN_S = 1.0  # how long stop() waits for the I/O thread
+STOP_JOIN_S = 0.5  # how long stop() waits for the I/O thread
 
 
 class Outbox:
@@ -178,8 +179,8 @@ class IOThread(threading.Thread):
                         del self.outboxes[key]
                 self._send_unsent()
                 poller.modify(self.sock, zmq.POLLIN | (zmq.POLLOUT if self._unsent else 0))
-                if self.sock in events:
-                    self._drain()
+                if self.sock in events and self._drain() == MAX_FRAMES_PER_LOOP:
+                    time.sleep(BUSY_YIELD_S)  # more is waiting: let other threads have the interpreter
         except zmq.ContextTerminated:
             pass
         finally:
@@ -200,12 +201,13 @@ class IOThread(threading.Thread):
             if self.dropped == 1 or self.dropped % 1000 == 0:
                 log.warning("%s: %d messages dropped, the peer does not take them", self.name, self.dropped)
 
-    def _drain(self) -> None:
-        for _ in range(MAX_FRAMES_PER_LOOP):
+    def _drain(self) -> int:
+        """Handle up to MAX_FRAMES_PER_LOOP received frame sets; returns how many there were."""
+        for n in range(MAX_FRAMES_PER_LOOP):
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=not self.user_ids)
             except zmq.Again:
-                return
+                return n
             try:
                 if self.user_ids:
                     try:
@@ -217,3 +219,4 @@ class IOThread(threading.Thread):
                     self.on_frames(frames)
             except Exception:  # a handler bug must not kill the transport
                 log.exception("error while handling received frames")
+        return MAX_FRAMES_PER_LOOP

@@ -1,5 +1,6 @@
 """One peer floods a real verifier process with unpaced malformed frame sets: a well-behaved robot is
-still answered within ANSWER_BOUND_S, and the server still exits on SIGTERM within EXIT_BOUND_S.
+still answered within ANSWER_BOUND_S, and the server exits on SIGTERM, sent during a flood, within
+EXIT_BOUND_S.
 
 The bounds are safety bounds (the server hung for good before), not performance figures: they hold
 with room to spare on a loaded 2-core machine.
@@ -27,6 +28,7 @@ ANSWER_BOUND_S = 1.0
 EXIT_BOUND_S = 2.0
 CLIENT_TIMEOUT_S = 10.0  # a failing server fails the test instead of hanging it
 FLOOD_TIMEOUT_S = 240.0
+SIGTERM_AFTER_S = 0.5  # into the second burst
 HOSTILE = Path(hostile_peers.__file__)
 FLOOD_KINDS = [k for k in hostile_peers.KINDS]
 
@@ -80,21 +82,11 @@ def test_a_flood_of_malformed_frames_neither_hangs_nor_starves_the_server(text_p
         # the whole flood reached the server, and was counted and answered
         assert stats["malformed"] >= FLOOD_COUNT * 8 and stats["unsupported_version"] >= FLOOD_COUNT
         assert stats["unknown_session"] >= FLOOD_COUNT and stats["msg_Stats"] >= FLOOD_COUNT
-        t0 = time.monotonic()
-        server.proc.send_signal(signal.SIGTERM)
-        server.proc.wait(timeout=EXIT_BOUND_S * 5)
-        exit_s = time.monotonic() - t0
-        print(f"exit on SIGTERM after {exit_s * 1e3:.0f} ms")
-        assert exit_s < EXIT_BOUND_S and server.proc.returncode == 0
-
-
-def test_sigterm_during_a_flood_stops_the_server(text_prompt):
-    """SIGTERM while the flood is still arriving: the server exits within EXIT_BOUND_S."""
-    with verifier_server("--threads", "1") as server:
+        # SIGTERM while a second burst is arriving: the server exits within EXIT_BOUND_S
         flooder = subprocess.Popen([sys.executable, str(HOSTILE), server.endpoint, str(FLOOD_COUNT),
                                     "stats", "unknown_session", "random"], stdout=subprocess.DEVNULL)
         try:
-            time.sleep(1.0)
+            time.sleep(SIGTERM_AFTER_S)
             t0 = time.monotonic()
             server.proc.send_signal(signal.SIGTERM)
             server.proc.wait(timeout=EXIT_BOUND_S * 5)
@@ -102,8 +94,8 @@ def test_sigterm_during_a_flood_stops_the_server(text_prompt):
         finally:
             flooder.kill()
             flooder.wait()
-        print(f"exit on SIGTERM during the flood after {exit_s * 1e3:.0f} ms")
-        assert exit_s < EXIT_BOUND_S
+        print(f"exit on SIGTERM during a flood after {exit_s * 1e3:.0f} ms")
+        assert exit_s < EXIT_BOUND_S and server.proc.returncode == 0
 
 
 def _stats(client: VerifierClient) -> str:

@@ -257,6 +257,7 @@ def test_session_quota_per_client_and_in_all(server, text_prompt):
         reply = b.request(uuid.uuid4().bytes, Open(input_ids=ids))
         assert isinstance(reply, Error) and reply.code == ErrorCode.BUSY
         a.sock.send_multipart(encode(Envelope(mine.pop(0), Close())))
+        assert isinstance(a.request(bytes(16), Stats()), StatsReply)  # answered after the Close: it is done
         theirs.append(open_session(b, ids))
     finally:
         for peer, sids in ((a, mine), (b, theirs)):
