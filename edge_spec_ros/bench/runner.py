@@ -4,6 +4,8 @@ Timing ratios are taken within one run because these machines are noisy; exactne
 the way (greedy outputs must be identical across modes). Prompts are camera image + instruction
 pairs, or (``task_set="text"``) the text task set of ``bench/tasks.py``, reported per task kind as
 the FSD paper's Table 6: speedups AR→SD and SD→FSD, τ, cache miss rate r and average early exit.
+With ``paths=("zmq", "ros")`` every decision also runs through the ROS nodes (``bench/ros_path.py``),
+interleaved prompt by prompt with the direct client, and ``ros_vs_zmq`` reports the overhead per round.
 """
 
 from __future__ import annotations
