@@ -93,6 +93,7 @@ class RosVerifierLink:
         msg.seed = int(request.seed)
         msg.want_exits = bool(request.want_exits)
         msg.queue_policy = request.queue_policy
+        msg.p_top_k = int(request.p_top_k)
         self._count(sid, request)
         self._requests.publish(msg)
         reply = self.receive(sid, self.open_timeout_s)
