@@ -46,6 +46,8 @@ from edge_spec_ros.nodes.ros_link import RELIABLE
 
 STOP_WORDS = ("", "cancel", "stop")
 CHECK_PERIOD_S = 0.5  # how often the progress timeout is checked (steady clock)
+MATCH_TIMEOUT_S = 2.0  # a goal waits this long for the subscribers of `instruction` to be matched
+MATCH_POLL_S = 0.05
 FEEDBACK_FLUSH_S = 0.1  # between a goal's last feedback and its result (see execute)
 EARLY_IDS = 16  # statistics / actions of decisions not seen yet are kept for this many decision ids
 Result = Navigate.Result
@@ -81,6 +83,7 @@ class GoalRun:
         self.instruction = instruction
         self.max_decisions = max_decisions
         self.since_ns = since_ns  # node clock when the instruction went out
+        self.sent = False  # the instruction went out
         self.touched_s = now_s  # steady clock of the last sign of progress
         self.ids: list[int] = []
         self.decision = Decision()
@@ -195,25 +198,20 @@ class NavigateNode(Node):
         return GoalResponse.ACCEPT
 
     def on_accepted(self, handle: ServerGoalHandle) -> None:
-        """Supersede the active goal, send the instruction, start executing."""
+        """Supersede the active goal; this one is active from now on and executes."""
         if self.run is not None:
             self._end(self.run, Result.STOPPED, "superseded by a new goal")
         goal = handle.request
-        instruction = goal.instruction.strip()
-        run = GoalRun(instruction, goal.max_decisions or self.config.max_decisions,
+        run = GoalRun(goal.instruction.strip(), goal.max_decisions or self.config.max_decisions,
                       self.get_clock().now().nanoseconds, time.monotonic())
         self._handles[id(run)] = handle
         self._runs[bytes(handle.goal_id.uuid)] = run
-        if self.instruction.get_subscription_count() < 2:  # our own subscription + at least one node
-            run.finish(Result.FAILED, "nobody listens on instruction (are drafter_node and action_node running?)")
-        else:
-            self.run = run
-            self._publish(instruction)
-            self.get_logger().info(f"goal {instruction!r}: up to {run.max_decisions} decisions")
+        self.run = run
         handle.execute()
 
     async def execute(self, handle: ServerGoalHandle) -> Result:
         run = self._runs.pop(bytes(handle.goal_id.uuid))
+        await self._send(run)
         if not run.over:
             await run.done
             # rclpy's action client drops feedback that it takes in the same wait as the result (it
@@ -230,6 +228,23 @@ class NavigateNode(Node):
         self.get_logger().info(f"goal {run.instruction!r}: {('reached', 'stopped', 'failed')[result.outcome]} "
                                f"after {result.decisions} decision(s): {result.message}")
         return result
+
+    async def _send(self, run: GoalRun) -> None:
+        """Publish the goal's instruction once every subscriber the graph knows of is matched (as
+        ``ros2 topic pub -w`` waits): a volatile message sent to a subscriber being discovered is lost."""
+        topic = self.instruction.topic_name
+        deadline = time.monotonic() + MATCH_TIMEOUT_S
+        while not run.over and time.monotonic() < deadline and (
+                self.instruction.get_subscription_count() < max(2, self.count_subscribers(topic))):
+            await self._sleep(MATCH_POLL_S)
+        if run.over:  # cancelled or superseded meanwhile
+            return
+        if self.instruction.get_subscription_count() < 2:  # our own subscription + at least one node
+            self._end(run, Result.FAILED, f"nobody listens on {topic} (are drafter_node and action_node running?)")
+            return
+        run.since_ns, run.touched_s, run.sent = self.get_clock().now().nanoseconds, time.monotonic(), True
+        self._publish(run.instruction)
+        self.get_logger().info(f"goal {run.instruction!r}: up to {run.max_decisions} decisions")
 
     def on_cancel(self, handle: ServerGoalHandle) -> CancelResponse:
         """Stop the robot now (the action node zeroes the velocity on "stop"), then end the goal."""
@@ -261,7 +276,7 @@ class NavigateNode(Node):
 
     def check_progress(self) -> None:
         run = self.run
-        if run is not None and time.monotonic() - run.touched_s > self.config.progress_timeout_s:
+        if run is not None and run.sent and time.monotonic() - run.touched_s > self.config.progress_timeout_s:
             self._end(run, Result.FAILED, f"no decision, statistics or action for {self.config.progress_timeout_s:g} s "
                                           "(is the camera publishing and the verifier reachable?)", stop_robot=True)
 

@@ -29,7 +29,7 @@ from edge_spec_ros.srv import Describe
 
 ROOT = Path(__file__).resolve().parents[2]
 REACH = "find the silver bottle"  # → "... Action: stop"
-MOVE = "go to the red chair"  # → "... Action: move forward 25 cm" (0.83 s at 0.3 m/s)
+MOVE = "go to the red chair"  # → "... Action: move forward 25 cm" (1.7 s at 0.15 m/s)
 UP_S = 90.0
 DECIDE_S = 60.0
 STACK = ("import sys\n"
@@ -45,7 +45,8 @@ def stack_params(tmp_path: Path, endpoint: str) -> Path:
     config = yaml.safe_load((ROOT / "config" / "go2_nav.yaml").read_text())
     config["bridge"]["ros__parameters"].update(verifier_endpoint=endpoint, diagnostics_period_s=0.25)
     config["drafter"]["ros__parameters"].update(mode="fsd", predraft_threads=1, torch_threads=1)
-    config["action"]["ros__parameters"]["odom_topic"] = ""  # timed motions: no odometry without the sim
+    # timed motions (no odometry without the sim), slow enough to be cancelled on the way: 25 cm take 1.7 s
+    config["action"]["ros__parameters"].update(odom_topic="", cruise_linear_speed=0.15)
     path = tmp_path / "stack.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -142,21 +143,20 @@ def test_cancel_mid_motion_zeroes_the_velocity_at_once(stack):
     """Cancelling while the robot moves: the cancel callback publishes "stop", the action node
     publishes zero velocity at once (well before the motion's planned end), the goal is CANCELED with
     outcome STOPPED, and nothing moves afterwards."""
-    cancel = {}
-
-    def on_feedback(fb):
-        if fb.event == Navigate.Feedback.ACTION and fb.action.status == NavAction.STARTED and "t" not in cancel:
-            cancel["t"] = time.monotonic()
-            cancel["action"] = fb.action
-            cancel["future"] = handle_box[0].cancel_goal_async()
-
-    handle_box: list = []
     since = time.monotonic()
-    handle, feedback, future = stack.goal(MOVE, on_feedback=on_feedback)
-    handle_box.append(handle)
+    handle, feedback, future = stack.goal(MOVE)
+
+    def motion():
+        return next((f.action for f in feedback if f.event == Navigate.Feedback.ACTION
+                     and f.action.status == NavAction.STARTED), None)
+
+    wait_for(lambda: motion() is not None and any(moving(m) for t, m in stack.twists if t >= since), DECIDE_S,
+             f"the robot to move\n{stack.logs()}")
+    t_cancel = time.monotonic()
+    handle.cancel_goal_async()
     response = stack.result(future)
-    assert "t" in cancel, f"no motion started\n{stack.logs()}"
-    started, t_cancel = cancel["action"], cancel["t"]
+    started = motion()
+
     assert started.kind == "forward" and started.linear_x > 0 and started.duration_s > 0.5, started
     assert response.status == GoalStatus.STATUS_CANCELED
     assert response.result.outcome == Navigate.Result.STOPPED and response.result.decisions == 1, response.result
@@ -166,7 +166,6 @@ def test_cancel_mid_motion_zeroes_the_velocity_at_once(stack):
     end = next(m for _, m in stack.actions if m.decision == started.decision and m.status != NavAction.STARTED)
     assert end.status == NavAction.CANCELLED and end.end_reason == "stop", end
     after = [(t, m) for t, m in stack.twists if t >= since]
-    assert any(moving(m) for t, m in after if t < t_cancel), "the robot did not move before the cancel"
     zero_at = next(t for t, m in after if t >= t_cancel and not moving(m))
     print(f"zero velocity {(zero_at - t_cancel) * 1e3:.0f} ms after the cancel request")
     assert zero_at - t_cancel < 0.3, f"zero velocity {zero_at - t_cancel:.3f} s after the cancel"
