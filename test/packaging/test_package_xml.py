@@ -28,6 +28,7 @@ PYTHON_KEYS = {
     "tokenizers": "python3-tokenizers-pip",
     "safetensors": "python3-safetensors-pip",
     "rosbags": "python3-rosbags-pip",
+    "bm25s": "python3-bm25s-pip",
 }
 # ROS packages that are Python modules of the same name
 ROS_MODULES = {"rclpy", "launch", "launch_ros", "ament_index_python"}
@@ -79,7 +80,7 @@ def test_rosdep_rules_cover_the_keys_rosdistro_lacks():
     rules = yaml.safe_load((REPO / "rosdep" / "edge_spec_ros.yaml").read_text())
     package = parse_package(str(REPO / "package.xml"))
     runtime = {d.name for d in package.exec_depends}
-    assert {"python3-lz4", "python3-tokenizers-pip", "python3-safetensors-pip"} <= set(rules)
+    assert {"python3-lz4", "python3-tokenizers-pip", "python3-safetensors-pip", "python3-bm25s-pip"} <= set(rules)
     assert set(rules) <= runtime
     for key, rule in rules.items():
         assert {"debian", "ubuntu"} <= set(rule) or "*" in rule, key
