@@ -37,7 +37,7 @@ DEFAULT_MAX_NEW_TOKENS = 1024
 DEFAULT_MAX_IMAGE_PIXELS = 2048 * 1024  # 2.1 MP: a 1920 x 1080 frame fits, decoded it is 6 MB of RGB
 DEFAULT_MAX_IMAGE_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_SESSIONS_PER_CLIENT = 8
-DEFAULT_MAX_GAMMA = 16  # EdgeConfig.max_gamma's default; a dense q block of Qwen2-VL's V is then 9.7 MB
+DEFAULT_MAX_GAMMA = MAX_GAMMA  # a PicoSpec chained block is γ + 1 tokens; lower it for a large V
 
 
 class RequestError(ValueError):

@@ -153,7 +153,7 @@ def draft_cases(n: int) -> list[tuple[str, str, dict, ErrorCode, str]]:
         ("position", "greedy", dict(round=0, position=-1, tokens=tok(20, 21)), B, "DraftBlock.position"),
         ("position", "greedy", dict(round=0, position=n + 3, tokens=tok(20, 21)), B, "committed prefix"),
         ("tokens", "greedy", dict(round=0, position=n, tokens=tok()), B, "DraftBlock.tokens"),
-        ("tokens", "greedy", dict(round=0, position=n, tokens=np.ones(17, np.int32)), T, "'tokens': 68 bytes"),
+        ("tokens", "greedy", dict(round=0, position=n, tokens=np.ones(65, np.int32)), T, "'tokens': 260 bytes"),
         ("tokens", "greedy", dict(round=0, position=n, tokens=tok(20, V)), B, "DraftBlock.tokens"),
         ("tokens", "greedy", dict(round=0, position=n, tokens=np.ones((2, 2), np.int32)), B, "DraftBlock.tokens"),
         ("q", "sampled", dict(round=0, position=n, tokens=tok(20, 21)), B, "needs exactly one of q"),
