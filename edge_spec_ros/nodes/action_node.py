@@ -77,8 +77,8 @@ class _Motion:
 class ActionNode(Node):
     def __init__(self) -> None:
         super().__init__("action")
-        self.config = declare_config(self, ActionNodeConfig)
-        self.nav = declare_config(self, NavConfig)
+        self.config = declare_config(self, ActionNodeConfig, live=True)
+        self.nav = declare_config(self, NavConfig, live=True)
         watch_config(self, lambda: self.config, self._set_config)
         watch_config(self, lambda: self.nav, self._set_nav)
         self.watchdog = Watchdog.from_config(self.nav)

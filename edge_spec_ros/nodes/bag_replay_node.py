@@ -36,14 +36,14 @@ CLOCK_QOS = QoSProfile(depth=1)  # /clock: the latest time is all that matters (
 @dataclass(frozen=True)
 class BagReplayConfig:
     bag: str = field(default="", metadata=doc("path of the rosbag2 directory (sqlite3 or mcap, version 8 or 9)"))
-    rate: float = field(default=1.0, metadata=doc("playback speed factor; 0: as fast as possible"))
+    rate: float = field(default=1.0, metadata=doc("playback speed factor; 0: as fast as possible", 0.0, 1000.0))
     loop: bool = field(default=False, metadata=doc("start again at the end"))
     topics: tuple[str, ...] = field(default=("",), metadata=doc("recorded topics to replay; empty: all"))
     remap: tuple[str, ...] = field(default=("",), metadata=doc(
         "FROM:=TO: publish the recorded topic FROM as TO (e.g. /camera/color/image_raw:=/camera/image_raw)"))
     clock_hz: float = field(default=0.0, metadata=doc(
-        "publish /clock from bag time at this rate (Hz) and with every message; 0: no /clock"))
-    wait_for_subscribers_s: float = field(default=5.0, metadata=doc("wait up to this long for subscribers"))
+        "publish /clock from bag time at this rate (Hz) and with every message; 0: no /clock", 0.0, 1000.0))
+    wait_for_subscribers_s: float = field(default=5.0, metadata=doc("wait up to this long for subscribers", 0.0, 3600.0))
 
     def __post_init__(self) -> None:
         if not self.bag:

@@ -33,14 +33,14 @@ POLL_S = 0.1  # how often a session's receiver checks for shutdown
 @dataclass(frozen=True)
 class BridgeConfig:
     verifier_endpoint: str = field(default="tcp://127.0.0.1:5555", metadata=doc("ZeroMQ endpoint of the verifier"))
-    open_timeout_s: float = field(default=30.0, metadata=doc("wait for the verifier's prefill (s)"))
-    reply_timeout_s: float = field(default=10.0, metadata=doc("wait for a verification result (s)"))
+    open_timeout_s: float = field(default=30.0, metadata=doc("wait for the verifier's prefill (s)", 0.1, 3600.0))
+    reply_timeout_s: float = field(default=10.0, metadata=doc("wait for a verification result (s)", 0.1, 3600.0))
     curve_secret_file: str = field(default="", metadata=doc("robot's CURVE secret key file; empty: no CURVE"))
     curve_server_key_file: str = field(default="", metadata=doc("verifier's CURVE public key file"))
-    emulate_delay_s: float = field(default=0.0, metadata=doc("emulated one-way delay, both directions (tests)"))
-    emulate_jitter_s: float = field(default=0.0, metadata=doc("emulated jitter, both directions"))
-    emulate_bandwidth_bps: float = field(default=0.0, metadata=doc("emulated bandwidth cap (0: none)"))
-    emulate_loss: float = field(default=0.0, metadata=doc("emulated loss probability (costs a retransmission)"))
+    emulate_delay_s: float = field(default=0.0, metadata=doc("emulated one-way delay, both directions (tests)", 0.0, 10.0))
+    emulate_jitter_s: float = field(default=0.0, metadata=doc("emulated jitter, both directions", 0.0, 10.0))
+    emulate_bandwidth_bps: float = field(default=0.0, metadata=doc("emulated bandwidth cap (0: none)", 0.0, 1000000000000.0))
+    emulate_loss: float = field(default=0.0, metadata=doc("emulated loss probability (costs a retransmission)", 0.0, 0.99))
     diagnostics_period_s: float = field(default=1.0, metadata=doc("/diagnostics period (steady clock, s)", 0.1, 60.0))
 
 

@@ -31,17 +31,17 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp"}
 class CameraConfig:
     source: str = field(default="synthetic", metadata=doc(
         "synthetic | device index (0, /dev/video0) | video file | image folder"))
-    rate_hz: float = field(default=5.0, metadata=doc("frames per second"))
+    rate_hz: float = field(default=5.0, metadata=doc("frames per second", 0.1, 1000.0))
     frame_id: str = field(default="camera", metadata=doc("header.frame_id"))
-    width: int = field(default=224, metadata=doc("synthetic frame width"))
-    height: int = field(default=168, metadata=doc("synthetic frame height"))
+    width: int = field(default=224, metadata=doc("synthetic frame width", 1, 8192))
+    height: int = field(default=168, metadata=doc("synthetic frame height", 1, 8192))
     image_transport: str = field(default="raw", metadata=doc(
         "raw: sensor_msgs/Image on camera/image_raw | compressed: sensor_msgs/CompressedImage on "
         "camera/image_raw/compressed"))
     encoding: str = field(default="rgb8", metadata=doc("raw frames' encoding: rgb8 | bgr8 | rgba8 | bgra8 | mono8 | "
                                                       "mono16 | yuv422 | yuv422_yuy2"))
     compressed_format: str = field(default="jpeg", metadata=doc("compressed frames' codec: jpeg | png"))
-    jpeg_quality: int = field(default=90, metadata=doc("JPEG quality of compressed frames (1-100)"))
+    jpeg_quality: int = field(default=90, metadata=doc("JPEG quality of compressed frames (1-100)", 1, 100))
     qos: str = field(default="sensor_data", metadata=doc("sensor_data (best effort) | reliable"))
 
     def __post_init__(self) -> None:

@@ -53,23 +53,23 @@ class DrafterNodeConfig:
     drafter_model: str = field(default="embedded", metadata=doc("'embedded' or a Qwen2-VL hub id / local path"))
     quantize_int8: bool = field(default=False, metadata=doc("int8 dynamic quantization of the drafter (CPU)"))
     mode: str = field(default="fsd", metadata=doc(f"decoding mode: {', '.join(MODES)} (edge/registry.py)"))
-    gamma: int = field(default=4, metadata=doc("draft length γ"))
-    max_new_tokens: int = field(default=48, metadata=doc("token budget of one decision"))
-    temperature: float = field(default=0.0, metadata=doc("0: greedy"))
-    seed: int = field(default=0, metadata=doc("seed of the position-indexed random draws"))
+    gamma: int = field(default=4, metadata=doc("draft length γ", 1, 64))
+    max_new_tokens: int = field(default=48, metadata=doc("token budget of one decision", 1, 4096))
+    temperature: float = field(default=0.0, metadata=doc("0: greedy", 0.0, 100.0))
+    seed: int = field(default=0, metadata=doc("seed of the position-indexed random draws", 0, 9223372036854775807))
     predraft_threads: int = field(default=0, metadata=doc("FSD pre-draft worker threads N (0: the CPU budget's "
                                                           "rule, edge_spec_ros/cpu.py)", 0, 64))
     torch_threads: int = field(default=0, metadata=doc("torch compute threads of this process (0: the CPU "
                                                        "budget's rule: cores // 2)", 0, 256))
     client_queue_policy: str = field(default="priority", metadata=doc("pre-draft queue: priority | fifo | random"))
     server_queue_policy: str = field(default="priority", metadata=doc("verifier's exit queue policy"))
-    emulate_tp_s: float = field(default=0.0, metadata=doc("emulated draft-forward time (benchmarks; 0: off)"))
-    emulate_tq_s: float = field(default=0.0, metadata=doc("emulated verification time (benchmarks; 0: off)"))
+    emulate_tp_s: float = field(default=0.0, metadata=doc("emulated draft-forward time (benchmarks; 0: off)", 0.0, 60.0))
+    emulate_tq_s: float = field(default=0.0, metadata=doc("emulated verification time (benchmarks; 0: off)", 0.0, 60.0))
     max_pixels: int = field(default=0, metadata=doc("image pixel budget after resizing (0: the model's own: "
-                                                    "the embedded pair's training budget, else 112 x 112)"))
-    jpeg_quality: int = field(default=90, metadata=doc("JPEG quality of the frame sent to the verifier"))
+                                                    "the embedded pair's training budget, else 112 x 112)", 0, 16777216))
+    jpeg_quality: int = field(default=90, metadata=doc("JPEG quality of the frame sent to the verifier", 1, 100))
     repeat_decisions: bool = field(default=True, metadata=doc("decide again after each action until 'stop'"))
-    max_decisions: int = field(default=20, metadata=doc("decisions per instruction at most"))
+    max_decisions: int = field(default=20, metadata=doc("decisions per instruction at most", 1, 1000))
     settle_s: float = field(default=0.2, metadata=doc("the next decision's frame is taken at least this long "
                                                       "after the robot stopped (node clock)", 0.0, 10.0))
     image_timeout_s: float = field(default=2.0, metadata=doc("wait this long (wall clock) for a camera frame",
@@ -79,8 +79,8 @@ class DrafterNodeConfig:
     action_timeout_s: float = field(default=10.0, metadata=doc("safety net: wait this long (wall clock) for the "
                                                                "action node, beyond the motion's own bound",
                                                                0.0, 600.0))
-    open_timeout_s: float = field(default=30.0, metadata=doc("wait for the verifier's prefill (s)"))
-    reply_timeout_s: float = field(default=10.0, metadata=doc("wait for one verification (s)"))
+    open_timeout_s: float = field(default=30.0, metadata=doc("wait for the verifier's prefill (s)", 0.1, 3600.0))
+    reply_timeout_s: float = field(default=10.0, metadata=doc("wait for one verification (s)", 0.1, 3600.0))
 
     def __post_init__(self) -> None:
         get_mode(self.mode)

@@ -49,9 +49,9 @@ class ImageInputConfig:
     image_qos: str = field(default="sensor_data", metadata=doc(
         "sensor_data: best effort, receives from every publisher | reliable: only from reliable publishers"))
     image_max_age_s: float = field(default=1.0, metadata=doc(
-        "a frame that arrived longer ago than this (node clock) is not fresh"))
+        "a frame that arrived longer ago than this (node clock) is not fresh", 0.001, 3600.0))
     image_warn_period_s: float = field(default=5.0, metadata=doc(
-        "at most one warning per this many seconds about missing or unreadable frames"))
+        "at most one warning per this many seconds about missing or unreadable frames", 0.0, 3600.0))
 
     def __post_init__(self) -> None:
         if not self.image_topic:

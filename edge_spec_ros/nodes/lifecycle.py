@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import rclpy
+from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
@@ -99,7 +100,7 @@ def main_for(*factories: Callable[[], Node], args: list[str] | None = None) -> i
         for node in nodes:
             executor.add_node(node)
         spin_until(executor, stop.event.is_set)
-    except (ValueError, RuntimeError, OSError) as exc:
+    except (ValueError, RuntimeError, OSError, ParameterException) as exc:
         rclpy.logging.get_logger("edge_spec_ros").fatal(str(exc))
         status = 1
     except KeyboardInterrupt:

@@ -38,9 +38,13 @@ def _coerce(value, hint):
     return tuple(value) if isinstance(value, list) else value
 
 
-def declare_config(node: Node, cls: type[C]) -> C:
+def declare_config(node: Node, cls: type[C], live: bool = False) -> C:
     """Declare one parameter per field of ``cls`` (default = the field's default, description and range
-    from the field's metadata) and return the config built from the parameters' values."""
+    from the field's metadata) and return the config built from the parameters' values.
+
+    Without ``live`` the values are read once, at start-up: a later set-parameters request for them is
+    refused with that reason (instead of succeeding and changing nothing). A node whose config applies
+    changes at run time passes ``live=True`` and calls ``watch_config``."""
     hints = typing.get_type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
@@ -50,9 +54,21 @@ def declare_config(node: Node, cls: type[C]) -> C:
         value = node.declare_parameter(f.name, default, descriptor(f, hints[f.name])).value
         values[f.name] = _coerce(value, hints[f.name])
     try:
-        return cls(**values)
+        config = cls(**values)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{node.get_name()}: invalid parameters: {exc}") from None
+    if not live:
+        names = set(values)
+
+        def refuse(params) -> SetParametersResult:
+            fixed = sorted(p.name for p in params if p.name in names)
+            if fixed:
+                return SetParametersResult(successful=False, reason=f"{', '.join(fixed)}: read at start-up; "
+                                                                    "restart the node to change it")
+            return SetParametersResult(successful=True)
+
+        node.add_on_set_parameters_callback(refuse)
+    return config
 
 
 def watch_config(node: Node, current: Callable[[], C], apply: Callable[[C], None]) -> None:

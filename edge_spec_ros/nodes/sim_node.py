@@ -46,15 +46,15 @@ CLOCK_QOS = QoSProfile(depth=1)  # /clock: the latest time is all that matters
 @dataclass(frozen=True)
 class SimConfig:
     seed: int = field(default=0, metadata=doc("room seed: the room is episode_world(seed, target, distractors), "
-                                              "the distribution sim-eval evaluates"))
+                                              "the distribution sim-eval evaluates", 0, 16777215))
     target: str = field(default="silver bottle", metadata=doc("'<colour> <kind>' of the object to find "
                                                               "('': drawn from the seed)"))
-    distractors: int = field(default=2, metadata=doc("look-alike objects besides the target (0: drawn, 1-3)"))
-    camera_rate_hz: float = field(default=5.0, metadata=doc("camera frames per second of simulated time"))
-    physics_rate_hz: float = field(default=50.0, metadata=doc("physics ticks per second of simulated time"))
-    real_time_factor: float = field(default=1.0, metadata=doc("simulated seconds per wall second"))
+    distractors: int = field(default=2, metadata=doc("look-alike objects besides the target (0: drawn, 1-3)", 0, 3))
+    camera_rate_hz: float = field(default=5.0, metadata=doc("camera frames per second of simulated time", 0.1, 100.0))
+    physics_rate_hz: float = field(default=50.0, metadata=doc("physics ticks per second of simulated time", 1.0, 1000.0))
+    real_time_factor: float = field(default=1.0, metadata=doc("simulated seconds per wall second", 0.01, 100.0))
     cmd_timeout_s: float = field(default=0.5, metadata=doc("stop when no cmd_vel arrived for this long "
-                                                           "(simulated time)"))
+                                                           "(simulated time)", 0.01, 60.0))
     frame_id: str = field(default="camera", metadata=doc("header.frame_id of the images"))
     start_x: float = field(default=math.nan, metadata=doc("start pose override (room frame, m); NaN: the room's"))
     start_y: float = field(default=math.nan, metadata=doc("start pose override (m); NaN: the room's"))
@@ -62,7 +62,7 @@ class SimConfig:
     lockstep: bool = field(default=False, metadata=doc("while the robot moves, advance a tick only once a cmd_vel "
                                                        "answered the last odometry (deterministic closed loop)"))
     lockstep_timeout_s: float = field(default=1.0, metadata=doc("lockstep: advance anyway after this long "
-                                                                "(wall clock) without a command"))
+                                                                "(wall clock) without a command", 0.01, 60.0))
 
     def __post_init__(self) -> None:
         if min(self.camera_rate_hz, self.physics_rate_hz, self.cmd_timeout_s, self.real_time_factor,

@@ -168,3 +168,22 @@ def test_sigterm_mid_motion_leaves_a_final_zero(ros, tmp_path):
     wait_for(lambda: twists[-1] == (0.0, 0.0), 2, "the final zero")
     out = log.read_text()
     assert "Traceback" not in out and "context is invalid" not in out, out
+
+
+def test_a_start_up_parameter_is_refused_at_run_time(ros, tmp_path):
+    """A node whose parameters are read once refuses a runtime change with that reason, rather than
+    answering successful and changing nothing."""
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.parameter import Parameter
+
+    cmd = node_command("sim_node", "-r", "__ns:=/fixed")
+    with process(cmd, tmp_path / "sim.log"):
+        client = ros.node.create_client(SetParameters, "/fixed/sim/set_parameters")
+        assert client.wait_for_service(timeout_sec=DISCOVERY_S)
+        request = SetParameters.Request()
+        request.parameters = [Parameter("camera_rate_hz", value=2.0).to_parameter_msg()]
+        future = client.call_async(request)
+        wait_for(future.done, 10, "set_parameters")
+        (result,) = future.result().results
+        ros.node.destroy_client(client)
+    assert not result.successful and "restart" in result.reason
