@@ -74,7 +74,9 @@ def test_instruction_through_the_stack(ros, server_endpoint, tmp_path, mode, tem
     instruction = ros.node.create_publisher(String, "instruction", RELIABLE)
     log = tmp_path / "bringup.log"
     with process(cmd, log) as proc:
-        wait_for(lambda: len(twists) > 0 and instruction.get_subscription_count() > 0, STACK_UP_S, "the stack")
+        # the action node publishes cmd_vel only while moving or holding zero: wait for the graph instead
+        wait_for(lambda: ros.node.count_publishers("/cmd_vel") > 0 and instruction.get_subscription_count() >= 2,
+                 STACK_UP_S, "the stack")
         time.sleep(0.5)
         instruction.publish(String(data=INSTRUCTION))
         wait_for(lambda: actions and stats, 60, f"a decision ({log.read_text()[-2000:]})")
