@@ -39,6 +39,7 @@ draft forward, verification, one-way communication; T_r — waiting for a pre-dr
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field, replace
 
@@ -47,7 +48,7 @@ import torch
 
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig, DecodeResult, append_until_stop
-from edge_spec_ros.edge.client import VerifierClient, VerifierError, VerifierTimeout
+from edge_spec_ros.edge.client import VerifierAuthError, VerifierClient, VerifierError, VerifierTimeout
 from edge_spec_ros.edge.predraft import PreDrafter
 from edge_spec_ros.edge.registry import MODES, REGISTRY, get_mode  # noqa: F401 - MODES re-exported
 from edge_spec_ros.models.drafter import Draft, Drafter
@@ -58,7 +59,14 @@ from edge_spec_ros.spec.queues import POLICIES
 from edge_spec_ros.spec.sampling import PositionalRNG
 from edge_spec_ros.spec.sparse import DraftDistribution, densify, to_sparse
 from edge_spec_ros.spec.verify import SplitVerdict, split_verify_device
-from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Generate, Open, Tokens
+from edge_spec_ros.wire.messages import DraftBlock, ErrorCode, ExitResult, Generate, Open, Tokens
+
+log = logging.getLogger(__name__)
+
+# A decision is opened again after these errors (the verifier restarted and forgot the session; the
+# link through the bridge was lost: code -1), and after a timeout.
+RETRYABLE_CODES = frozenset({int(ErrorCode.UNKNOWN_SESSION), -1})
+RETRY_BACKOFF_S = 0.5  # before the first retry; the n-th waits n times this
 
 # Views of the mode registry (edge/registry.py), the one list of modes.
 SPLIT_MODES = tuple(m.name for m in REGISTRY if m.split)  # q_i(x_i) up, p_δ down, the robot resamples
@@ -86,6 +94,7 @@ class EdgeConfig:
     b_prior: float = 0.05
     c_prior: float = 0.05
     max_gamma: int = 16
+    reconnect_retries: int = 2  # a decision interrupted by a lost or restarted verifier is opened again
 
     def draft_distribution(self, mode: str) -> DraftDistribution | None:
         """The q the drafter samples from in ``mode`` (None: its full softmax)."""
@@ -108,7 +117,29 @@ class EdgeDecoder:
 
     def decode(self, mode: str, prompt: EncodedPrompt, image: bytes) -> DecodeResult:
         """``prompt``: the robot's encoding of instruction + image; ``image``: the same image as sent
-        (JPEG/PNG bytes, travels once)."""
+        (JPEG/PNG bytes, travels once).
+
+        Reconnect (Lazy Pirate, at the level of a decision): when the verifier stops answering or no
+        longer knows the session (it restarted, or the link was lost), the decision is opened again on
+        a new session and decoded from the start, up to ``reconnect_retries`` times with
+        ``RETRY_BACKOFF_S`` between tries. Every mode's output is a function of the prompt, the seed and
+        the position-indexed draws, so the decision that finishes is exactly the one that was
+        interrupted; nothing of a failed try has left the decoder."""
+        for attempt in range(self.config.reconnect_retries + 1):
+            try:
+                return self._decode_once(mode, prompt, image)
+            except VerifierAuthError:
+                raise  # a refused key does not heal by retrying
+            except VerifierError as exc:
+                retryable = isinstance(exc, VerifierTimeout) or exc.code in RETRYABLE_CODES
+                if not retryable or attempt == self.config.reconnect_retries:
+                    raise
+                log.warning("decision interrupted (%s); opening it again (%d of %d)", exc, attempt + 1,
+                            self.config.reconnect_retries)
+                time.sleep(RETRY_BACKOFF_S * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _decode_once(self, mode: str, prompt: EncodedPrompt, image: bytes) -> DecodeResult:
         spec = get_mode(mode)
         if spec.speculative and self.drafter is None:
             raise ValueError(f"mode {mode} needs a drafter")
