@@ -208,8 +208,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config = ServerConfig(bind=args.bind, workers=args.workers, session_timeout_s=args.session_timeout,
                               max_sessions=args.max_sessions, max_sessions_per_client=args.max_sessions_per_client,
                               max_requests=args.max_requests, idle_exit_s=args.idle_exit, curve=curve,
-                              limits=limits, emulate_tq_s=args.emulate_tq_s,
-                              allow_client_emulation=args.allow_client_emulation)
+                              limits=limits, emulate_tq_s=args.emulate_tq_s)
     except ValueError as exc:
         _log(f"error: {exc}")
         return 2
@@ -616,9 +615,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"most draft tokens in one block (default {DEFAULT_MAX_GAMMA}, at most {MAX_GAMMA})")
     serve.add_argument("--emulate-tq-s", type=float, default=0.0,
                        help="benchmarks: every verification forward takes at least this long (s; default 0: off)")
-    serve.add_argument("--allow-client-emulation", action="store_true",
-                       help="loopback test servers only: also honour a request's compute_tq_s (any client "
-                            "can then slow every client down)")
     serve.set_defaults(func=cmd_serve)
 
     bench = sub.add_parser("bench", help="AR, SD and FSD side by side over an emulated link")

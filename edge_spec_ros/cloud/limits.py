@@ -28,7 +28,6 @@ MAX_TEMPERATURE = 1e4
 MAX_ROUND = 2**31 - 1
 MAX_EMULATED_DELAY_S = 10.0  # an emulated downlink's delay and jitter, each
 MIN_EMULATED_BANDWIDTH_BPS = 8_000.0  # below this a reply would sit in the server for minutes
-MAX_CLIENT_TQ_S = 2.0  # Open.compute_tq_s where the operator still allows it (--allow-client-emulation)
 IMAGE_FORMATS = ("JPEG", "PNG")
 
 # Defaults of the serve options (docs/verifier_security.md explains each).
@@ -114,7 +113,7 @@ def image_size(data: bytes, limits: Limits) -> tuple[int, int]:
     return width, height
 
 
-def check_open(msg: Open, limits: Limits, vocab: int, allow_client_emulation: bool = False) -> None:
+def check_open(msg: Open, limits: Limits, vocab: int) -> None:
     """Every field of an Open, before any work."""
     ids = msg.input_ids
     if ids.ndim != 1 or ids.size < 2:
@@ -131,11 +130,8 @@ def check_open(msg: Open, limits: Limits, vocab: int, allow_client_emulation: bo
     if msg.queue_policy not in POLICIES:
         raise RequestError(f"Open.queue_policy must be one of {POLICIES}, got {msg.queue_policy[:40]!r}")
     if msg.compute_tq_s:
-        if not allow_client_emulation:
-            raise RequestError("Open.compute_tq_s: compute emulation is server configuration "
-                               "(edge-spec-ros serve --emulate-tq-s), not a request field")
-        if not (math.isfinite(msg.compute_tq_s) and 0 <= msg.compute_tq_s <= MAX_CLIENT_TQ_S):
-            raise RequestError(f"Open.compute_tq_s must be in [0, {MAX_CLIENT_TQ_S}], got {msg.compute_tq_s}")
+        raise RequestError("Open.compute_tq_s: compute emulation is server configuration "
+                           "(edge-spec-ros serve --emulate-tq-s), not a request field")
     _int_in("Open", "p_top_k", msg.p_top_k, 0, vocab + 1)
     for name in ("down_delay_s", "down_jitter_s"):
         value = getattr(msg, name)

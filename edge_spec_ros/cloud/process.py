@@ -48,10 +48,10 @@ def verifier_process(*args: str, idle_exit_s: float = 120.0) -> Iterator[str]:
     """Start a verifier on a free 127.0.0.1 port; yield its endpoint; stop it on exit.
 
     The server also stops by itself after ``idle_exit_s`` without a request, so nothing outlives a
-    crashed parent for long. Loopback test and bench servers honour ``Open.compute_tq_s``
-    (``--allow-client-emulation``) until every caller configures emulation on the server instead.
+    crashed parent for long. Compute emulation, where wanted, is the server's: pass
+    ``--emulate-tq-s``.
     """
-    with verifier_server("--allow-client-emulation", *args, idle_exit_s=idle_exit_s) as server:
+    with verifier_server(*args, idle_exit_s=idle_exit_s) as server:
         yield server.endpoint
 
 

@@ -56,8 +56,7 @@ class ServerConfig:
     max_sessions_per_client: per CURVE key (without CURVE: per connection); max_requests /
     idle_exit_s: stop after that many requests / that long without one (0 = never; tests and benches
     use them); limits: what a request may ask for; emulate_tq_s: emulated verification time per
-    forward for benchmarks (0: real compute only); allow_client_emulation: also honour
-    ``Open.compute_tq_s`` (loopback test servers only; it lets a client slow the shared workers)."""
+    forward for benchmarks (0: real compute only; a request cannot ask for it)."""
 
     bind: str = "tcp://127.0.0.1:5555"
     workers: int = 1
@@ -69,7 +68,6 @@ class ServerConfig:
     curve: CurveKeys | None = None
     limits: Limits = field(default_factory=Limits)
     emulate_tq_s: float = 0.0
-    allow_client_emulation: bool = False
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.emulate_tq_s) and self.emulate_tq_s >= 0):
@@ -239,7 +237,7 @@ class VerifierServer:
             self._submit(session, lambda: session.state.generate_steps(msg, lambda t: self._emit(session, t)))
 
     def _open(self, key: tuple[bytes, bytes], client: bytes, msg: Open) -> None:
-        check_open(msg, self.config.limits, self.vocab, self.config.allow_client_emulation)
+        check_open(msg, self.config.limits, self.vocab)
         shape = LinkShape(msg.down_delay_s, msg.down_jitter_s, msg.down_bandwidth_bps, msg.down_loss)
         session = _Session(key[0], key[1], client, msg, shape, msg.queue_policy, time.monotonic())
         with self._lock:

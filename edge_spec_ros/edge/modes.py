@@ -78,14 +78,14 @@ LOSSY_MODES = tuple(m.name for m in REGISTRY if not m.exact)
 @dataclass(frozen=True)
 class EdgeConfig:
     """threads: N pre-draft workers (FSD); client_policy / server_policy: Q_p and Q_e order (Table 7);
-    tp_s / tq_s: emulated draft-forward and verification times (0: real compute only)."""
+    tp_s: emulated draft-forward time (0: real compute only); the verification time is emulated by
+    the verifier's operator (``serve --emulate-tq-s``), never asked for by the robot."""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     threads: int = 4
     client_policy: str = "priority"
     server_policy: str = "priority"
     tp_s: float = 0.0
-    tq_s: float = 0.0
     tkslt_k: int = 20  # TK-SLT's K
     lowpay_k: int = 4  # the low-payload mode's K
     lossy_p_k: int = 10  # PicoSpec's K for the pruned downlink of p_δ (LOSSY)
@@ -148,7 +148,7 @@ class EdgeDecoder:
         t0 = time.perf_counter()
         request = Open(input_ids=prompt.input_ids.numpy().astype(np.int32), image=image,
                        temperature=c.decode.sampling.temperature, seed=c.decode.seed, want_exits=spec.early_exits,
-                       queue_policy=c.server_policy, compute_tq_s=c.tq_s,
+                       queue_policy=c.server_policy,
                        p_top_k=c.lossy_p_k if spec.lossy_p else 0)
         sid, opened = self.client.open(request)
         stats.prefill_s = time.perf_counter() - t0

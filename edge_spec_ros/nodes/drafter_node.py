@@ -64,7 +64,6 @@ class DrafterNodeConfig:
     client_queue_policy: str = field(default="priority", metadata=doc("pre-draft queue: priority | fifo | random"))
     server_queue_policy: str = field(default="priority", metadata=doc("verifier's exit queue policy"))
     emulate_tp_s: float = field(default=0.0, metadata=doc("emulated draft-forward time (benchmarks; 0: off)", 0.0, 60.0))
-    emulate_tq_s: float = field(default=0.0, metadata=doc("emulated verification time (benchmarks; 0: off)", 0.0, 60.0))
     max_pixels: int = field(default=0, metadata=doc("image pixel budget after resizing (0: the model's own: "
                                                     "the embedded pair's training budget, else 112 x 112)", 0, 16777216))
     jpeg_quality: int = field(default=90, metadata=doc("JPEG quality of the frame sent to the verifier", 1, 100))
@@ -132,7 +131,7 @@ class DrafterNode(Node):
                               seed=c.seed, stop_tokens=(tokenizer.eos_token_id,))
         self.decoder = EdgeDecoder(self.link, drafter, EdgeConfig(
             decode=decode, threads=predraft, client_policy=c.client_queue_policy,
-            server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s, tq_s=c.emulate_tq_s))
+            server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s))
         self.decoder = ExclusiveDecoder(self.decoder)  # a Describe's decode never overlaps a decision's
         self.decisions = self.create_publisher(Decision, "edge_spec/decision", RELIABLE)
         self.stats = self.create_publisher(DecodeStatsMsg, "edge_spec/stats", RELIABLE)

@@ -171,7 +171,7 @@ def test_adaptive_draft_length_and_cloud_fallback_stay_exact(server_endpoint, pa
     assert result.stats.cloud_fallback == 1 and result.stats.drafted == 0
 
 
-def test_pico_overlapped_rounds(server_endpoint, pair, images):
+def test_pico_overlapped_rounds(start_server, pair, images):
     """PicoSpec's chained blocks: with a drafter as good as the target (all its layers) every block is
     fully accepted and guessed right, so blocks are sent before their predecessor's verdict and
     verified at once (hits); sampled hot (T = 3, the trained pair is peaked) some guesses miss and the
@@ -184,19 +184,19 @@ def test_pico_overlapped_rounds(server_endpoint, pair, images):
     perfect = Drafter(truncated_copy(pair.verifier.stack.model, pair.verifier.num_layers))
     greedy = DecodeConfig(max_new_tokens=24, gamma=3, stop_tokens=(pair.tokenizer.eos_token_id,))
     target = autoregressive(pair.verifier, prompt, greedy).tokens
-    with VerifierClient(ClientConfig(endpoint=server_endpoint)) as client:
-        # an emulated T_q long enough for the next block to be drafted while this one is verified
-        result = EdgeDecoder(client, perfect, EdgeConfig(decode=greedy, tq_s=0.15)).decode("pico", prompt, jpg)
+    # an emulated T_q long enough for the next block to be drafted while this one is verified
+    with start_server("--emulate-tq-s", "0.15") as endpoint, VerifierClient(ClientConfig(endpoint=endpoint)) as client:
+        result = EdgeDecoder(client, perfect, EdgeConfig(decode=greedy)).decode("pico", prompt, jpg)
         assert result.tokens == target
         assert result.stats.cache_hits >= result.stats.rounds - 2 and result.stats.full_rounds == result.stats.rounds
         sampled = DecodeConfig(max_new_tokens=24, gamma=3, sampling=SamplingConfig(3.0), seed=5,
                                stop_tokens=(pair.tokenizer.eos_token_id,))
-        result = EdgeDecoder(client, perfect, EdgeConfig(decode=sampled, tq_s=0.15)).decode("pico", prompt, jpg)
+        result = EdgeDecoder(client, perfect, EdgeConfig(decode=sampled)).decode("pico", prompt, jpg)
         assert result.stats.cache_misses > 0 and len(result.tokens) > 0
         # sampled, the pipeline (stale blocks and separate rejection sampling included) emits exactly the
         # tokens of speculative sampling with the same seed: the draws are position-indexed, so the
         # distribution is the target's (test_protocol_distributions.py checks it by chi-square)
         assert result.tokens == speculative(perfect, pair.verifier, prompt, sampled).tokens
         # with FSD pre-drafting inside the pipeline, the same exactness
-        combined = EdgeDecoder(client, perfect, EdgeConfig(decode=greedy, tq_s=0.15, threads=2))
+        combined = EdgeDecoder(client, perfect, EdgeConfig(decode=greedy, threads=2))
         assert combined.decode("pico-fsd", prompt, jpg).tokens == target
