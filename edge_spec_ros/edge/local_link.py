@@ -1,7 +1,7 @@
 """An in-process verifier link: the robot's decoders against a ``VerifySession`` with no sockets.
 
-It offers the calls of ``edge.client.VerifierClient`` (open / send / receive / end / traffic), so
-every mode of ``edge.modes.EdgeDecoder`` runs unchanged on one machine. Requests are served in
+It implements the verifier-link protocol (``wire.verifier_link.VerifierLink``), so every mode of
+``edge.modes.EdgeDecoder`` runs unchanged on one machine. Requests are served in
 order by one worker thread, as the server does per session. Statistical exactness tests use it to
 run thousands of decodes with small models; the network tests show the real server gives the same
 tokens.

@@ -48,7 +48,7 @@ import torch
 
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig, DecodeResult, append_until_stop
-from edge_spec_ros.edge.client import VerifierAuthError, VerifierClient, VerifierError, VerifierTimeout
+from edge_spec_ros.edge.client import VerifierAuthError, VerifierError, VerifierTimeout
 from edge_spec_ros.edge.predraft import PreDrafter
 from edge_spec_ros.edge.registry import MODES, REGISTRY, get_mode  # noqa: F401 - MODES re-exported
 from edge_spec_ros.models.drafter import Draft, Drafter
@@ -59,6 +59,7 @@ from edge_spec_ros.spec.queues import POLICIES
 from edge_spec_ros.spec.sampling import PositionalRNG
 from edge_spec_ros.spec.sparse import DraftDistribution, densify, to_sparse
 from edge_spec_ros.spec.verify import SplitVerdict, split_verify_device
+from edge_spec_ros.wire.verifier_link import VerifierLink
 from edge_spec_ros.wire.messages import DraftBlock, ErrorCode, ExitResult, Generate, Open, Tokens
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class EdgeConfig:
 class EdgeDecoder:
     """Runs one decision in a chosen mode against a remote verifier."""
 
-    def __init__(self, client: VerifierClient, drafter: Drafter | None, config: EdgeConfig) -> None:
+    def __init__(self, client: VerifierLink, drafter: Drafter | None, config: EdgeConfig) -> None:
         self.client = client
         self.drafter = drafter
         self.config = config

@@ -1,8 +1,8 @@
 """The drafter's link to the verifier through the bridge node, over ROS topics.
 
-It offers the same calls as ``edge.client.VerifierClient`` (open / send / receive / end / traffic),
-so ``edge.modes.EdgeDecoder`` runs unchanged whether the robot talks to ZeroMQ directly or through
-the bridge. Wire messages are mirrored by the package's interfaces (msg/).
+It implements the verifier-link protocol (``wire.verifier_link.VerifierLink``) as the ZeroMQ client
+does, so ``edge.modes.EdgeDecoder`` runs unchanged whether the robot talks to ZeroMQ directly or
+through the bridge. Wire messages are mirrored by the package's interfaces (msg/).
 """
 
 from __future__ import annotations
