@@ -1,20 +1,22 @@
 """The pure navigation layer: model text → ``NavAction`` → ``MotionPlan`` → velocity to publish now.
 
 No ROS, no sockets, no clock: ``config`` (magnitudes and safety limits), ``grammar`` (parse the
-model's "reasoning + action" text), ``planner`` (velocity and duration within the limits) and
-``watchdog`` (clock-injected timeout and motion timer). A ROS node wires them together::
+model's "reasoning + action" text), ``planner`` (velocity and duration within the limits),
+``motion`` (a plan driven to its distance or angle on pose feedback) and ``watchdog`` (a
+clock-injected timeout). A ROS node wires them together::
 
     result = parse_action(text, config)
     if result.action is not None:
-        timer.start(plan_motion(result.action, config), now)
+        tracker = MotionTracker(plan_motion(result.action, config), pose, now)
     ...
-    cmd = timer.active_command(now)  # publish cmd.linear_x, cmd.angular_z at the control rate
+    cmd = tracker.update(pose, now)  # on each odometry sample: publish cmd.linear_x, cmd.angular_z
 """
 
 from edge_spec_ros.nav.config import NavConfig
 from edge_spec_ros.nav.grammar import NavAction, ParseResult, parse_action
 from edge_spec_ros.nav.planner import MotionPlan, plan_motion, zero_plan
-from edge_spec_ros.nav.watchdog import MotionTimer, Watchdog
+from edge_spec_ros.nav.motion import MotionTracker
+from edge_spec_ros.nav.watchdog import Watchdog
 
-__all__ = ["MotionPlan", "MotionTimer", "NavAction", "NavConfig", "ParseResult", "Watchdog", "parse_action",
+__all__ = ["MotionPlan", "MotionTracker", "NavAction", "NavConfig", "ParseResult", "Watchdog", "parse_action",
            "plan_motion", "zero_plan"]

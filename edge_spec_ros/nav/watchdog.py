@@ -1,4 +1,4 @@
-"""A clock-injected watchdog and motion timer: in doubt, the robot stops.
+"""A clock-injected watchdog: in doubt, the robot stops.
 
 Nothing here reads a clock or sleeps: every call takes ``now`` (seconds, from one monotonic clock,
 e.g. ``time.monotonic()`` or the ROS steady clock), so the logic is testable without waiting.
@@ -6,12 +6,9 @@ e.g. ``time.monotonic()`` or the ROS steady clock), so the logic is testable wit
 * ``Watchdog``: expired until the first ``feed``, and again once ``timeout_s`` has passed without
   one. Feed it on every sign of life of whatever drives the robot (a new action, a heartbeat of the
   decoding link); starting a motion feeds it too.
-* ``MotionTimer``: holds the current ``MotionPlan`` and says, at any ``now``, which velocity to
-  publish: the plan while ``now < start + duration_s``, a zero plan afterwards, before any plan, or
-  as soon as the watchdog has expired. An expiry cancels the plan for good: a late feed does not
-  resume a stale motion, only a new ``start`` moves the robot again.
 
-Call ``active_command(now)`` at the control rate and publish what it returns.
+The action node feeds it when a decision arrives and on each sign of life of the decision being
+decoded, and ends the motion in progress when it has expired.
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ from __future__ import annotations
 import math
 
 from edge_spec_ros.nav.config import NavConfig
-from edge_spec_ros.nav.planner import MotionPlan, zero_plan
 
 
 def _check_time(now: float, what: str) -> float:
@@ -59,44 +55,3 @@ class Watchdog:
             return True
         elapsed = now - self._last_feed
         return elapsed < 0 or elapsed >= self.timeout_s
-
-
-class MotionTimer:
-    """The velocity to publish now: the current plan until it ends or the watchdog expires."""
-
-    def __init__(self, watchdog: Watchdog) -> None:
-        self.watchdog = watchdog
-        self._plan: MotionPlan | None = None
-        self._start = 0.0
-
-    def start(self, plan: MotionPlan, now: float) -> None:
-        """Replace the current plan by ``plan``, starting at ``now``; also feeds the watchdog."""
-        now = _check_time(now, "MotionTimer.start")
-        self.watchdog.feed(now)
-        self._plan, self._start = plan, now
-
-    def cancel(self) -> None:
-        """Drop the current plan: the robot stops."""
-        self._plan = None
-
-    def remaining_s(self, now: float) -> float:
-        """Seconds left of the current plan at ``now`` (0 without one or once it has ended)."""
-        if self._plan is None or not isinstance(now, (int, float)) or not math.isfinite(now):
-            return 0.0
-        return max(0.0, min(self._plan.duration_s, self._start + self._plan.duration_s - now))
-
-    def active_command(self, now: float) -> MotionPlan:
-        """The plan while ``start <= now < start + duration_s`` and the watchdog holds, else a stop.
-
-        The zero plan returned because of the watchdog carries the reason (and ``clamped`` set);
-        the watchdog's expiry and the end of the plan both drop it.
-        """
-        if self._plan is None:
-            return zero_plan()
-        if self.watchdog.expired(now):
-            self._plan = None
-            return zero_plan(f"watchdog expired: no sign of life for {self.watchdog.timeout_s:g} s")
-        if now < self._start or now >= self._start + self._plan.duration_s:
-            self._plan = None
-            return zero_plan()
-        return self._plan
