@@ -558,6 +558,8 @@ SERVE_SWITCH_INTERVAL_S = 0.0005  # the verifier process's GIL switch interval (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from edge_spec_ros.edge.registry import MODES
+
     from edge_spec_ros.cloud.limits import (
         DEFAULT_MAX_GAMMA, DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_NEW_TOKENS,
         DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_SESSIONS_PER_CLIENT, MAX_GAMMA,
@@ -620,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="AR, SD and FSD side by side over an emulated link")
     bench.add_argument("--profile", default="loopback", choices=["loopback", "wifi", "go2-paper"])
     bench.add_argument("--modes", default="ar,sd,fsd",
-                       help="comma-separated: ar, sd, fsd, dssd, tkslt, lowpay, pico, pico-fsd, dssd-topk-lossy")
+                       help=f"comma-separated, of: {', '.join(MODES)}")
     bench.add_argument("--adaptive-gamma", action="store_true", help="γ by ODLD, cloud fallback by AS² (TK-SLT)")
     bench.add_argument("--prompts", type=int, default=3, help="number of image + instruction prompts")
     bench.add_argument("--max-new-tokens", type=int, default=24)
