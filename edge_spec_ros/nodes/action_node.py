@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from std_msgs.msg import String
@@ -81,6 +82,7 @@ class ActionNode(Node):
         self.nav = declare_config(self, NavConfig, live=True)
         watch_config(self, lambda: self.config, self._set_config)
         watch_config(self, lambda: self.nav, self._set_nav)
+        self.add_on_set_parameters_callback(self._refuse_odom_topic)
         self.watchdog = Watchdog.from_config(self.nav)
         self.motion: _Motion | None = None
         self.decision = 0  # the latest decision: exit results of older ones are no sign of life
@@ -108,11 +110,14 @@ class ActionNode(Node):
         if config.rate_hz != self.config.rate_hz:
             self._timer.timer_period_ns = round(1e9 / config.rate_hz)
             self._timer.reset()
-        if config.odom_topic != self.config.odom_topic:
-            self.get_logger().warning("odom_topic takes effect on restart")
-            config = ActionNodeConfig(config.rate_hz, config.hold_zero_s, self.config.odom_topic,
-                                      config.odom_timeout_s)
         self.config = config
+
+    @staticmethod
+    def _refuse_odom_topic(params) -> SetParametersResult:
+        if any(p.name == "odom_topic" for p in params):
+            return SetParametersResult(successful=False, reason="odom_topic: read at start-up; restart the node "
+                                                                "to change it")
+        return SetParametersResult(successful=True)
 
     def _set_nav(self, nav: NavConfig) -> None:
         self.nav = nav  # the next decision is planned with it

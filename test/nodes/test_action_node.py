@@ -133,7 +133,7 @@ def set_parameters(ros, **values):
 
 @pytest.mark.parametrize("name,value", [("max_linear_speed", float("nan")), ("rate_hz", -5.0),
                                         ("max_linear_speed", 7.0), ("max_angular_speed", -1.0),
-                                        ("watchdog_timeout_s", 0.0)])
+                                        ("watchdog_timeout_s", 0.0), ("odom_topic", "other_odom")])
 def test_invalid_parameters_are_refused_with_a_reason(ros, action_node, name, value):
     (result,) = set_parameters(ros, **{name: value})
     assert not result.successful and result.reason, (name, value, result)
