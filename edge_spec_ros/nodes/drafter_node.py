@@ -129,10 +129,10 @@ class DrafterNode(Node):
         self.link = RosVerifierLink(self, c.open_timeout_s, c.reply_timeout_s)
         decode = DecodeConfig(max_new_tokens=c.max_new_tokens, gamma=c.gamma, sampling=SamplingConfig(c.temperature),
                               seed=c.seed, stop_tokens=(tokenizer.eos_token_id,))
-        self.decoder = EdgeDecoder(self.link, drafter, EdgeConfig(
+        # one decoder for decisions and Describe requests; a Describe's decode never overlaps a decision's
+        self.decoder = ExclusiveDecoder(EdgeDecoder(self.link, drafter, EdgeConfig(
             decode=decode, threads=predraft, client_policy=c.client_queue_policy,
-            server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s))
-        self.decoder = ExclusiveDecoder(self.decoder)  # a Describe's decode never overlaps a decision's
+            server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s)))
         self.decisions = self.create_publisher(Decision, "edge_spec/decision", RELIABLE)
         self.stats = self.create_publisher(DecodeStatsMsg, "edge_spec/stats", RELIABLE)
         self.create_subscription(String, "instruction", self.on_instruction, RELIABLE)
