@@ -16,31 +16,14 @@ import zmq
 from PIL import Image
 
 from edge_spec_ros.cloud.process import verifier_server
-from edge_spec_ros.wire.codec import decode, encode
+from edge_spec_ros.wire.codec import encode
 from edge_spec_ros.wire.messages import Envelope, Error, ErrorCode, Generate, Open, Opened
 
 import hostile_peers
+from raw_peer import RawPeer as Peer
 
 RSS_BOUND_MB = 50
-REPLY_S = 10
 SETTLE_S = 0.3  # after the reply: the server's other threads finish with the request's buffers
-
-
-class Peer:
-    def __init__(self, endpoint: str) -> None:
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.RCVTIMEO, REPLY_S * 1000)
-        self.sock.connect(endpoint)
-
-    def request(self, frames: list[bytes]):
-        self.sock.send_multipart(frames)
-        return decode(self.sock.recv_multipart()).message
-
-    def close(self) -> None:
-        self.sock.close()
-        self.ctx.term()
 
 
 @pytest.fixture(scope="module")

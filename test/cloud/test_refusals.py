@@ -15,29 +15,25 @@ import uuid
 
 import numpy as np
 import pytest
-import zmq
 
 from edge_spec_ros.cloud.limits import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_PROMPT_TOKENS, MAX_STOP_TOKENS
 from edge_spec_ros.cloud.process import verifier_server
-from edge_spec_ros.wire.codec import HEADER, decode, encode
+from edge_spec_ros.wire.codec import HEADER, encode
 from edge_spec_ros.wire.messages import (
     Close, DraftBlock, Envelope, Error, ErrorCode, ExitResult, Generate, Open, Opened, Stats, StatsReply, Tokens,
 )
 
-REPLY_S = 10
+from raw_peer import REPLY_S, RawPeer
+
 LINGER_MS = 1000
 EMULATED_TQ_S = 0.2
 V = 640  # the embedded verifier's vocabulary (checked in the fixture)
 B, T, M, L = ErrorCode.BAD_REQUEST, ErrorCode.TOO_LARGE, ErrorCode.MALFORMED, ErrorCode.OUT_OF_ORDER
 
 
-class Peer:
+class Peer(RawPeer):
     def __init__(self, endpoint: str) -> None:
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, LINGER_MS)  # a last Close still leaves
-        self.sock.setsockopt(zmq.RCVTIMEO, REPLY_S * 1000)
-        self.sock.connect(endpoint)
+        super().__init__(endpoint, linger_ms=LINGER_MS)  # a last Close still leaves
 
     def request(self, sid: bytes, msg, raw_meta: dict | None = None):
         """Send ``msg``, its header metadata updated with ``raw_meta`` (values no dataclass would
@@ -47,15 +43,8 @@ class Peer:
             meta = json.loads(frames[0][HEADER.size:])
             meta.update(raw_meta)
             frames[0] = frames[0][:HEADER.size] + json.dumps(meta).encode()
-        self.sock.send_multipart(frames)
+        self.send_raw(frames)
         return self.receive()
-
-    def receive(self):
-        return decode(self.sock.recv_multipart()).message
-
-    def close(self) -> None:
-        self.sock.close()
-        self.ctx.term()
 
 
 @pytest.fixture(scope="module")

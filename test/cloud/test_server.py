@@ -13,41 +13,22 @@ import zmq
 from edge_spec_ros.edge.client import (
     ClientConfig, VerifierAuthError, VerifierClient, VerifierError, VerifierTimeout,
 )
-from edge_spec_ros.wire.codec import HEADER, MAGIC, decode, encode
+from edge_spec_ros.wire.codec import HEADER, MAGIC, encode
 from edge_spec_ros.wire.curve import client_keys, make_keys
 from edge_spec_ros.wire.messages import (
     DraftBlock, Envelope, Error, ErrorCode, ExitResult, Open, Opened, Stats, StatsReply,
 )
 
-REPLY_S = 10
+from raw_peer import RawPeer
+
 AUTH_TIMEOUT_S = 8.0  # a refused handshake must be reported well before this
 
 
-class RawRobot:
-    """A bare DEALER socket, to send what a well-behaved client never would."""
-
-    def __init__(self, endpoint: str) -> None:
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.RCVTIMEO, REPLY_S * 1000)
-        self.sock.connect(endpoint)
-
-    def send_raw(self, frames: list[bytes]) -> None:
-        self.sock.send_multipart(frames)
-
-    def request(self, frames: list[bytes]):
-        self.sock.send_multipart(frames)
-        return decode(self.sock.recv_multipart()).message
-
+class RawRobot(RawPeer):
     def stats(self) -> dict:
         reply = self.request(encode(Envelope(bytes(16), Stats())))
         assert isinstance(reply, StatsReply)
         return json.loads(reply.counters)
-
-    def close(self) -> None:
-        self.sock.close()
-        self.ctx.term()
 
 
 @pytest.fixture
@@ -66,7 +47,7 @@ def test_garbage_never_crashes_the_server(robot, server_endpoint, text_prompt):
         robot.send_raw(frames)
     # every frame set is answered with an error reply
     for _ in range(len(garbage) * 20):
-        msg = decode(robot.sock.recv_multipart()).message
+        msg = robot.receive()
         assert isinstance(msg, Error) and msg.code == ErrorCode.MALFORMED and msg.message
     after = robot.stats()
     assert after["malformed"] - before.get("malformed", 0) == len(garbage) * 20
@@ -111,7 +92,7 @@ def test_protocol_errors(robot, prompts, text_prompt):
     robot.send_raw(encode(Envelope(sid, good)))
     final = None
     while final is None:
-        msg = decode(robot.sock.recv_multipart()).message
+        msg = robot.receive()
         assert isinstance(msg, ExitResult) and msg.round == 1
         final = msg if msg.is_final else None
     assert final.layer == 6 and len(final.tokens) == final.accepted + 1
