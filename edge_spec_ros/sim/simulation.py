@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from edge_spec_ros.nav.motion import MotionTracker, PlanarPose
+from edge_spec_ros.nav.motion import MotionTracker
 from edge_spec_ros.nav.planner import MotionPlan
 from edge_spec_ros.sim.world import Pose, World
 
@@ -91,12 +91,8 @@ def execute(sim: Simulation, plan: MotionPlan) -> str:
     """Carry out ``plan`` as the action node does on odometry (``nav/motion.MotionTracker``): one
     command per simulated tick until the distance or angle is covered (or the tracker gives up), then
     zero. Returns why the motion ended."""
-    def sample() -> tuple[PlanarPose, float]:
-        p = sim.world.pose
-        return PlanarPose(p.x, p.y, p.theta), sim.time_ns / NS_PER_S
-
-    tracker = MotionTracker(plan, *sample())
-    while not (cmd := tracker.update(*sample())).done:
+    tracker = MotionTracker(plan, sim.world.pose, sim.time_ns / NS_PER_S)
+    while not (cmd := tracker.update(sim.world.pose, sim.time_ns / NS_PER_S)).done:
         sim.command(cmd.linear_x, cmd.angular_z)
         sim.tick()
     sim.command(0.0, 0.0)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 import cv2
 import numpy as np
 
+from edge_spec_ros.nav.motion import PlanarPose as Pose  # the robot's pose in the room frame
+
 COLOURS_RGB = {
     "red": (210, 40, 40), "green": (50, 170, 60), "blue": (40, 90, 210), "yellow": (230, 210, 40),
     "silver": (200, 200, 205), "grey": (120, 120, 125), "orange": (240, 140, 30), "purple": (140, 60, 170),
@@ -40,13 +42,6 @@ class WorldObject:
     def size(self) -> tuple[float, float]:
         """(width, height) in metres."""
         return SHAPES[self.kind]
-
-
-@dataclass(frozen=True)
-class Pose:
-    x: float
-    y: float
-    theta: float
 
 
 @dataclass(frozen=True)
