@@ -45,3 +45,18 @@ def chi_square_pvalue(samples: list[tuple[int, int]], expected_p: np.ndarray) ->
     if exp[-1] == 0:
         obs, exp = obs[:-1], exp[:-1]
     return float(chisquare(obs, exp).pvalue)
+
+
+def aggregated_two_token_joint(robot, cloud, prompt: list[int], v: int) -> np.ndarray:
+    """Exact P(x_1, x_2) of DRAGON's aggregated target p_t = η_l p_l + η_r p_r over two tokens, (V·V,):
+    ``robot`` and ``cloud`` map a token prefix to a side's local aggregate (``probs``, ``log_h``)."""
+    from edge_spec_ros.spec.aggregation import side_weights, target_distribution
+
+    out = np.zeros(v * v)
+    a_l, a_r = robot(prompt), cloud(prompt)
+    p1 = target_distribution(a_l.probs, a_r.probs, side_weights(a_l.log_h, a_r.log_h)[0])
+    for x1 in range(v):
+        b_l, b_r = robot(prompt + [x1]), cloud(prompt + [x1])
+        p2 = target_distribution(b_l.probs, b_r.probs, side_weights(b_l.log_h, b_r.log_h)[0])
+        out[x1 * v:(x1 + 1) * v] = (p1[x1] * p2).numpy()
+    return out

@@ -23,10 +23,10 @@ from edge_spec_ros.spec.aggregation import (
     ROBOT,
     drdg_tw,
     local_aggregate,
-    side_weights,
-    target_distribution,
 )
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
+
+from small_vocab import aggregated_two_token_joint
 
 SAMPLED = SamplingConfig(temperature=1.0)
 GREEDY = SamplingConfig(0.0)
@@ -137,17 +137,6 @@ def test_eos_stops_both_sides():
     assert out.tokens == full.tokens[:full.tokens.index(eos) + 1]
 
 
-def _joint(robot, cloud, prompt, v):
-    out = np.zeros(v * v)
-    a_l, a_r = robot(prompt), cloud(prompt)
-    p1 = target_distribution(a_l.probs, a_r.probs, side_weights(a_l.log_h, a_r.log_h)[0])
-    for x1 in range(v):
-        b_l, b_r = robot(prompt + [x1]), cloud(prompt + [x1])
-        p2 = target_distribution(b_l.probs, b_r.probs, side_weights(b_l.log_h, b_r.log_h)[0])
-        out[x1 * v:(x1 + 1) * v] = (p1[x1] * p2).numpy()
-    return out
-
-
 class StaleRollbackSide(DraftingSide):
     """Negative control: a rejected side clears its queue and rolls back, but to just after its own
     rejected draft x^s_t instead of replacing it with the target token x_t."""
@@ -177,7 +166,7 @@ def test_sampled_sequences_follow_the_aggregated_distribution_and_a_stale_rollba
     v, n = 4, 1500
     robot, cloud = table_side(20, v), table_side(21, v)
     prompt = [1, 2]
-    expected = _joint(robot, cloud, prompt, v) * n
+    expected = aggregated_two_token_joint(robot, cloud, prompt, v) * n
     counts = _two_token_counts(v, robot, cloud, prompt, n)
     p_ok = chisquare(counts, expected)[1]
     monkeypatch.setattr(sa, "DraftingSide", StaleRollbackSide)

@@ -31,6 +31,8 @@ from edge_spec_ros.spec.aggregation import (
 )
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, sample
 
+from small_vocab import aggregated_two_token_joint
+
 SAMPLED = SamplingConfig(temperature=1.0)
 GREEDY = SamplingConfig(0.0)
 V = 6
@@ -243,25 +245,13 @@ def _table_side(seed: int, v: int, shift: float = 0.0):
     return side
 
 
-def _two_token_joint(robot, cloud, prompt, v):
-    """Exact P(x_1, x_2) of the aggregated decoder: (V·V,)."""
-    out = np.zeros(v * v)
-    a_l, a_r = robot(prompt), cloud(prompt)
-    p1 = target_distribution(a_l.probs, a_r.probs, side_weights(a_l.log_h, a_r.log_h)[0])
-    for x1 in range(v):
-        b_l, b_r = robot(prompt + [x1]), cloud(prompt + [x1])
-        p2 = target_distribution(b_l.probs, b_r.probs, side_weights(b_l.log_h, b_r.log_h)[0])
-        out[x1 * v:(x1 + 1) * v] = (p1[x1] * p2).numpy()
-    return out
-
-
 @pytest.mark.parametrize("rule", ["algorithm1", "direct"])
 def test_drdg_tw_two_token_sequences_follow_the_aggregated_distribution(rule):
     """(x_1, x_2) over 1500 seeds fits Π_t p_t with context-dependent p^s_t and η_t (chi-square)."""
     v = 4
     robot, cloud = _table_side(10, v), _table_side(11, v, shift=0.7)
     prompt = [1, 2]
-    expected = _two_token_joint(robot, cloud, prompt, v)
+    expected = aggregated_two_token_joint(robot, cloud, prompt, v)
     counts = np.zeros(v * v)
     n = 1500
     for seed in range(n):
