@@ -34,7 +34,6 @@ from edge_spec_ros.edge.cycle import is_stop
 from edge_spec_ros.msg import BridgeStatus, Decision, ExitResult, NavAction as NavActionMsg
 from edge_spec_ros.nav import NavConfig, Watchdog, parse_action, plan_motion
 from edge_spec_ros.nav.motion import MotionCommand, MotionTracker, PlanarPose
-from edge_spec_ros.nav.planner import MotionPlan
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc, watch_config
 from edge_spec_ros.nodes.ros_link import RELIABLE
@@ -69,10 +68,8 @@ class _Motion:
     """The motion of one decision in progress."""
 
     msg: NavActionMsg  # its STARTED message (copied into the end message)
-    plan: MotionPlan
-    tracker: MotionTracker | None  # with odometry
+    tracker: MotionTracker | None  # with odometry; without, a one-shot timer ends it on its planned end
     command: MotionCommand
-    start_s: float  # node clock
 
 
 class ActionNode(Node):
@@ -160,9 +157,8 @@ class ActionNode(Node):
                 return
             pose, stamp, _ = self.odom
             tracker = MotionTracker(plan, pose, stamp)
-        now = self.now()
-        self.watchdog.feed(now)
-        self.motion = _Motion(out, plan, tracker, MotionCommand(plan.linear_x, plan.angular_z), now)
+        self.watchdog.feed(self.now())
+        self.motion = _Motion(out, tracker, MotionCommand(plan.linear_x, plan.angular_z))
         if tracker is None:  # timed: end on the planned duration itself, not on the next control tick
             self._end_timer = self.create_timer(plan.duration_s, self._on_duration)
         self._publish(plan.linear_x, plan.angular_z)
@@ -216,8 +212,6 @@ class ActionNode(Node):
             now = self.now()
             if self.watchdog.expired(now):
                 self._end("CANCELLED", f"watchdog expired: no sign of life for {self.watchdog.timeout_s:g} s")
-            elif m.tracker is None and now >= m.start_s + m.plan.duration_s:
-                self._end("DONE", "duration")
             elif m.tracker is not None and not self._odom_fresh():
                 self._end("CANCELLED", f"odometry older than {self.config.odom_timeout_s:g} s")
         if self.motion is not None:
