@@ -39,12 +39,12 @@ from rclpy.task import Future
 from std_msgs.msg import String
 
 from edge_spec_ros.action import Navigate
+from edge_spec_ros.edge.cycle import is_stop
 from edge_spec_ros.msg import Decision, DecodeStats, NavAction
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE
 
-STOP_WORDS = ("", "cancel", "stop")
 CHECK_PERIOD_S = 0.5  # how often the progress timeout is checked (steady clock)
 MATCH_TIMEOUT_S = 2.0  # a goal waits this long for the subscribers of `instruction` to be matched
 MATCH_POLL_S = 0.05
@@ -191,7 +191,7 @@ class NavigateNode(Node):
 
     # --- the action server -------------------------------------------------------------------------
     def on_goal(self, goal) -> GoalResponse:
-        if self._closed or goal.instruction.strip().lower() in STOP_WORDS:
+        if self._closed or is_stop(goal.instruction):
             self.get_logger().warning(f"goal {goal.instruction!r} rejected: "
                                       f"{'shutting down' if self._closed else 'not an instruction'}")
             return GoalResponse.REJECT
