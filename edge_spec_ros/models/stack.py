@@ -43,13 +43,23 @@ class DecoderStack:
     def dtype(self) -> torch.dtype:
         return self.text.embed_tokens.weight.dtype  # never quantized, unlike Linear layers
 
-    @torch.inference_mode()
     def prefill(self, prompt: EncodedPrompt) -> KVCache:
         """Encode the image and cache every prompt position but the last.
 
         The last prompt token is fed by the first ``run`` so that its logits (which predict the
         first generated token) come out of the same code path as every later position.
         """
+        pending = self.begin_prefill(prompt)
+        while not pending.step():
+            pass
+        return pending.kv
+
+    @torch.inference_mode()
+    def begin_prefill(self, prompt: EncodedPrompt, chunk_tokens: int = 0) -> "PendingPrefill":
+        """``prefill`` cut into slices of ``chunk_tokens`` positions (0: one slice), so that a server can
+        run other sessions' work between them (chunked prefill). The image is encoded here, at once
+        (its size is bounded by the server's pixel limit); each ``step`` runs every layer over the next
+        slice with the slices before it in the cache, which is the same causal computation."""
         ids = prompt.input_ids[None, :]  # (1, n)
         if prompt.pixel_values is not None:
             positions, delta = self.model.model.get_rope_index(
@@ -71,9 +81,7 @@ class DecoderStack:
         else:
             positions = torch.arange(n)[None, None, :].expand(3, 1, n)
         kv = KVCache(DynamicCache(config=self.text.config), ids[0, :n].tolist(), rope_delta, floor=n)
-        for _ in self._layers(kv, embeds, positions):
-            pass
-        return kv
+        return PendingPrefill(self, kv, embeds, positions, chunk_tokens if chunk_tokens > 0 else max(n, 1))
 
     def run(self, kv: KVCache, sequence: list[int], first: int) -> Iterator[LayerOutput]:
         """Make ``kv`` cover ``sequence`` and yield, after each layer, hidden states of positions
@@ -121,3 +129,36 @@ class DecoderStack:
         """Logits (m, V) of the last layer for positions ``first ..`` of ``sequence``."""
         *_, last = self.run(kv, sequence, first)
         return self.logits(last.hidden)
+
+
+class PendingPrefill:
+    """A prefill in progress: ``kv`` ends up covering the prompt but its last position.
+
+    embeds: (1, n, d) prompt embeddings with the image's features in place; positions: (3, 1, n)."""
+
+    def __init__(self, stack: DecoderStack, kv: KVCache, embeds: torch.Tensor, positions: torch.Tensor,
+                 chunk_tokens: int) -> None:
+        self.stack, self.kv = stack, kv
+        self._embeds, self._positions = embeds, positions
+        self._chunk = chunk_tokens
+        self._done = 0
+
+    @property
+    def total(self) -> int:
+        return self._embeds.shape[1]
+
+    @property
+    def done(self) -> int:
+        """Prompt positions cached so far."""
+        return self._done
+
+    def step(self) -> bool:
+        """Cache the next slice; True once the whole prompt is cached."""
+        if self._done < self.total:
+            end = min(self._done + self._chunk, self.total)
+            with torch.inference_mode():
+                for _ in self.stack._layers(self.kv, self._embeds[:, self._done:end],
+                                            self._positions[:, :, self._done:end]):
+                    pass
+            self._done = end
+        return self._done >= self.total

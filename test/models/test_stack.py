@@ -98,3 +98,24 @@ def test_common_prefix():
     assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
     assert common_prefix([1, 2], [1, 2, 3]) == 2
     assert common_prefix([], [1]) == 0
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 16])
+def test_chunked_prefill_equals_one_prefill(target_model, prompts, chunk):
+    """A prefill cut into slices (the server interleaves other sessions between them) caches what one
+    prefill caches: the next round's logits agree, image prompts included, and the slices cover the
+    prompt once."""
+    stack = DecoderStack(target_model)
+    for prompt in prompts[:2]:
+        seq = prompt.input_ids.tolist() + [11, 42, 7]
+        pending = stack.begin_prefill(prompt, chunk)
+        steps = 1
+        while not pending.step():
+            steps += 1
+            assert 0 < pending.done < pending.total
+        assert steps == -(-(len(prompt) - 1) // chunk)
+        assert pending.kv.tokens == prompt.input_ids.tolist()[:-1]
+        chunked = stack.final_logits(pending.kv, seq, len(prompt) - 1)
+        whole = stack.final_logits(stack.prefill(prompt), seq, len(prompt) - 1)
+        torch.testing.assert_close(chunked, whole, atol=ATOL, rtol=0)
+        assert torch.equal(chunked.argmax(-1), whole.argmax(-1))
