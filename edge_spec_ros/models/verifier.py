@@ -17,7 +17,7 @@ from edge_spec_ros.models.adapters import ExitAdapters
 from edge_spec_ros.models.kv_cache import KVCache
 from edge_spec_ros.models.loading import load_qwen2vl
 from edge_spec_ros.models.prompt import EncodedPrompt
-from edge_spec_ros.models.stack import DecoderStack
+from edge_spec_ros.models.stack import DecoderStack, PendingPrefill
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,10 @@ class EarlyExitVerifier:
     def start(self, prompt: EncodedPrompt) -> KVCache:
         """Prefill image + prompt once per decision."""
         return self.stack.prefill(prompt)
+
+    def begin_prefill(self, prompt: EncodedPrompt, chunk_tokens: int = 0) -> PendingPrefill:
+        """``start`` in slices of ``chunk_tokens`` positions (``DecoderStack.begin_prefill``)."""
+        return self.stack.begin_prefill(prompt, chunk_tokens)
 
     def exit_logits(self, layer: int, hidden: torch.Tensor) -> torch.Tensor:
         """z^(l) = LMHead(Norm(Adapter_l(h^(l)))): (m, d) → (m, V)."""
