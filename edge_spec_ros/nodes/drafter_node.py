@@ -33,6 +33,7 @@ from edge_spec_ros.edge.client import VerifierError
 from edge_spec_ros.edge.cycle import CycleConfig, MotionEnd, run_cycle
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.edge.registry import MODES, get_mode
+from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
 from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction
 from edge_spec_ros.nav.config import HARD_MAX_DURATION_S
@@ -50,7 +51,8 @@ WORKER_JOIN_S = 5.0
 
 @dataclass(frozen=True)
 class DrafterNodeConfig:
-    drafter_model: str = field(default="embedded", metadata=doc("'embedded' or a Qwen2-VL hub id / local path"))
+    drafter_model: str = field(default="embedded", metadata=doc("model source (models/pairs.py): 'embedded', "
+                                                                "a train-sim-pair or checkpoint directory, a hub id"))
     quantize_int8: bool = field(default=False, metadata=doc("int8 dynamic quantization of the drafter (CPU)"))
     mode: str = field(default="fsd", metadata=doc(f"decoding mode: {', '.join(MODES)} (edge/registry.py)"))
     gamma: int = field(default=4, metadata=doc("draft length γ", 1, 64))
@@ -88,29 +90,6 @@ class DrafterNodeConfig:
 PARAMETER_CONFIGS = (DrafterNodeConfig, ImageInputConfig)
 
 
-def model_max_pixels(name: str) -> int:
-    """The pixel budget a model was trained at: the embedded pair's own, PromptConfig's otherwise."""
-    if name == "embedded":
-        from edge_spec_ros.models.embedded import embedded_max_pixels
-
-        return embedded_max_pixels()
-    return PromptConfig.max_pixels
-
-
-def load_drafter(name: str, quantize: bool):
-    """(drafter, tokenizer) for ``embedded`` or a checkpoint."""
-    if name == "embedded":
-        from edge_spec_ros.models.embedded import embedded_pair
-
-        pair = embedded_pair(quantize)
-        return pair.drafter, pair.tokenizer
-    from transformers import AutoTokenizer
-
-    from edge_spec_ros.models.drafter import Drafter, DrafterConfig
-
-    return Drafter.from_config(DrafterConfig(model=name, quantize_int8=quantize)), AutoTokenizer.from_pretrained(name)
-
-
 def _stamp_ns(stamp) -> int:
     return stamp.sec * 1_000_000_000 + stamp.nanosec
 
@@ -123,9 +102,9 @@ class DrafterNode(Node):
         predraft = c.predraft_threads or cpu_budget().predraft_threads
         self.get_logger().info(f"loading drafter {c.drafter_model} ({threads} torch threads, {predraft} pre-draft "
                                "threads) ...")
-        drafter, tokenizer = load_drafter(c.drafter_model, c.quantize_int8)
-        max_pixels = c.max_pixels or model_max_pixels(c.drafter_model)
-        self.encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=max_pixels))
+        pair = load_pair(c.drafter_model, parts=("drafter",), quantize_drafter=c.quantize_int8)
+        drafter, tokenizer = pair.drafter, pair.tokenizer
+        self.encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=c.max_pixels or pair.max_pixels))
         self.link = RosVerifierLink(self, c.open_timeout_s, c.reply_timeout_s)
         decode = DecodeConfig(max_new_tokens=c.max_new_tokens, gamma=c.gamma, sampling=SamplingConfig(c.temperature),
                               seed=c.seed, stop_tokens=(tokenizer.eos_token_id,))

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from edge_spec_ros.models.embedded import load_pair
 from edge_spec_ros.models.loading import load_qwen2vl
+from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.tiny import TinyModelSpec, build_tiny_qwen2vl
 from edge_spec_ros.nav import NavConfig, parse_action
 from edge_spec_ros.sim.samples import SimDataConfig, sim_sample

@@ -1,0 +1,213 @@
+"""One loader for every model pair: ``load_pair(source, ...)``.
+
+A source is one string, the same for every command, node and process:
+
+- ``embedded``: the pair shipped in the package (``assets/sim_pair``, made by ``train-sim-pair``);
+- ``smollm2``: SmolLM2-135M-Instruct converted into a Qwen2-VL checkpoint (``models/smollm2.py``;
+  cached, converted on first use);
+- a directory: a ``train-sim-pair`` output (``verifier/``, ``drafter/``, ``exits/``, ``prompt.json``)
+  or one Qwen2-VL checkpoint (``config.json`` + safetensors + tokenizer, as ``save_pretrained``
+  writes it);
+- anything else: a hub id such as ``Qwen/Qwen2-VL-7B-Instruct``, loaded by ``from_pretrained`` from
+  the local Hugging Face cache, or from the hub where the network and ``HF_HUB_OFFLINE`` allow it
+  (never in the tests).
+
+What a source gives (``parts`` picks what is loaded: the robot needs only the drafter, the
+verifier service only the verifier):
+
+| part | train-sim-pair directory (``embedded`` too) | checkpoint (``smollm2``, a directory, a hub id) |
+|---|---|---|
+| verifier | ``verifier/`` with the trained ``exits/`` | the checkpoint, logit-lens exits |
+| drafter | ``drafter/`` | the checkpoint itself |
+| tokenizer | the project's (``models/tokenizer.py``) | the checkpoint's |
+| image pixel budget | the one it was trained at (``prompt.json``) | ``PromptConfig``'s 112 x 112 |
+| weights | float32 on the CPU, as trained and tested | ``dtype`` on ``device`` |
+
+``adapters`` replaces the verifier's exits; ``draft_layers`` K makes the drafter the verifier's
+first K layers headed by the exit-K adapter of ``adapters`` (self-speculative drafting);
+``drafter`` takes the drafter from another source (it must share the tokenizer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from edge_spec_ros.models.drafter import Drafter, DrafterConfig
+from edge_spec_ros.models.prompt import PromptConfig
+from edge_spec_ros.models.verifier import EarlyExitVerifier, VerifierConfig
+
+EMBEDDED = "embedded"
+SMOLLM2 = "smollm2"
+SIM_PAIR_DIR = Path(__file__).resolve().parent.parent / "assets" / "sim_pair"
+PROMPT_FILE = "prompt.json"  # in a train-sim-pair directory: the image pixel budget it was trained at
+PAIR_FILES = ("verifier/config.json", "drafter/config.json", "exits/exit_adapters.json")
+PARTS = ("drafter", "verifier")
+# what a hub id looks like ("org/name" or a bare name); anything else that is no directory is an error
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+class ModelSourceError(FileNotFoundError):
+    """A source that names nothing loadable here; the message says which source and what to do."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a source string names. kind: ``pair`` (a train-sim-pair directory) or ``checkpoint`` (one
+    Qwen2-VL model); location: the directory, or the hub id."""
+
+    name: str
+    kind: str
+    location: str
+
+    @property
+    def hub_id(self) -> bool:
+        return self.kind == "checkpoint" and not Path(self.location).is_dir()
+
+
+@dataclass
+class ModelPair:
+    """The parts ``load_pair`` was asked for (a part not asked for is None). source: the source as
+    given; location: where it was loaded from (a directory or a hub id; another process given it
+    loads the same models)."""
+
+    drafter: Drafter | None
+    verifier: EarlyExitVerifier | None
+    tokenizer: PreTrainedTokenizerBase
+    max_pixels: int = PromptConfig.max_pixels  # the image pixel budget the pair was trained at
+    source: str = ""
+    location: str = ""
+
+    def parameters(self) -> dict[str, int]:
+        """Parameters per loaded part (an int8-quantized drafter counts its packed weights)."""
+        parts = {"verifier": self.verifier, "drafter": self.drafter}
+        return {name: count_parameters(part.stack.model) for name, part in parts.items() if part is not None}
+
+
+def count_parameters(model: nn.Module) -> int:
+    n = sum(p.numel() for p in model.parameters())
+    for m in model.modules():  # dynamically quantized Linear layers keep their weights packed, not as parameters
+        if hasattr(m, "_packed_params") and callable(getattr(m, "weight", None)):
+            n += m.weight().numel() + (m.bias().numel() if m.bias() is not None else 0)
+    return n
+
+
+def resolve(source: str | Path, log: Callable[[str], None] = lambda s: None) -> Source:
+    """What ``source`` names (see the module docstring); raises ModelSourceError for a directory
+    that holds neither layout, or a string that is neither a directory nor a hub id. Whether a hub id
+    is available is known only when it loads (``load_pair``)."""
+    name = str(source)
+    if name == EMBEDDED:
+        return _pair(name, SIM_PAIR_DIR)
+    if name == SMOLLM2:
+        from edge_spec_ros.models.smollm2 import MissingSmolLM2, default_cache_dir, smollm2_dir
+
+        if not (default_cache_dir() / "config.json").is_file():
+            log(f"converting SmolLM2-135M-Instruct into {default_cache_dir()} (once, ~30 s) ...")
+        try:
+            return Source(name, "checkpoint", str(smollm2_dir()))
+        except MissingSmolLM2 as exc:
+            raise ModelSourceError(f"model source 'smollm2': {exc}") from None
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if any((path / part.split("/")[0]).is_dir() for part in PAIR_FILES):
+            return _pair(name, path)
+        if (path / "config.json").is_file():
+            return Source(name, "checkpoint", str(path))
+        raise ModelSourceError(f"model source {name!r}: the directory holds neither a train-sim-pair output "
+                               f"({', '.join(PAIR_FILES)}; train one with `edge-spec-ros train-sim-pair --out {name}`) "
+                               "nor a Qwen2-VL checkpoint (config.json + safetensors + tokenizer)")
+    if path.exists() or not HUB_ID.match(name):
+        raise ModelSourceError(f"model source {name!r}: no such directory, and not a hub id (org/name); "
+                               f"use '{EMBEDDED}', '{SMOLLM2}', a directory or a hub id")
+    return Source(name, "checkpoint", name)
+
+
+def _pair(name: str, root: Path) -> Source:
+    missing = [p for p in PAIR_FILES if not (root / p).is_file()]
+    if missing:
+        raise ModelSourceError(f"model source {name!r}: {root} lacks {missing}; train the pair with "
+                               f"`edge-spec-ros train-sim-pair --out {root}` (about 35 minutes on 2 CPU cores)")
+    return Source(name, "pair", str(root))
+
+
+def pair_max_pixels(source: Source) -> int:
+    """The image pixel budget the robot and the verifier encode images with: a train-sim-pair
+    directory's own (``prompt.json``), PromptConfig's for a checkpoint."""
+    path = Path(source.location) / PROMPT_FILE
+    if source.kind == "pair" and path.is_file():
+        return int(json.loads(path.read_text())["max_pixels"])
+    return PromptConfig.max_pixels
+
+
+def load_pair(source: str | Path = EMBEDDED, *, parts: Collection[str] = PARTS, drafter: str | Path | None = None,
+              adapters: str | Path | None = None, draft_layers: int = 0, quantize_drafter: bool = False,
+              dtype: str = "float32", device: str = "cpu",
+              log: Callable[[str], None] = lambda s: None) -> ModelPair:
+    """The ``parts`` of ``source`` (see the module docstring), with its tokenizer and pixel budget.
+
+    drafter: another source to take the drafter from (its drafter part; the tokenizer stays
+    ``source``'s); adapters: exit-adapter directory replacing the verifier's exits; draft_layers: K > 0
+    makes the drafter the verifier's first K layers + the exit-K adapter of ``adapters``;
+    quantize_drafter: int8 dynamic quantization (CPU); dtype, device: of a checkpoint's weights (a
+    train-sim-pair pair runs in float32 on the CPU). Raises ModelSourceError naming the source when
+    it cannot be loaded here (e.g. a hub id not in the local cache with HF_HUB_OFFLINE=1)."""
+    unknown = set(parts) - set(PARTS)
+    if unknown or not parts:
+        raise ValueError(f"parts {sorted(parts)}: choose from {PARTS}")
+    src = resolve(source, log)
+    tokenizer = _loading(src, lambda: _tokenizer(src))  # first: a hub id that is not here fails at once
+    kind_dtype, kind_device = (dtype, device) if src.kind == "checkpoint" else ("float32", "cpu")
+    verifier = None
+    if "verifier" in parts:
+        default_exits = Path(src.location) / "exits" if src.kind == "pair" else None
+        exits = adapters or default_exits
+        verifier = _loading(src, lambda: EarlyExitVerifier.from_config(VerifierConfig(
+            model=_model_dir(src, "verifier"), adapters=str(exits) if exits else None,
+            dtype=kind_dtype, device=kind_device)))
+    draft = None
+    if "drafter" in parts:
+        dsrc = src if drafter is None else resolve(drafter, log)
+        d_dtype, d_device = (dtype, device) if dsrc.kind == "checkpoint" else ("float32", "cpu")
+        model = _model_dir(dsrc, "verifier" if draft_layers else "drafter")
+        draft = _loading(dsrc, lambda: Drafter.from_config(DrafterConfig(
+            model=model, quantize_int8=quantize_drafter, dtype=d_dtype, device=d_device, layers=draft_layers,
+            adapters=str(adapters) if adapters and draft_layers else None)))
+    return ModelPair(draft, verifier, tokenizer, pair_max_pixels(src), str(source), src.location)
+
+
+def _model_dir(src: Source, part: str) -> str:
+    """The checkpoint of a source's ``part``: a train-sim-pair directory's sub-directory, else the checkpoint."""
+    return str(Path(src.location) / part) if src.kind == "pair" else src.location
+
+
+def _tokenizer(src: Source) -> PreTrainedTokenizerBase:
+    if src.kind == "pair":  # trained with the project's tokenizer (its copies in verifier/ and drafter/ agree)
+        from edge_spec_ros.models.tokenizer import load_tokenizer
+
+        return load_tokenizer()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(src.location)
+
+
+def _loading(src: Source, load):
+    """``load()``, with a hub id that cannot be loaded here reported as one line naming it."""
+    try:
+        return load()
+    except OSError as exc:
+        if not src.hub_id or isinstance(exc, ModelSourceError):
+            raise
+        why = ("HF_HUB_OFFLINE is set and it is not in the local Hugging Face cache"
+               if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+               else str(exc).strip().splitlines()[0])
+        raise ModelSourceError(f"model source {src.name!r} is no directory here and cannot be loaded as a hub id: "
+                               f"{why}; download it once (`hf download {src.name}`) or pass a local directory"
+                               ) from None
