@@ -1,9 +1,20 @@
-"""The benchmark report: a text table, JSON and a PNG plot."""
+"""The benchmark report: a text table, JSON and a PNG plot, each stamped with what it was measured on.
+
+The stamp (``stamp``) names the commit (short hash, ``-dirty`` with uncommitted changes to tracked
+files), the machine (CPU model, cores, torch version, GPU) and the model pair (its source and the
+parameters of each part); ``table`` prints it first, ``write`` keeps it in the JSON and under the plot.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import platform
+import subprocess
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]  # the checkout this module runs from (when it is one)
+GIT_TIMEOUT_S = 10.0
 
 ROWS = (
     ("tokens", "tokens", "{:.0f}"),
@@ -26,9 +37,66 @@ ROWS = (
 )
 
 
+def commit_stamp(repo: str | Path = REPO) -> str:
+    """``<short hash>``, ``<short hash>-dirty`` when tracked files differ from it, ``unknown`` outside a
+    git checkout (an installed package)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+                              timeout=GIT_TIMEOUT_S).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit}-dirty" if dirty else commit
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def machine_stamp() -> str:
+    """CPU model, cores this process may use (of the machine's), torch version, GPU."""
+    import torch
+
+    cores, usable = os.cpu_count() or 0, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+    cpu = f"{cpu_model()}, {usable or cores} cores" + (f" (of {cores})" if usable and usable != cores else "")
+    gpu = f"GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "no GPU"
+    return f"{cpu}, torch {torch.__version__}, {gpu}"
+
+
+def millions(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n < 1e8 else f"{n / 1e9:.2f}B"
+
+
+def pair_stamp(source: str, parameters: dict[str, int]) -> str:
+    """``embedded (verifier 1.29M, drafter 0.26M parameters)``."""
+    counts = ", ".join(f"{part} {millions(n)}" for part, n in parameters.items())
+    return f"{source} ({counts} parameters)" if counts else source
+
+
+def stamp(pair) -> dict[str, str]:
+    """What a measurement ran on: commit, machine and ``pair`` (a ``models.pairs.ModelPair``: its
+    source and the parameters of each part)."""
+    return {"commit": commit_stamp(), "machine": machine_stamp(),
+            "pair": pair_stamp(pair.source or "unnamed pair", pair.parameters())}
+
+
+def stamp_line(stamp: dict[str, str]) -> str:
+    return f"measured on commit {stamp['commit']}; machine: {stamp['machine']}; pair: {stamp['pair']}"
+
+
 def table(report: dict) -> str:
     modes = list(report["modes"])
-    lines = [f"profile {report['profile']}: {report['description']}"]
+    lines = [stamp_line(report["stamp"])] if report.get("stamp") else []
+    lines.append(f"profile {report['profile']}: {report['description']}")
     lines += [f"  {line}" for line in report["emulated"]]
     width = max(12, *(len(m) + 2 for m in modes))
     lines.append(f"{'':<22}" + "".join(f"{m.upper():>{width}}" for m in modes))
@@ -156,7 +224,11 @@ def write(report: dict, out_dir: str | Path) -> tuple[Path, Path]:
         ax.set_ylabel("speedup")
         ax.legend()
         ax.set_title("effect of γ (cf. FSD Fig. 4b)")
-    fig.tight_layout()
+    if report.get("stamp"):
+        fig.text(0.01, 0.005, stamp_line(report["stamp"]), fontsize=6, color="#555", ha="left", va="bottom", wrap=True)
+        fig.tight_layout(rect=(0, 0.06, 1, 1))
+    else:
+        fig.tight_layout()
     png_path = out / f"{stem}.png"
     fig.savefig(png_path, dpi=100)
     plt.close(fig)

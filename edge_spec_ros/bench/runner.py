@@ -22,6 +22,7 @@ from typing import Protocol
 from transformers import PreTrainedTokenizerBase
 
 from edge_spec_ros.bench.payload import payload_table
+from edge_spec_ros.bench.report import stamp
 from edge_spec_ros.bench.profiles import PROFILES, Profile
 from edge_spec_ros.bench.tasks import TASK_KINDS, task_prompts, text_encoder
 from edge_spec_ros.decoding.metrics import DecodeStats
@@ -81,17 +82,15 @@ PATHS = ("zmq", "ros")
 
 
 class RobotModels(Protocol):
-    """What the robot side of the bench needs: the drafter and the tokenizer it shares with the
-    verifier (``models.embedded.ModelPair`` is one)."""
+    """What the robot side of the bench needs: the drafter, the tokenizer it shares with the verifier,
+    the image pixel budget, and what the stamp names (``models.pairs.ModelPair`` is one)."""
 
     drafter: Drafter
     tokenizer: PreTrainedTokenizerBase
+    max_pixels: int
+    source: str
 
-
-@dataclass
-class RobotPair:
-    drafter: Drafter
-    tokenizer: PreTrainedTokenizerBase
+    def parameters(self) -> dict[str, int]: ...
 
 
 @dataclass
@@ -140,8 +139,7 @@ class Bench:
             self.prompts = [(t.prompt, b"") for t in text]  # no image: the Open carries none
             self.labels = [t.task for t in text]
         else:
-            max_pixels = getattr(pair, "max_pixels", PromptConfig.max_pixels)  # the embedded pair's own
-            self.prompts = bench_prompts(PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=max_pixels)),
+            self.prompts = bench_prompts(PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels)),
                                          config.prompts)
             self.labels = ["camera"] * len(self.prompts)
 
@@ -193,6 +191,7 @@ class Bench:
         by_path = self.run_paths(c.modes, c.paths)
         main = by_path["zmq"]
         report: dict = {
+            "stamp": stamp(self.pair),  # commit, machine, pair
             "profile": self.profile.name,
             "description": self.profile.description,
             "emulated": self.profile.emulated(),

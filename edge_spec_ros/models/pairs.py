@@ -86,9 +86,17 @@ class ModelPair:
     location: str = ""
 
     def parameters(self) -> dict[str, int]:
-        """Parameters per loaded part (an int8-quantized drafter counts its packed weights)."""
-        parts = {"verifier": self.verifier, "drafter": self.drafter}
-        return {name: count_parameters(part.stack.model) for name, part in parts.items() if part is not None}
+        """Parameters per part: a loaded part counted (an int8-quantized drafter with its packed
+        weights), a verifier not loaded here (the robot's side) counted from its source's config
+        without loading weights; a part it cannot know is left out."""
+        out = {name: count_parameters(part.stack.model)
+               for name, part in (("verifier", self.verifier), ("drafter", self.drafter)) if part is not None}
+        if self.verifier is None and self.location:
+            try:
+                out = {"verifier": config_parameters(_model_dir(resolve(self.location), "verifier")), **out}
+            except (OSError, ValueError):
+                pass
+        return out
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -97,6 +105,16 @@ def count_parameters(model: nn.Module) -> int:
         if hasattr(m, "_packed_params") and callable(getattr(m, "weight", None)):
             n += m.weight().numel() + (m.bias().numel() if m.bias() is not None else 0)
     return n
+
+
+def config_parameters(checkpoint: str) -> int:
+    """Parameters of a Qwen2-VL checkpoint from its config alone (built on the meta device, no weights)."""
+    import torch
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    config = Qwen2VLConfig.from_pretrained(checkpoint)
+    with torch.device("meta"):
+        return count_parameters(Qwen2VLForConditionalGeneration(config))
 
 
 def resolve(source: str | Path, log: Callable[[str], None] = lambda s: None) -> Source:

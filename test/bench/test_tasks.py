@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edge_spec_ros.bench import report as bench_report
-from edge_spec_ros.bench.runner import Bench, BenchConfig, RobotPair
+from edge_spec_ros.bench.runner import Bench, BenchConfig
 from edge_spec_ros.bench.tasks import (
     BENCH,
     TASK_KINDS,
@@ -13,8 +13,7 @@ from edge_spec_ros.bench.tasks import (
     task_prompts,
     text_encoder,
 )
-from edge_spec_ros.models.drafter import Drafter
-from edge_spec_ros.models.tiny import truncated_copy
+from edge_spec_ros.models.pairs import load_pair
 
 
 def test_every_task_kind_has_its_own_bench_and_training_prompts():
@@ -53,7 +52,7 @@ def test_bench_reports_every_task_kind(start_server, target_model, tokenizer, tm
     target_model.save_pretrained(tmp_path / "verifier")
     tokenizer.save_pretrained(tmp_path / "verifier")
     config = BenchConfig(profile="loopback", task_set="text", prompts=1, max_new_tokens=4, threads=2)
-    pair = RobotPair(Drafter(truncated_copy(target_model, 4)), tokenizer)
+    pair = load_pair(tmp_path / "verifier", parts=("drafter",), draft_layers=4)
     serve = ("--verifier", str(tmp_path / "verifier"), "--dtype", "float32", "--device", "cpu", "--threads", "1")
     with start_server(*serve) as endpoint:
         report = Bench(pair, endpoint, config).run()
@@ -64,7 +63,9 @@ def test_bench_reports_every_task_kind(start_server, target_model, tokenizer, tm
         assert {"speedup_ar_sd", "speedup_sd_fsd", "tau", "miss_rate", "alpha", "tokens"} <= set(row)
         assert row["tau"] >= 1 and 0 <= row["miss_rate"] <= 1
     assert tasks["average"]["tau"] == pytest.approx(sum(tasks[t]["tau"] for t in TASK_KINDS) / 6)
+    assert report["stamp"]["pair"].startswith(f"{tmp_path / 'verifier'} (verifier 0.")  # parameters of both parts
     text = bench_report.table(report)
+    assert text.startswith("measured on commit ")
     assert "per task kind (cf. FSD Table 6)" in text and "cache miss rate" in text and "summarisation" in text
 
 
