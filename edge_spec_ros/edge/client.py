@@ -23,6 +23,9 @@ from edge_spec_ros.wire.codec import WireError, decode, encode
 from edge_spec_ros.wire.emulator import LinkShape
 from edge_spec_ros.wire.link import CurveKeys, IOThread
 from edge_spec_ros.wire.messages import Close, Envelope, Error, ErrorCode, Message, Open, Opened
+from edge_spec_ros.wire.verifier_link import (  # the protocol's errors and counters, re-exported here
+    Traffic, VerifierAuthError, VerifierError, VerifierTimeout,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,27 +41,6 @@ HANDSHAKE_EVENTS = {
 }
 
 
-class VerifierError(RuntimeError):
-    def __init__(self, code: int, message: str) -> None:
-        name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
-        super().__init__(f"verifier error {name}: {message}")
-        self.code = code
-
-
-class VerifierTimeout(VerifierError):
-    def __init__(self, message: str) -> None:
-        RuntimeError.__init__(self, message)
-        self.code = -1
-
-
-class VerifierAuthError(VerifierError):
-    """The connection's security handshake failed: no request can reach the verifier."""
-
-    def __init__(self, message: str) -> None:
-        RuntimeError.__init__(self, message)
-        self.code = -2
-
-
 @dataclass(frozen=True)
 class ClientConfig:
     """endpoint: the verifier's ZeroMQ endpoint; uplink: emulated robot → cloud link (None: real link);
@@ -70,24 +52,6 @@ class ClientConfig:
     uplink: LinkShape | None = None
     downlink: LinkShape | None = None
     curve: CurveKeys | None = None
-
-
-@dataclass
-class Traffic:
-    """Bytes and messages of one session, both directions."""
-
-    up_bytes: int = 0
-    down_bytes: int = 0
-    up_msgs: int = 0
-    down_msgs: int = 0
-
-    def add(self, nbytes: int, up: bool) -> None:
-        if up:
-            self.up_bytes += nbytes
-            self.up_msgs += 1
-        else:
-            self.down_bytes += nbytes
-            self.down_msgs += 1
 
 
 class VerifierClient:

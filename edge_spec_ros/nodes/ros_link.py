@@ -15,12 +15,12 @@ import numpy as np
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy
 
-from edge_spec_ros.edge.client import Traffic, VerifierError, VerifierTimeout
 from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftMsg, ExitResult as ExitMsg
 from edge_spec_ros.wire.codec import encoded_size
 from edge_spec_ros.wire.messages import (
     Close, DraftBlock, Error, ErrorCode, ExitResult, Generate, Message, Open, Opened, Tokens,
 )
+from edge_spec_ros.wire.verifier_link import Traffic, VerifierError, VerifierTimeout
 
 # Drafts and results must not be dropped or reordered.
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)

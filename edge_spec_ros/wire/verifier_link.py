@@ -1,20 +1,66 @@
 """The verifier-link protocol: what the robot's decoder needs from a link to the verifier.
 
-Three links implement it: ``edge.client.VerifierClient`` (ZeroMQ, the network), ``edge.local_link.
-LocalVerifierLink`` (in process, tests) and ``nodes.ros_link.RosVerifierLink`` (ROS topics through
-``bridge_node``). ``edge.modes.EdgeDecoder`` is written against this protocol only.
+Three links implement it: ``edge.client.VerifierClient`` (ZeroMQ, the network),
+``cloud.local_link.LocalVerifierLink`` (in process, tests) and ``nodes.ros_link.RosVerifierLink``
+(ROS topics through ``bridge_node``). ``edge.modes.EdgeDecoder`` is written against this protocol
+only. The protocol's errors and byte counters live here with it, so every link raises and counts
+the same things without importing another link.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from edge_spec_ros.wire.messages import Message, Open, Opened
+from edge_spec_ros.wire.messages import ErrorCode, Message, Open, Opened
+
+
+class VerifierError(RuntimeError):
+    """An error reply from the verifier: ``code`` is its ErrorCode (0: the robot's own protocol error)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
+        super().__init__(f"verifier error {name}: {message}")
+        self.code = code
+
+
+class VerifierTimeout(VerifierError):
+    """No reply within the wait's bound."""
+
+    def __init__(self, message: str) -> None:
+        RuntimeError.__init__(self, message)
+        self.code = -1
+
+
+class VerifierAuthError(VerifierError):
+    """The connection's security handshake failed: no request can reach the verifier."""
+
+    def __init__(self, message: str) -> None:
+        RuntimeError.__init__(self, message)
+        self.code = -2
+
+
+@dataclass
+class Traffic:
+    """Bytes and messages of one session, both directions."""
+
+    up_bytes: int = 0
+    down_bytes: int = 0
+    up_msgs: int = 0
+    down_msgs: int = 0
+
+    def add(self, nbytes: int, up: bool) -> None:
+        if up:
+            self.up_bytes += nbytes
+            self.up_msgs += 1
+        else:
+            self.down_bytes += nbytes
+            self.down_msgs += 1
 
 
 @runtime_checkable
 class VerifierLink(Protocol):
-    traffic: dict  # session id -> bytes and messages each way (edge.client.Traffic)
+    traffic: dict[bytes, Traffic]  # session id -> bytes and messages each way
 
     def open(self, request: Open) -> tuple[bytes, Opened]:
         """Open a decision: its session id and the verifier's acknowledgement (after prefill)."""
