@@ -2,12 +2,13 @@
 
 The I/O thread decodes every frame set under the server's limits (``cloud/limits.py``: sizes are
 checked before anything is decompressed), validates every field of the request, and answers each
-refusal itself with an ``Error`` carrying a code and a reason. Nothing slow runs there: decoding the
-image, prefill, verification and generation are jobs run by worker threads, one job at a time per
-session, in arrival order. Workers take sessions round-robin, and cloud-only generation gives the
-worker back after every token, so one client's long generation only interleaves with the others'
-rounds. Close and session expiry cancel a session's queued work and stop its running work at the
-next token or emulated layer.
+refusal itself with an ``Error`` carrying a code and a reason. Nothing slow runs there: the session's
+state machine (``VerifySession.handle``) admits each request (an out-of-order draft is refused at
+once) and returns its work, and that work (decoding the image, prefill, verification, generation)
+runs on worker threads, one job at a time per session, in arrival order. Workers take sessions
+round-robin, and cloud-only generation gives the worker back after every token, so one client's long
+generation only interleaves with the others' rounds. Close and session expiry cancel a session's
+queued work and stop its running work at the next token or emulated layer.
 
 Results go to a per-session outbox ordered by the session's queue policy (FSD Algorithm 2, SENDER;
 Table 7): the final exit is sent before any early exit still waiting, and early exits of a round
@@ -76,7 +77,7 @@ class ServerConfig:
             raise ValueError("workers, max_sessions and max_sessions_per_client must be >= 1")
 
 
-Job = Callable[[], "Iterator[None] | None"]  # a job may be a generator: it yields where it may be paused
+Job = Iterator[None]  # a request's work (``VerifySession.handle``): it yields where it may be paused
 
 
 @dataclass
@@ -88,14 +89,13 @@ class _Session:
     shape: LinkShape | None
     policy: str
     last_seen: float
-    state: VerifySession | None = None  # set by the open job, on a worker
-    next_round: int = 0
+    state: VerifySession  # the decision's request state machine
+    cancel: threading.Event  # set when the session is closed or expires (the state's work stops)
     jobs: deque = field(default_factory=deque)
     current: Iterator[None] | None = None  # a sliced job in progress
     on_error: Callable[[], None] | None = None  # of the job in progress
     scheduled: bool = False  # in the ready queue or running on a worker
     closed: bool = False
-    cancel: threading.Event = field(default_factory=threading.Event)
 
 
 class VerifierServer:
@@ -194,7 +194,7 @@ class VerifierServer:
             self._refuse(identity, env.session, exc, getattr(env.message, "round", -1))
 
     def _refuse(self, identity: bytes, sid: bytes, exc: RequestError, round_: int = -1) -> None:
-        self._count(f"refused_{exc.code.name.lower()}")
+        self._count("out_of_order" if exc.code == ErrorCode.OUT_OF_ORDER else f"refused_{exc.code.name.lower()}")
         if exc.code == ErrorCode.BAD_REQUEST:
             self._count("bad_request")
         self._reply(identity, sid, Error(int(exc.code), str(exc), round_))
@@ -219,27 +219,23 @@ class VerifierServer:
         session.last_seen = time.monotonic()
         if isinstance(msg, Close):
             self._close(key)
-        elif isinstance(msg, DraftBlock):
-            check_draft(msg, session.request, self.config.limits, self.vocab)
-            if msg.round != session.next_round:
-                self._count("out_of_order")
-                self._reply(identity, sid, Error(int(ErrorCode.OUT_OF_ORDER),
-                                                 f"draft for round {msg.round}, expected {session.next_round}",
-                                                 msg.round))
-                return
-            if msg.partial:  # the same round's whole block follows
-                self._submit(session, lambda: session.state.prepare(msg))
-                return
-            session.next_round += 1
-            self._submit(session, lambda: session.state.verify(msg, lambda r: self._emit_exit(session, r)))
         else:
-            check_generate(msg, self.config.limits, self.vocab)
-            self._submit(session, lambda: session.state.generate_steps(msg, lambda t: self._emit(session, t)))
+            if isinstance(msg, DraftBlock):
+                check_draft(msg, session.request, self.config.limits, self.vocab)
+            else:
+                check_generate(msg, self.config.limits, self.vocab)
+            # the round order is the session's: an out-of-order draft raises here and is refused at once
+            self._submit(session, session.state.handle(msg, lambda reply: self._emit_reply(session, reply)))
 
     def _open(self, key: tuple[bytes, bytes], client: bytes, msg: Open) -> None:
         check_open(msg, self.config.limits, self.vocab)
         shape = LinkShape(msg.down_delay_s, msg.down_jitter_s, msg.down_bandwidth_bps, msg.down_loss)
-        session = _Session(key[0], key[1], client, msg, shape, msg.queue_policy, time.monotonic())
+        compute = self.compute if not msg.compute_tq_s else ComputeProfile(msg.compute_tq_s)
+        max_tokens = self.config.limits.max_prompt_tokens + self.config.limits.max_new_tokens
+        cancel = threading.Event()
+        state = VerifySession(self.verifier, self.encoder, msg, compute, cancel, max_tokens)
+        session = _Session(key[0], key[1], client, msg, shape, msg.queue_policy, time.monotonic(), state, cancel)
+        work = state.handle(msg, lambda reply: self._emit_reply(session, reply))  # on a worker: the image, prefill
         with self._lock:
             old = self.sessions.get(key)
             if old is None and len(self.sessions) >= self.config.max_sessions:
@@ -253,15 +249,7 @@ class VerifierServer:
             self.sessions[key] = session
             self._per_client[client] += 1
             self.counters["sessions_opened"] += 1
-        compute = self.compute if not msg.compute_tq_s else ComputeProfile(msg.compute_tq_s)
-        max_tokens = self.config.limits.max_prompt_tokens + self.config.limits.max_new_tokens
-
-        def open_job() -> None:
-            session.state = VerifySession(self.verifier, self.encoder, msg, compute, session.cancel, max_tokens)
-            if session.cancel.is_set():
-                raise Cancelled()
-            self._emit(session, session.state.prefill())
-        self._submit(session, open_job, on_error=lambda: self._forget(session))
+        self._submit(session, work, on_error=lambda: self._forget(session))
 
     def _close(self, key: tuple[bytes, bytes]) -> None:
         with self._lock:
@@ -330,8 +318,7 @@ class VerifierServer:
             if session.closed:
                 raise Cancelled()
             if job is not None:
-                out = job()
-                session.current = out if isinstance(out, Iterator) else None
+                session.current = job
             if session.current is not None:
                 try:
                     next(session.current)
@@ -357,6 +344,13 @@ class VerifierServer:
     def _emit(self, session: _Session, msg: Message, confidence: float = math.inf, tag=None) -> None:
         frames = [session.identity, *encode(Envelope(session.sid, msg))]
         self._io.submit((session.identity, session.sid), frames, confidence, tag, session.shape, session.policy)
+
+    def _emit_reply(self, session: _Session, msg: Message) -> None:
+        """A reply of the session's work: exit results through the early-exit rules, the rest as is."""
+        if isinstance(msg, ExitResult):
+            self._emit_exit(session, msg)
+        else:
+            self._emit(session, msg)
 
     def _emit_exit(self, session: _Session, result: ExitResult) -> None:
         if not result.is_final:

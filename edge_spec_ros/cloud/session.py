@@ -1,8 +1,11 @@
 """One decision on the verifier: the committed sequence, its KV cache and the verification rounds.
 
-No sockets here: the server hands in decoded messages and an ``emit`` callback. Algorithm 2 of the
-FSD paper (LISTENER): verify the draft at every exit (eq. 5), emit each exit's output with its
-confidence (eq. 4) as soon as its layer is done, and the final exit marked final.
+No sockets here: the server and the in-process link hand each decoded request to
+``VerifySession.handle`` with an ``emit`` callback and run the work it returns; the request state
+machine (open, round order, PicoSpec partial and chained blocks, verification, generation) exists
+here only. Algorithm 2 of the FSD paper (LISTENER): verify the draft at every exit (eq. 5), emit
+each exit's output with its confidence (eq. 4) as soon as its layer is done, and the final exit
+marked final.
 
 Legend: γ — draft length; δ^(l) — accepted by exit l; L — final layer; T_q — verification time.
 """
@@ -17,7 +20,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from edge_spec_ros.cloud import limits as request_limits
 from edge_spec_ros.cloud.limits import RequestError
 from edge_spec_ros.models.prompt import PromptEncoder, decode_image
 from edge_spec_ros.models.verifier import EarlyExitVerifier, ExitLogits
@@ -25,7 +27,9 @@ from edge_spec_ros.spec.exits import exit_confidence, verify_exit
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose, probs_from_logits
 from edge_spec_ros.spec.sparse import densify, prune_topk
 from edge_spec_ros.spec.verify import split_verify_server
-from edge_spec_ros.wire.messages import DraftBlock, ErrorCode, ExitResult, Generate, Open, Opened, Tokens
+from edge_spec_ros.wire.messages import (
+    DraftBlock, ErrorCode, ExitResult, Generate, Message, Open, Opened, Tokens,
+)
 
 
 class Cancelled(Exception):
@@ -52,50 +56,96 @@ class ComputeProfile:
 
 
 class VerifySession:
-    """State of one open decision. ``request`` has passed ``limits.check_open``; building the session
-    decodes the image (JPEG/PNG) and may take a while: a worker does it, not the I/O thread.
-    ``compute``: emulated compute (None: the request's own ``compute_tq_s``, which only the in-process
-    link honours; the server always passes its operator's profile); ``max_tokens``: the longest
-    committed sequence (prompt + decoded) the session may reach."""
+    """The request state machine of one open decision, driven through ``handle`` only: nothing outside
+    changes its state (``prepared`` is a read-only view). ``request`` is the Open that starts the decision (the server has run
+    ``limits.check_open`` on it); building the session is cheap, the Open's work (decoding the image,
+    prefill) runs later, as every request's does. ``compute``: emulated compute (None: the request's
+    own ``compute_tq_s``, which only the in-process link honours; the server always passes its
+    operator's profile); ``cancel``: set by the owner when the session is closed or expired, its work
+    then stops with ``Cancelled`` at the next layer or token; ``max_tokens``: the longest committed
+    sequence (prompt + decoded) the session may reach."""
 
     def __init__(self, verifier: EarlyExitVerifier, encoder: PromptEncoder, request: Open,
                  compute: ComputeProfile | None = None, cancel: threading.Event | None = None,
                  max_tokens: int = 1 << 30) -> None:
-        ids = np.asarray(request.input_ids)
-        vocab = verifier.stack.vocab_size
+        self._verifier = verifier
+        self._encoder = encoder
+        self._request = request
+        self._sampling = SamplingConfig(request.temperature)
+        self._rng = PositionalRNG(request.seed)
+        self._want_exits = request.want_exits
+        self._compute = compute if compute is not None else ComputeProfile(request.compute_tq_s)
+        self._cancel = cancel if cancel is not None else threading.Event()
+        self._max_tokens = max_tokens
+        self._p_top_k = request.p_top_k
+        # admission: touched by ``handle`` itself, on the caller's thread, in arrival order
+        self._opened = False
+        self._next_round = 0
+        # the decision: touched by the requests' work only, one request at a time
+        self._awaiting_resample = False  # DSSD: the robot owes the token it resampled last round
+        self._prepared: _Prepared | None = None  # PicoSpec fast verification: a partial block's work
+        self._committed: list[int] = []
+        self._kv = None
+
+    @property
+    def prepared(self) -> "_Prepared | None":
+        """PicoSpec: the work done on the current round's partial block, kept for its whole block."""
+        return self._prepared
+
+    def handle(self, message: Open | DraftBlock | Generate, emit: Callable[[Message], None]) -> Iterator[None]:
+        """Take the session's next request: admit it now, and return its work.
+
+        Admission is cheap and runs on the caller's thread in arrival order (the server's I/O thread):
+        the session's own Open comes first, and once; a draft block must be for the next round, else
+        ``RequestError`` (OUT_OF_ORDER) and nothing changes; a whole block uses its round up even when
+        its verification then fails, a partial block (PicoSpec) does not. Other refusals at admission
+        are BAD_REQUEST.
+
+        The returned iterator is the request's work, to be run to its end in admission order, one
+        request at a time (a worker): Open — decode the image, prefill, emit ``Opened``; partial block
+        — prepare the verification; whole block — verify, emitting each exit's ``ExitResult``;
+        Generate — emit ``Tokens``, yielding after each token so that a scheduler may run other
+        sessions' work in between (the other requests run whole on their first step: one forward pass
+        is not sliced). The work raises ``RequestError`` for a request it cannot serve, and
+        ``Cancelled`` once ``cancel`` is set."""
+        if isinstance(message, Open):
+            if message is not self._request or self._opened:
+                raise RequestError("a session is opened once, by the Open it was built for")
+            self._opened = True
+            return _whole(lambda: self._open(emit))
+        if not self._opened:
+            raise RequestError(f"{type(message).__name__} before the session's Open")
+        if isinstance(message, DraftBlock):
+            if message.round != self._next_round:
+                raise RequestError(f"draft for round {message.round}, expected {self._next_round}",
+                                   ErrorCode.OUT_OF_ORDER)
+            if message.partial:  # the same round's whole block follows
+                return _whole(lambda: self._prepare(message))
+            self._next_round += 1
+            return _whole(lambda: self._verify(message, emit))
+        if isinstance(message, Generate):
+            return self._generate(message, emit)
+        raise RequestError(f"{type(message).__name__} is not a request of an open decision")
+
+    def _open(self, emit: Callable[[Opened], None]) -> None:
+        """Build the prompt (decoding the image, JPEG/PNG: this may take a while) and prefill."""
+        ids = np.asarray(self._request.input_ids)
+        vocab = self._verifier.stack.vocab_size
         if ids.ndim != 1 or ids.size < 2 or ids.min() < 0 or ids.max() >= vocab:
             raise RequestError(f"the prompt must be at least 2 ids in [0, {vocab})")
         try:
-            image = decode_image(request.image) if request.image else None
-            self.prompt = encoder.from_ids(ids, image)
+            image = decode_image(self._request.image) if self._request.image else None
+            prompt = self._encoder.from_ids(ids, image)
         except ValueError as exc:
             raise RequestError(str(exc)) from None
-        self.verifier = verifier
-        self.sampling = SamplingConfig(request.temperature)
-        self.rng = PositionalRNG(request.seed)
-        self.want_exits = request.want_exits
-        self.request = request
-        self.compute = compute if compute is not None else ComputeProfile(request.compute_tq_s)
-        self.cancel = cancel if cancel is not None else threading.Event()
-        self.max_tokens = max_tokens
-        self.p_top_k = request.p_top_k
-        self.awaiting_resample = False  # DSSD: the robot owes the token it resampled last round
-        self.prepared: _Prepared | None = None  # PicoSpec fast verification: a partial block's work
-        self.committed: list[int] = self.prompt.input_ids.tolist()
-        self.next_round = 0
-        self.kv = None
-
-    def prefill(self) -> Opened:
+        if self._cancel.is_set():
+            raise Cancelled()
+        self._committed = prompt.input_ids.tolist()
         t0 = time.perf_counter()
-        self.kv = self.verifier.start(self.prompt)
-        return Opened(self.verifier.num_layers, self.verifier.exit_layers, time.perf_counter() - t0)
+        self._kv = self._verifier.start(prompt)
+        emit(Opened(self._verifier.num_layers, self._verifier.exit_layers, time.perf_counter() - t0))
 
-    def check_draft(self, draft: DraftBlock) -> None:
-        """Validate a draft block before queueing it (cheap): ``limits.check_draft``."""
-        request_limits.check_draft(draft, self.request, request_limits.Limits(max_gamma=request_limits.MAX_GAMMA),
-                                   self.verifier.stack.vocab_size)
-
-    def verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> None:
+    def _verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> None:
         """Verify at every exit, streaming results; the final exit commits its tokens. One block is one
         forward pass, not sliced: the layers run inside one ``torch.inference_mode`` block, which
         another session's work must not interleave with on the same thread."""
@@ -103,19 +153,19 @@ class VerifySession:
             draft = self._unchain(draft, emit)
             if draft is None:
                 return
-        if self.awaiting_resample != (draft.resampled >= 0):
+        if self._awaiting_resample != (draft.resampled >= 0):
             raise RequestError("after a DSSD rejection the next draft must carry the resampled token, and only then")
         if draft.resampled >= 0:
-            self.committed.append(draft.resampled)
-            self.awaiting_resample = False
-        if draft.position != len(self.committed):
-            raise RequestError(f"draft at position {draft.position}, the committed prefix has {len(self.committed)}")
-        if draft.position + len(draft.tokens) + 1 > self.max_tokens:
-            raise RequestError(f"the decision would pass {self.max_tokens} tokens (serve --max-prompt-tokens "
+            self._committed.append(draft.resampled)
+            self._awaiting_resample = False
+        if draft.position != len(self._committed):
+            raise RequestError(f"draft at position {draft.position}, the committed prefix has {len(self._committed)}")
+        if draft.position + len(draft.tokens) + 1 > self._max_tokens:
+            raise RequestError(f"the decision would pass {self._max_tokens} tokens (serve --max-prompt-tokens "
                                "+ --max-new-tokens)", ErrorCode.TOO_LARGE)
         t0 = time.perf_counter()
         tokens = [int(t) for t in draft.tokens]
-        prepared, self.prepared = self.prepared, None
+        prepared, self._prepared = self._prepared, None
         if prepared is not None and (prepared.position != draft.position
                                      or tuple(tokens[:len(prepared.tokens)]) != prepared.tokens):
             prepared = None  # the whole block does not extend the partial one: start afresh
@@ -125,50 +175,50 @@ class VerifySession:
             self._verify_split(draft, tokens, t0, emit, prepared)
             return
         q = self._dense_q(draft)
-        L = self.verifier.num_layers
-        outputs = self._forward(tokens, self.want_exits, prepared)
+        L = self._verifier.num_layers
+        outputs = self._forward(tokens, self._want_exits, prepared)
         for out in outputs:
-            result = verify_exit(out.layer, out.logits, tokens, q, self.sampling, self.rng, draft.position,
+            result = verify_exit(out.layer, out.logits, tokens, q, self._sampling, self._rng, draft.position,
                                  out.is_final)
-            self.compute.wait_for_layer(t0, out.layer, L, self.cancel)
-            if self.cancel.is_set():
+            self._compute.wait_for_layer(t0, out.layer, L, self._cancel)
+            if self._cancel.is_set():
                 raise Cancelled()
             if out.is_final:
-                self.committed.extend(result.verdict.tokens)
+                self._committed.extend(result.verdict.tokens)
             emit(ExitResult(round=draft.round, layer=out.layer, accepted=result.verdict.accepted,
                             tokens=np.asarray(result.verdict.tokens, dtype=np.int32),
                             confidence=result.confidence, is_final=out.is_final,
                             compute_s=time.perf_counter() - t0))
 
-    def prepare(self, partial: DraftBlock) -> None:
+    def _prepare(self, partial: DraftBlock) -> None:
         """PicoSpec's fast verification: run the verifier over the first tokens of the next block as
         soon as they arrive, keeping every exit's logits, so only the rest is computed when the whole
         block comes. A partial block that does not fit the committed prefix is ignored."""
-        if partial.chained or partial.position != len(self.committed) or self.awaiting_resample \
+        if partial.chained or partial.position != len(self._committed) or self._awaiting_resample \
                 or partial.resampled >= 0:
-            self.prepared = None
+            self._prepared = None
             return
         started = time.perf_counter()
         tokens = tuple(int(t) for t in partial.tokens)
-        seq = self.committed + list(tokens)
-        first = len(self.committed) - 1
-        if self.want_exits:
-            logits = {out.layer: out.logits[: len(tokens)] for out in self.verifier.exits(self.kv, seq, first)}
+        seq = self._committed + list(tokens)
+        first = len(self._committed) - 1
+        if self._want_exits:
+            logits = {out.layer: out.logits[: len(tokens)] for out in self._verifier.exits(self._kv, seq, first)}
         else:
-            logits = {self.verifier.num_layers: self.verifier.logits(self.kv, seq, first)[: len(tokens)]}
-        self.prepared = _Prepared(partial.position, tokens, logits, started)
+            logits = {self._verifier.num_layers: self._verifier.logits(self._kv, seq, first)[: len(tokens)]}
+        self._prepared = _Prepared(partial.position, tokens, logits, started)
 
     def _forward(self, tokens: list[int], want_exits: bool, prepared: "_Prepared | None"):
         """Exit logits (γ+1, V) over the block, layer by layer: all computed now, or the rows after a
         prepared partial block computed now and joined to the prepared ones."""
         done = 0 if prepared is None else len(prepared.tokens)
-        seq = self.committed + tokens
-        first = len(self.committed) - 1 + done
-        L = self.verifier.num_layers
+        seq = self._committed + tokens
+        first = len(self._committed) - 1 + done
+        L = self._verifier.num_layers
         if want_exits:
-            outputs = self.verifier.exits(self.kv, seq, first)
+            outputs = self._verifier.exits(self._kv, seq, first)
         else:
-            outputs = iter([ExitLogits(L, self.verifier.logits(self.kv, seq, first), True)])
+            outputs = iter([ExitLogits(L, self._verifier.logits(self._kv, seq, first), True)])
         for out in outputs:
             if prepared is not None:
                 out = ExitLogits(out.layer, torch.cat([prepared.logits[out.layer], out.logits]), out.is_final)
@@ -179,9 +229,9 @@ class VerifySession:
         that verdict accepted everything and produced tokens[0]. If so, verify the rest at once;
         otherwise answer stale and change nothing."""
         guess = int(draft.tokens[0])
-        if self.awaiting_resample or len(draft.tokens) < 2 or len(self.committed) != draft.position + 1 \
-                or self.committed[draft.position] != guess:
-            emit(ExitResult(round=draft.round, layer=self.verifier.num_layers, accepted=0,
+        if self._awaiting_resample or len(draft.tokens) < 2 or len(self._committed) != draft.position + 1 \
+                or self._committed[draft.position] != guess:
+            emit(ExitResult(round=draft.round, layer=self._verifier.num_layers, accepted=0,
                             tokens=np.zeros(0, dtype=np.int32), confidence=0.0, is_final=True, stale=True))
             return None
         rows = {name: (None if getattr(draft, name) is None else getattr(draft, name)[1:])
@@ -194,7 +244,7 @@ class VerifySession:
             return torch.from_numpy(np.array(draft.q))
         if draft.q_ids is not None:
             return densify(torch.from_numpy(np.array(draft.q_ids)), torch.from_numpy(np.array(draft.q_values)),
-                           self.verifier.stack.vocab_size)
+                           self._verifier.stack.vocab_size)
         return None
 
     def _verify_split(self, draft: DraftBlock, tokens: list[int], t0: float,
@@ -203,57 +253,58 @@ class VerifySession:
         pruned to its top K, which is LOSSY) and let the robot resample."""
         *_, final = self._forward(tokens, False, prepared)
         logits = final.logits  # (γ+1, V)
-        p = probs_from_logits(logits, self.sampling)
-        split = split_verify_server(tokens, p, torch.from_numpy(np.array(draft.q_draft)), self.rng, draft.position)
-        self.compute.wait_for_layer(t0, 1, 1, self.cancel)
-        self.committed.extend(split.tokens)
+        p = probs_from_logits(logits, self._sampling)
+        split = split_verify_server(tokens, p, torch.from_numpy(np.array(draft.q_draft)), self._rng, draft.position)
+        self._compute.wait_for_layer(t0, 1, 1, self._cancel)
+        self._committed.extend(split.tokens)
         row = p_ids = None
         tv = 0.0
         if split.resample_p is not None:
-            self.awaiting_resample = True
+            self._awaiting_resample = True
             row = split.resample_p
-            if self.p_top_k:
-                pruned, tv = prune_topk(row, self.p_top_k)
-                values, ids = torch.topk(pruned, min(self.p_top_k, row.shape[0]))
+            if self._p_top_k:
+                pruned, tv = prune_topk(row, self._p_top_k)
+                values, ids = torch.topk(pruned, min(self._p_top_k, row.shape[0]))
                 row, p_ids = values, ids.to(torch.int32).numpy()
-        emit(ExitResult(round=draft.round, layer=self.verifier.num_layers, accepted=split.accepted,
+        emit(ExitResult(round=draft.round, layer=self._verifier.num_layers, accepted=split.accepted,
                         tokens=np.asarray(split.tokens, dtype=np.int32),
                         confidence=float(exit_confidence(logits[split.accepted])), is_final=True,
                         compute_s=time.perf_counter() - t0, resample=split.resample_p is not None,
                         p=None if row is None else row.float().numpy(), p_ids=p_ids, p_tv=tv))
 
-    def generate(self, request: Generate, emit: Callable[[Tokens], None]) -> None:
+    def _generate(self, request: Generate, emit: Callable[[Tokens], None]) -> Iterator[None]:
         """Cloud-only autoregressive decoding (the baseline): one target forward per token, each token
-        streamed as soon as it exists."""
-        for _ in self.generate_steps(request, emit):
-            pass
-
-    def generate_steps(self, request: Generate, emit: Callable[[Tokens], None]) -> Iterator[None]:
-        """``generate``, yielding after each token (between whole forward passes) so that a scheduler
-        may run other sessions' work in between."""
-        if self.awaiting_resample != (request.resampled >= 0):
+        streamed as soon as it exists; yields after each token but the last (between whole forward
+        passes) so that a scheduler may run other sessions' work in between."""
+        if self._awaiting_resample != (request.resampled >= 0):
             raise RequestError("after a DSSD rejection cloud-only decoding must start with the resampled token")
         if request.resampled >= 0:
-            self.committed.append(request.resampled)
-            self.awaiting_resample = False
-        if len(self.committed) + request.max_new_tokens > self.max_tokens:
-            raise RequestError(f"the decision would pass {self.max_tokens} tokens (serve --max-prompt-tokens "
+            self._committed.append(request.resampled)
+            self._awaiting_resample = False
+        if len(self._committed) + request.max_new_tokens > self._max_tokens:
+            raise RequestError(f"the decision would pass {self._max_tokens} tokens (serve --max-prompt-tokens "
                                "+ --max-new-tokens)", ErrorCode.TOO_LARGE)
         stop = set(request.stop_tokens)
         for i in range(request.max_new_tokens):
-            if self.cancel.is_set():
+            if self._cancel.is_set():
                 raise Cancelled()
             t0 = time.perf_counter()
-            logits = self.verifier.logits(self.kv, self.committed, len(self.committed) - 1)[-1]
-            token, _ = choose(logits, self.sampling, self.rng, Stream.TARGET, len(self.committed))
-            self.compute.wait_for_layer(t0, 1, 1, self.cancel)
-            self.committed.append(token)
+            logits = self._verifier.logits(self._kv, self._committed, len(self._committed) - 1)[-1]
+            token, _ = choose(logits, self._sampling, self._rng, Stream.TARGET, len(self._committed))
+            self._compute.wait_for_layer(t0, 1, 1, self._cancel)
+            self._committed.append(token)
             final = token in stop or i == request.max_new_tokens - 1
             emit(Tokens(tokens=np.asarray([token], dtype=np.int32), is_final=final,
                         compute_s=time.perf_counter() - t0))
             if final:
                 return
             yield
+
+
+def _whole(work: Callable[[], None]) -> Iterator[None]:
+    """A request's work that runs whole on its first step."""
+    work()
+    yield from ()
 
 
 @dataclass(frozen=True)

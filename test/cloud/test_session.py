@@ -1,5 +1,6 @@
-"""The verifier's per-decision session without sockets: PicoSpec's fast verification on a partial
-block gives the same verdicts as verifying the whole block at once, and starts the clock earlier."""
+"""The verifier's per-decision session without sockets, driven through its one entry point
+(``VerifySession.handle``): PicoSpec's fast verification on a partial block gives the same verdicts as
+verifying the whole block at once, and starts the clock earlier; drafts must come in round order."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from edge_spec_ros.cloud.limits import RequestError
 from edge_spec_ros.cloud.session import VerifySession
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
-from edge_spec_ros.wire.messages import DraftBlock, Open
+from edge_spec_ros.wire.messages import DraftBlock, ErrorCode, Open
 
 
 @pytest.fixture(scope="module")
@@ -20,10 +22,16 @@ def verifier(target_model):
     return EarlyExitVerifier(target_model)
 
 
+def handle(s: VerifySession, message, emit=lambda reply: None) -> None:
+    """Admit a request and run its work to the end, as a worker does."""
+    for _ in s.handle(message, emit):
+        pass
+
+
 def session(verifier, tokenizer, prompt, **open_args) -> VerifySession:
-    s = VerifySession(verifier, PromptEncoder(tokenizer), Open(input_ids=prompt.input_ids.numpy().astype(np.int32),
-                                                               **open_args))
-    s.prefill()
+    request = Open(input_ids=prompt.input_ids.numpy().astype(np.int32), **open_args)
+    s = VerifySession(verifier, PromptEncoder(tokenizer), request)
+    handle(s, request)
     return s
 
 
@@ -40,11 +48,11 @@ def test_partial_block_gives_the_same_verdicts(verifier, tokenizer, text_prompt,
         q = torch.softmax(torch.randn(4, verifier.stack.vocab_size, generator=g), -1).numpy()
     args = dict(temperature=temperature, want_exits=want_exits, seed=3)
     whole, fast = [], []
-    session(verifier, tokenizer, text_prompt, **args).verify(block(text_prompt, tokens, q), whole.append)
+    handle(session(verifier, tokenizer, text_prompt, **args), block(text_prompt, tokens, q), whole.append)
     s = session(verifier, tokenizer, text_prompt, **args)
-    s.prepare(block(text_prompt, tokens[:2], None if q is None else q[:2], partial=True))
+    handle(s, block(text_prompt, tokens[:2], None if q is None else q[:2], partial=True))
     assert s.prepared is not None and len(s.prepared.logits) == (verifier.num_layers if want_exits else 1)
-    s.verify(block(text_prompt, tokens, q), fast.append)
+    handle(s, block(text_prompt, tokens, q), fast.append)
     assert s.prepared is None
     assert [(r.layer, r.accepted, r.tokens.tolist()) for r in fast] == \
         [(r.layer, r.accepted, r.tokens.tolist()) for r in whole]
@@ -54,21 +62,48 @@ def test_partial_block_gives_the_same_verdicts(verifier, tokenizer, text_prompt,
 
 def test_a_partial_block_that_does_not_fit_is_ignored(verifier, tokenizer, text_prompt):
     s = session(verifier, tokenizer, text_prompt)
-    s.prepare(DraftBlock(round=0, position=3, tokens=np.asarray([30], np.int32), partial=True))
+    handle(s, DraftBlock(round=0, position=3, tokens=np.asarray([30], np.int32), partial=True))
     assert s.prepared is None
-    s.prepare(block(text_prompt, [30, 31], partial=True))
+    handle(s, block(text_prompt, [30, 31], partial=True))
     out = []
-    s.verify(block(text_prompt, [40, 41, 42]), out.append)  # a different block: verified from scratch
+    handle(s, block(text_prompt, [40, 41, 42]), out.append)  # a different block: verified from scratch
     reference = []
-    session(verifier, tokenizer, text_prompt).verify(block(text_prompt, [40, 41, 42]), reference.append)
+    handle(session(verifier, tokenizer, text_prompt), block(text_prompt, [40, 41, 42]), reference.append)
     assert [r.tokens.tolist() for r in out] == [r.tokens.tolist() for r in reference]
 
 
 def test_fast_verification_starts_the_emulated_clock_at_the_partial_block(verifier, tokenizer, text_prompt):
     """Under an emulated T_q the whole block's verdict comes T_q after the partial block arrived."""
     s = session(verifier, tokenizer, text_prompt, compute_tq_s=0.3, want_exits=False)
-    s.prepare(block(text_prompt, [30, 31], partial=True))
+    handle(s, block(text_prompt, [30, 31], partial=True))
     time.sleep(0.2)  # the robot drafts the rest meanwhile
     t = time.perf_counter()
-    s.verify(block(text_prompt, [30, 31, 32, 33]), lambda r: None)
+    handle(s, block(text_prompt, [30, 31, 32, 33]))
     assert time.perf_counter() - t < 0.2  # without the partial block it would take the full 0.3 s
+
+
+def test_drafts_come_in_round_order(verifier, tokenizer, text_prompt):
+    """A draft for another round than the next is refused at once and changes nothing; a partial block
+    keeps its round, a whole block uses it up even when its verification fails."""
+    s = session(verifier, tokenizer, text_prompt)
+    with pytest.raises(RequestError, match="draft for round 1, expected 0") as refused:
+        handle(s, DraftBlock(round=1, position=len(text_prompt), tokens=np.asarray([30], np.int32)))
+    assert refused.value.code == ErrorCode.OUT_OF_ORDER
+    handle(s, block(text_prompt, [30, 31], partial=True))
+    with pytest.raises(RequestError, match="position"):
+        handle(s, DraftBlock(round=0, position=3, tokens=np.asarray([30], np.int32)))
+    out = []
+    handle(s, DraftBlock(round=1, position=len(text_prompt), tokens=np.asarray([30], np.int32)), out.append)
+    assert out[-1].is_final and out[-1].round == 1
+    with pytest.raises(RequestError, match="opened once"):
+        handle(s, Open(input_ids=text_prompt.input_ids.numpy().astype(np.int32)))
+
+
+def test_a_session_opens_before_anything_else(verifier, tokenizer, text_prompt):
+    request = Open(input_ids=text_prompt.input_ids.numpy().astype(np.int32))
+    s = VerifySession(verifier, PromptEncoder(tokenizer), request)
+    with pytest.raises(RequestError, match="before the session's Open"):
+        handle(s, block(text_prompt, [30]))
+    opened = []
+    handle(s, request, opened.append)
+    assert [type(m).__name__ for m in opened] == ["Opened"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from edge_spec_ros.decoding.reference import DecodeConfig
-from edge_spec_ros.edge.local_link import LocalVerifierLink
+from edge_spec_ros.cloud.local_link import LocalVerifierLink
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.prompt import PromptEncoder

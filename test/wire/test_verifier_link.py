@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from edge_spec_ros.edge.client import VerifierClient
-from edge_spec_ros.edge.local_link import LocalVerifierLink
+from edge_spec_ros.cloud.local_link import LocalVerifierLink
 from edge_spec_ros.nodes.ros_link import RosVerifierLink
 from edge_spec_ros.wire.verifier_link import VerifierLink
 

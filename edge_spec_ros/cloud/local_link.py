@@ -1,10 +1,11 @@
 """An in-process verifier link: the robot's decoders against a ``VerifySession`` with no sockets.
 
 It implements the verifier-link protocol (``wire.verifier_link.VerifierLink``), so every mode of
-``edge.modes.EdgeDecoder`` runs unchanged on one machine. Requests are served in
-order by one worker thread, as the server does per session. Statistical exactness tests use it to
-run thousands of decodes with small models; the network tests show the real server gives the same
-tokens.
+``edge.modes.EdgeDecoder`` runs unchanged on one machine. Each session's requests go through the
+session's one entry point (``VerifySession.handle``, the state machine the server runs too) and are
+served in order by one thread per session, as the server's workers serve a session. Statistical
+exactness tests use it to run thousands of decodes with small models; the network tests show the
+real server gives the same tokens.
 """
 
 from __future__ import annotations
@@ -13,16 +14,16 @@ import queue
 import threading
 import uuid
 
-from edge_spec_ros.cloud.session import RequestError, VerifySession
-from edge_spec_ros.edge.client import Traffic, VerifierError, VerifierTimeout
+from edge_spec_ros.cloud.limits import MAX_GAMMA, Limits, RequestError, check_draft
+from edge_spec_ros.cloud.session import VerifySession
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.wire.codec import encoded_size
-from edge_spec_ros.wire.messages import (
-    Close, DraftBlock, Error, ErrorCode, Generate, Message, Open, Opened,
-)
+from edge_spec_ros.wire.messages import Close, DraftBlock, Error, ErrorCode, Message, Open, Opened
+from edge_spec_ros.wire.verifier_link import Traffic, VerifierError, VerifierTimeout
 
 REPLY_TIMEOUT_S = 60.0
+LIMITS = Limits(max_gamma=MAX_GAMMA)  # what a draft block may carry: the protocol's caps
 
 
 class LocalVerifierLink:
@@ -32,33 +33,33 @@ class LocalVerifierLink:
         self.encoder = encoder
         self.reply_timeout_s = reply_timeout_s
         self.traffic: dict[bytes, Traffic] = {}
-        self._sessions: dict[bytes, tuple[VerifySession | None, queue.Queue, queue.Queue]] = {}
+        self._sessions: dict[bytes, tuple[queue.Queue, queue.Queue]] = {}
 
     def open(self, request: Open) -> tuple[bytes, Opened]:
         sid = uuid.uuid4().bytes
         self.traffic[sid] = Traffic()
-        try:
-            session = VerifySession(self.verifier, self.encoder, request)
-        except RequestError as exc:
-            raise VerifierError(int(ErrorCode.BAD_REQUEST), str(exc)) from None
+        session = VerifySession(self.verifier, self.encoder, request)
         jobs: queue.Queue = queue.Queue()
         replies: queue.Queue = queue.Queue()
-        self._sessions[sid] = (session, jobs, replies)
-        threading.Thread(target=self._serve, args=(sid, session, jobs, replies), daemon=True).start()
-        self._count(sid, request, up=True)
-        jobs.put(request)
-        reply = self.receive(sid)
+        self._sessions[sid] = (jobs, replies)
+        threading.Thread(target=self._serve, args=(session, request, jobs, replies), daemon=True).start()
+        self.send(sid, request)
+        try:
+            reply = self.receive(sid)
+        except VerifierError:
+            self._sessions.pop(sid)[0].put(None)
+            raise
         if not isinstance(reply, Opened):
             raise VerifierError(int(ErrorCode.INTERNAL), f"expected Opened, got {type(reply).__name__}")
         return sid, reply
 
     def send(self, sid: bytes, message: Message) -> None:
         self._count(sid, message, up=True)
-        self._sessions[sid][1].put(message)
+        self._sessions[sid][0].put(message)
 
     def receive(self, sid: bytes, timeout_s: float | None = None) -> Message:
         try:
-            msg = self._sessions[sid][2].get(timeout=self.reply_timeout_s if timeout_s is None else timeout_s)
+            msg = self._sessions[sid][1].get(timeout=self.reply_timeout_s if timeout_s is None else timeout_s)
         except queue.Empty:
             raise VerifierTimeout("no reply from the in-process verifier") from None
         if isinstance(msg, Error):
@@ -70,26 +71,21 @@ class LocalVerifierLink:
         self._count(sid, Close(), up=True)
         session = self._sessions.pop(sid, None)
         if session is not None:
-            session[1].put(None)
+            session[0].put(None)
 
-    def _serve(self, sid: bytes, session: VerifySession, jobs: queue.Queue, replies: queue.Queue) -> None:
+    def _serve(self, session: VerifySession, request: Open, jobs: queue.Queue, replies: queue.Queue) -> None:
+        """One session's requests, in order: the server's cheap checks, then the session's work."""
         while (msg := jobs.get()) is not None:
             try:
-                if isinstance(msg, Open):
-                    replies.put(session.prefill())
-                elif isinstance(msg, DraftBlock):
-                    session.check_draft(msg)
-                    if msg.partial:
-                        session.prepare(msg)
-                        continue
-                    session.next_round += 1
-                    session.verify(msg, replies.put)
-                elif isinstance(msg, Generate):
-                    session.generate(msg, replies.put)
+                if isinstance(msg, DraftBlock):
+                    check_draft(msg, request, LIMITS, self.verifier.stack.vocab_size)
+                for _ in session.handle(msg, replies.put):
+                    pass
             except RequestError as exc:
-                replies.put(Error(int(ErrorCode.BAD_REQUEST), str(exc)))
+                replies.put(Error(int(exc.code), str(exc)))
 
     def _count(self, sid: bytes, msg: Message, up: bool) -> None:
         t = self.traffic.get(sid)
         if t is not None:
             t.add(encoded_size(sid, msg), up)
+
