@@ -58,4 +58,4 @@ clean:
 SOAK_S ?= 300
 .PHONY: soak
 soak: $(STAMP)
-	$(BIN)/python -m edge_spec_ros.cloud.soak --duration $(SOAK_S) --out artifacts/soak.json
+	$(BIN)/python -m edge_spec_ros.bench.soak --duration $(SOAK_S) --out artifacts/soak.json

@@ -142,7 +142,7 @@ def _max_decisions(params_file: str) -> int:
 
 def run(config: BringupConfig, print_fn=print) -> Monitor:
     """Run the stack until the instruction cycle ends (or ``timeout_s`` passes, or a signal)."""
-    from edge_spec_ros.cloud.process import verifier_process
+    from edge_spec_ros.server_process import verifier_process
     from edge_spec_ros.cpu import cpu_budget, set_torch_threads
     from edge_spec_ros.nodes.lifecycle import close_all, init, spin_until
 

@@ -253,7 +253,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from edge_spec_ros.bench import report as bench_report
     from edge_spec_ros.bench.profiles import PROFILES
     from edge_spec_ros.bench.runner import Bench, BenchConfig
-    from edge_spec_ros.cloud.process import verifier_process
+    from edge_spec_ros.server_process import verifier_process
 
     config = BenchConfig(profile=args.profile, modes=tuple(args.modes.split(",")), prompts=args.prompts,
                          max_new_tokens=args.max_new_tokens, gamma=args.gamma, threads=args.threads,

@@ -44,7 +44,7 @@ from nav_msgs.msg import Odometry
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
-from edge_spec_ros.cloud.process import stop
+from edge_spec_ros.server_process import stop
 from edge_spec_ros.msg import Decision, NavAction
 from edge_spec_ros.nodes.ros_link import RELIABLE
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
-from edge_spec_ros.cloud.process import verifier_process
+from edge_spec_ros.server_process import verifier_process
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.tiny import VERIFIER_SPEC, build_tiny_qwen2vl
 from edge_spec_ros.models.tokenizer import load_tokenizer

@@ -119,7 +119,7 @@ class RosPath:
         return "".join(Path(self._log.name).read_text(errors="replace").splitlines(keepends=True)[-lines:])
 
     def __exit__(self, *exc) -> None:
-        from edge_spec_ros.cloud.process import stop
+        from edge_spec_ros.server_process import stop
 
         if self.link is not None:
             self.link.close()

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from edge_spec_ros.cloud.process import verifier_server
+from edge_spec_ros.server_process import verifier_server
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
 from edge_spec_ros.wire.messages import Close, DraftBlock, ExitResult, Generate, Open, Stats, StatsReply, Tokens
 

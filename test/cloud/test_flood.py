@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_spec_ros.cloud.process import verifier_server
+from edge_spec_ros.server_process import verifier_server
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
 from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Open, Opened
 

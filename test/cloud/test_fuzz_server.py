@@ -11,7 +11,7 @@ import time
 import numpy as np
 import zmq
 
-from edge_spec_ros.cloud.process import verifier_server
+from edge_spec_ros.server_process import verifier_server
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
 from edge_spec_ros.wire import fuzz
 from edge_spec_ros.wire.codec import decode, encode

@@ -15,7 +15,7 @@ import pytest
 import zmq
 from PIL import Image
 
-from edge_spec_ros.cloud.process import verifier_server
+from edge_spec_ros.server_process import verifier_server
 from edge_spec_ros.wire.codec import encode
 from edge_spec_ros.wire.messages import Envelope, Error, ErrorCode, Generate, Open, Opened
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from edge_spec_ros.cloud.limits import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_PROMPT_TOKENS, MAX_STOP_TOKENS
-from edge_spec_ros.cloud.process import verifier_server
+from edge_spec_ros.server_process import verifier_server
 from edge_spec_ros.wire.codec import HEADER, encode
 from edge_spec_ros.wire.messages import (
     Close, DraftBlock, Envelope, Error, ErrorCode, ExitResult, Generate, Open, Opened, Stats, StatsReply, Tokens,

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
-from edge_spec_ros.cloud.process import verifier_server
+from edge_spec_ros.server_process import verifier_server
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient, VerifierError
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder

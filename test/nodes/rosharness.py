@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 
-from edge_spec_ros.cloud.process import stop
+from edge_spec_ros.server_process import stop
 
 
 

@@ -19,7 +19,7 @@ import pytest
 from rosbags.rosbag2 import Writer
 from rosbags.typesys import Stores, get_typestore
 
-from edge_spec_ros.cloud.process import stop
+from edge_spec_ros.server_process import stop
 from edge_spec_ros.nodes.image_input import ImageInput, ImageInputConfig
 from rosharness import node_command, process, wait_for
 

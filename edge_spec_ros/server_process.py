@@ -1,4 +1,8 @@
-"""Run ``edge-spec-ros serve`` as a child process on loopback (benchmarks, tests, the demo)."""
+"""Run ``edge-spec-ros serve`` as a child process on loopback (benchmarks, tests, the demo).
+
+It starts the command line (``edge_spec_ros.cli``), so it sits with the application, above the
+verifier service it runs; ``stop`` ends any child process the same way.
+"""
 
 from __future__ import annotations
 

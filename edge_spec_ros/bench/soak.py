@@ -1,6 +1,6 @@
 """Soak: a real verifier process under mixed well-behaved and hostile clients for a set time.
 
-``python -m edge_spec_ros.cloud.soak --duration 300`` (``make soak``) starts ``edge-spec-ros serve``
+``python -m edge_spec_ros.bench.soak --duration 300`` (``make soak``) starts ``edge-spec-ros serve``
 on 127.0.0.1 with the embedded model, then runs at once:
 
 - well-behaved robots: greedy decodes in rotating modes (AR, SD, FSD, DSSD), each compared token for
@@ -156,12 +156,12 @@ def _errors_by_code(counters: dict[str, int]) -> dict[str, int]:
 
 def soak(duration_s: float, robots: int, sample_s: float = SAMPLE_S, rss_bound_mb: float = RSS_BOUND_MB) -> dict:
     from edge_spec_ros.camera.synthetic import synthetic_camera_image
-    from edge_spec_ros.cloud.process import verifier_server
     from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
     from edge_spec_ros.edge.client import ClientConfig, VerifierClient
     from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
     from edge_spec_ros.models.embedded import embedded_max_pixels, embedded_pair
     from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
+    from edge_spec_ros.server_process import verifier_server
 
     pair = embedded_pair()
     encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=embedded_max_pixels()))
