@@ -19,7 +19,8 @@ from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient, VerifierError, VerifierTimeout
-from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DecodeStats, DraftBlock as DraftMsg, ExitResult as ExitMsg
+from edge_spec_ros.msg import BridgeStatus, DecisionRequest
+from edge_spec_ros.msg import DecodeStats as DecodeStatsMsg, DraftBlock as DraftBlockMsg, ExitResult as ExitResultMsg
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE, f32, i32, session_id
@@ -37,10 +38,13 @@ class BridgeConfig:
     reply_timeout_s: float = field(default=10.0, metadata=doc("wait for a verification result (s)", 0.1, 3600.0))
     curve_secret_file: str = field(default="", metadata=doc("robot's CURVE secret key file; empty: no CURVE"))
     curve_server_key_file: str = field(default="", metadata=doc("verifier's CURVE public key file"))
-    emulate_delay_s: float = field(default=0.0, metadata=doc("emulated one-way delay, both directions (tests)", 0.0, 10.0))
-    emulate_jitter_s: float = field(default=0.0, metadata=doc("emulated jitter, both directions", 0.0, 10.0))
-    emulate_bandwidth_bps: float = field(default=0.0, metadata=doc("emulated bandwidth cap (0: none)", 0.0, 1000000000000.0))
-    emulate_loss: float = field(default=0.0, metadata=doc("emulated loss probability (costs a retransmission)", 0.0, 0.99))
+    # the emulated link, both directions: emulate_<field> of wire.emulator.LinkShape (benchmarks and tests)
+    emulate_delay_s: float = field(default=0.0, metadata=doc("emulated one-way delay, both directions (LinkShape.delay_s)", 0.0, 10.0))
+    emulate_jitter_s: float = field(default=0.0, metadata=doc("emulated jitter (LinkShape.jitter_s)", 0.0, 10.0))
+    emulate_bandwidth_bps: float = field(default=0.0, metadata=doc("emulated bandwidth cap (LinkShape.bandwidth_bps; "
+                                                                   "0: none)", 0.0, 1000000000000.0))
+    emulate_loss: float = field(default=0.0, metadata=doc("emulated loss probability, each loss costs a "
+                                                          "retransmission (LinkShape.loss)", 0.0, 0.99))
     diagnostics_period_s: float = field(default=1.0, metadata=doc("/diagnostics period (steady clock, s)", 0.1, 60.0))
 
 
@@ -58,7 +62,7 @@ class _LinkHealth:
     lost: bool = False  # LINK_LOST and no reply since
     errors: int = 0  # ERROR and LINK_LOST statuses
     last_error: str = ""
-    stats: DecodeStats | None = None  # the latest decision's statistics (edge_spec/stats)
+    stats: DecodeStatsMsg | None = None  # the latest decision's statistics (edge_spec/stats)
 
 
 class _Session:
@@ -80,10 +84,10 @@ class BridgeNode(Node):
             endpoint=c.verifier_endpoint, open_timeout_s=c.open_timeout_s, reply_timeout_s=c.reply_timeout_s,
             uplink=None if shape.ideal else shape, downlink=None if shape.ideal else shape, curve=curve))
         self.sessions: dict[int, _Session] = {}
-        self.results = self.create_publisher(ExitMsg, "edge_spec/exit_result", RELIABLE)
+        self.results = self.create_publisher(ExitResultMsg, "edge_spec/exit_result", RELIABLE)
         self.status = self.create_publisher(BridgeStatus, "edge_spec/bridge_status", RELIABLE)
         self.create_subscription(DecisionRequest, "edge_spec/decision_request", self.on_request, RELIABLE)
-        self.create_subscription(DraftMsg, "edge_spec/draft", self.on_draft, RELIABLE)
+        self.create_subscription(DraftBlockMsg, "edge_spec/draft", self.on_draft, RELIABLE)
         self._diagnostics_init()
         self.get_logger().info(f"bridging to the verifier at {c.verifier_endpoint}")
 
@@ -106,14 +110,14 @@ class BridgeNode(Node):
                                           daemon=True)
         session.thread.start()
 
-    def on_draft(self, msg: DraftMsg) -> None:
+    def on_draft(self, msg: DraftBlockMsg) -> None:
         try:
             self._forward_draft(msg)
         except (ValueError, TypeError) as exc:  # a malformed message: dropped, the bridge keeps going
             self.get_logger().warning(f"malformed edge_spec/draft for decision {msg.decision} dropped: {exc}")
             self._publish_status(msg.decision, BridgeStatus.ERROR, f"malformed draft: {exc}", code=3)
 
-    def _forward_draft(self, msg: DraftMsg) -> None:
+    def _forward_draft(self, msg: DraftBlockMsg) -> None:
         session = self.sessions.get(msg.decision)
         if session is None:
             self._publish_status(msg.decision, BridgeStatus.ERROR, "draft for a decision that is not open", code=3)
@@ -172,7 +176,7 @@ class BridgeNode(Node):
 
     def _publish_exit(self, decision: int, r: ExitResult) -> None:
         self._note_reply(decision, r)
-        out = ExitMsg()
+        out = ExitResultMsg()
         out.header.stamp = self.get_clock().now().to_msg()
         out.decision, out.round, out.layer, out.accepted = decision, r.round, r.layer, r.accepted
         out.tokens = i32(r.tokens)
@@ -198,7 +202,7 @@ class BridgeNode(Node):
         self._health = _LinkHealth()
         self._health_lock = threading.Lock()  # the sessions' threads note, the timer reads
         self.diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_subscription(DecodeStats, "edge_spec/stats", self._note_stats, RELIABLE)
+        self.create_subscription(DecodeStatsMsg, "edge_spec/stats", self._note_stats, RELIABLE)
         self.create_timer(self.config.diagnostics_period_s, self.publish_diagnostics,
                           clock=Clock(clock_type=ClockType.STEADY_TIME))  # also while simulated time stands
 
@@ -224,7 +228,7 @@ class BridgeNode(Node):
                 h.lost = h.lost or state == BridgeStatus.LINK_LOST
                 h.last_error = f"{'link lost' if state == BridgeStatus.LINK_LOST else 'error'}: {message}"
 
-    def _note_stats(self, msg: DecodeStats) -> None:
+    def _note_stats(self, msg: DecodeStatsMsg) -> None:
         with self._health_lock:
             self._health.stats = msg
 

@@ -35,7 +35,7 @@ from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.edge.registry import MODES, get_mode
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
-from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction
+from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nav.config import HARD_MAX_DURATION_S
 from edge_spec_ros.nav.motion import TIMEOUT_FACTOR, TIMEOUT_MARGIN_S
 from edge_spec_ros.nodes.convert import stats_to_msg
@@ -65,7 +65,8 @@ class DrafterNodeConfig:
                                                        "budget's rule: cores // 2)", 0, 256))
     client_queue_policy: str = field(default="priority", metadata=doc("pre-draft queue: priority | fifo | random"))
     server_queue_policy: str = field(default="priority", metadata=doc("verifier's exit queue policy"))
-    emulate_tp_s: float = field(default=0.0, metadata=doc("emulated draft-forward time (benchmarks; 0: off)", 0.0, 60.0))
+    emulate_tp_s: float = field(default=0.0, metadata=doc("emulated T_p: every draft forward lasts at least this long "
+                                                          "(EdgeConfig.tp_s; benchmarks; 0: off)", 0.0, 60.0))
     max_pixels: int = field(default=0, metadata=doc("image pixel budget after resizing (0: the model's own: "
                                                     "the embedded pair's training budget, else 112 x 112)", 0, 16777216))
     jpeg_quality: int = field(default=90, metadata=doc("JPEG quality of the frame sent to the verifier", 1, 100))
@@ -117,9 +118,9 @@ class DrafterNode(Node):
         self.create_subscription(String, "instruction", self.on_instruction, RELIABLE)
         self.images = ImageInput(self, declare_config(self, ImageInputConfig))
         self.describe = DescribeService(self)  # `describe`: image (or latest frame) + prompt -> text; moves nothing
-        self.create_subscription(NavAction, "edge_spec/action", self.on_action, RELIABLE)
+        self.create_subscription(NavActionMsg, "edge_spec/action", self.on_action, RELIABLE)
         self._cv = threading.Condition()  # guards everything below
-        self._ends: dict[int, NavAction] = {}  # decision -> how its motion ended
+        self._ends: dict[int, NavActionMsg] = {}  # decision -> how its motion ended
         self._started: set[int] = set()
         self._instructions: queue.Queue[str | None] = queue.Queue()
         self._generation = 0  # bumped by every instruction: a running cycle stops when it changes
@@ -135,9 +136,9 @@ class DrafterNode(Node):
             self._cv.notify_all()
         self._instructions.put(msg.data.strip())
 
-    def on_action(self, msg: NavAction) -> None:
+    def on_action(self, msg: NavActionMsg) -> None:
         with self._cv:
-            if msg.status == NavAction.STARTED:
+            if msg.status == NavActionMsg.STARTED:
                 self._started.add(msg.decision)
             else:
                 self._ends[msg.decision] = msg
@@ -169,7 +170,7 @@ class DrafterNode(Node):
         with self._cv:
             return generation == self._generation and not self._closing
 
-    def _decide(self, instruction: str, generation: int, not_before_ns: int | None) -> NavAction | None:
+    def _decide(self, instruction: str, generation: int, not_before_ns: int | None) -> NavActionMsg | None:
         """One decision: frame, decode, publish; then wait for the action node to end the motion."""
         c = self.config
         got = self.images.wait(c.image_timeout_s, not_before_ns=not_before_ns)  # warns if none
@@ -204,7 +205,7 @@ class DrafterNode(Node):
                                f"r={s.miss_rate:.0%} {s.wall_s * 1e3:.0f} ms")
         return self._motion_end(decision, generation)
 
-    def _motion_end(self, decision: int, generation: int) -> NavAction | None:
+    def _motion_end(self, decision: int, generation: int) -> NavActionMsg | None:
         """Wait for the action node's DONE/CANCELLED of ``decision`` (bounded: a silent action node
         ends the cycle)."""
         c = self.config
