@@ -86,3 +86,34 @@ def test_offers_from_many_threads_each_draft_once(round_):
 def test_at_least_one_thread():
     with pytest.raises(ValueError, match="at least one"):
         PreDrafter(None, threads=0, policy="priority", gamma=1, sampling=T, rng=PositionalRNG())
+
+
+def test_a_later_decision_reuses_the_workers_with_its_own_draws(drafter, prompts):
+    """begin() opens a decision on the same threads: its pre-drafts use its seed's draws, and one
+    still running from the earlier decision's round 0 never lands in the later decision's round 0."""
+    prompt = prompts[0]
+    kv = drafter.start(prompt)
+    prefix = prompt.input_ids.tolist()
+    predrafter = PreDrafter(drafter, threads=1, policy="priority", gamma=GAMMA, sampling=T, rng=PositionalRNG(5),
+                            min_step_s=0.2)
+    try:
+        workers = list(predrafter._workers)
+        predrafter.begin_round(0, prefix, kv.fork())
+        predrafter.offer(0, (11,), confidence=0.9, layer=1)
+        wait_until(lambda: (11,) in predrafter._running)  # slow: each step lasts 0.2 s
+        rng = PositionalRNG(6)
+        predrafter.end()
+        predrafter.begin(rng, T, GAMMA, min_step_s=0.05)
+        predrafter.begin_round(0, prefix, kv.fork())
+        assert predrafter.take((11,)) is None  # the earlier decision's draft is not awaited, nor taken
+        predrafter.begin_round(0, prefix, kv.fork())
+        predrafter.offer(0, (11,), confidence=0.9, layer=1)
+        wait_until(lambda: (11,) in predrafter._cache)
+        hit = predrafter.take((11,))
+        fresh = drafter.draft(kv, prefix + [11], GAMMA, T, rng)
+        assert hit.draft.tokens == fresh.tokens and torch.equal(hit.draft.q, fresh.q)
+        assert hit.draft_s >= GAMMA * 0.05  # the worker's own measured draft time (this decision's T_p)
+        assert predrafter._workers == workers and all(w.is_alive() for w in workers)
+    finally:
+        predrafter.close()
+    assert not any(w.is_alive() for w in workers)
