@@ -23,30 +23,25 @@ import sys
 from pathlib import Path
 
 DEFAULT_INSTRUCTION = "find the silver bottle"
+SOURCE_HELP = ("'embedded' (the shipped pair), 'smollm2' (SmolLM2-135M-Instruct, converted once), a train-sim-pair "
+               "or Qwen2-VL checkpoint directory, or a hub id (docs/models.md)")
 
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _load_pair(args: argparse.Namespace):
-    from edge_spec_ros.models.embedded import ModelPair, embedded_pair
+def _load_pair(source: str, **options):
+    """``models.pairs.load_pair`` (``embedded``, ``smollm2``, a directory or a hub id); a source that
+    cannot be loaded here is one line and exit 1."""
+    from edge_spec_ros.models.pairs import ModelSourceError, load_pair
 
-    if not args.verifier:
-        if args.drafter:
-            raise SystemExit("--drafter needs --verifier (the pair must share one tokenizer)")
-        _log("loading the embedded small Qwen2-VL pair (trained on the simulated room; no download) ...")
-        return embedded_pair(args.quantize_drafter)
-    from transformers import AutoTokenizer
-
-    from edge_spec_ros.models.drafter import Drafter, DrafterConfig
-    from edge_spec_ros.models.verifier import EarlyExitVerifier, VerifierConfig
-
-    _log(f"loading verifier {args.verifier} and drafter {args.drafter} ...")
-    verifier = EarlyExitVerifier.from_config(VerifierConfig(model=args.verifier, adapters=args.adapters))
-    drafter = Drafter.from_config(DrafterConfig(model=args.drafter or args.verifier,
-                                                quantize_int8=args.quantize_drafter))
-    return ModelPair(drafter, verifier, AutoTokenizer.from_pretrained(args.verifier))
+    parts = options.get("parts", ("drafter", "verifier"))
+    _log(f"loading the {' and '.join(parts)} of {source} ...")
+    try:
+        return load_pair(source, log=_log, **options)
+    except ModelSourceError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def _load_image(path: str | None, instruction: str):
@@ -95,9 +90,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
     from edge_spec_ros.spec.sampling import SamplingConfig
 
-    pair = _load_pair(args)
-    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=args.max_pixels or _model_max_pixels(
-        args.verifier or "embedded")))
+    if args.drafter and not args.verifier:
+        raise SystemExit("--drafter needs --verifier (the pair must share one tokenizer)")
+    pair = _load_pair(args.verifier or "embedded", drafter=args.drafter, adapters=args.adapters,
+                      quantize_drafter=args.quantize_drafter)
+    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=args.max_pixels or pair.max_pixels))
     image = _load_image(args.image, args.instruction)
     prompt = encoder.encode(args.instruction, image)
     config = DecodeConfig(
@@ -124,53 +121,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_max_pixels(name: str) -> int:
-    """The image pixel budget of a model: the embedded pair's training budget, 112 x 112 otherwise."""
-    from edge_spec_ros.models.embedded import embedded_max_pixels
-    from edge_spec_ros.models.prompt import PromptConfig
-
-    return embedded_max_pixels() if name == "embedded" else PromptConfig.max_pixels
-
-
-def _model_path(name: str) -> str:
-    """``smollm2``: the cached Qwen2-VL conversion of SmolLM2-135M-Instruct (made on first use);
-    anything else: a hub id or path, unchanged."""
-    if name != "smollm2":
-        return name
-    from edge_spec_ros.models.smollm2 import (
-        MissingSmolLM2,
-        default_cache_dir,
-        smollm2_dir,
-    )
-
-    if not (default_cache_dir() / "config.json").is_file():
-        _log(f"converting SmolLM2-135M-Instruct into {default_cache_dir()} (once, ~30 s) ...")
-    try:
-        return str(smollm2_dir())
-    except MissingSmolLM2 as exc:
-        raise SystemExit(str(exc)) from None
-
-
 def _load_verifier(args: argparse.Namespace):
-    """(verifier, tokenizer) from --verifier/--adapters; ``embedded`` is the embedded small model,
-    ``smollm2`` the converted SmolLM2-135M-Instruct."""
-    if args.verifier == "embedded":
-        from edge_spec_ros.models.adapters import ExitAdapters
-        from edge_spec_ros.models.embedded import embedded_pair
-        from edge_spec_ros.models.verifier import EarlyExitVerifier
-
-        pair = embedded_pair()
-        if args.adapters:  # e.g. trained by `edge-spec-ros train-exits`
-            return EarlyExitVerifier(pair.verifier.stack.model, ExitAdapters.load(args.adapters)), pair.tokenizer
-        return pair.verifier, pair.tokenizer
-    from transformers import AutoTokenizer
-
-    from edge_spec_ros.models.verifier import EarlyExitVerifier, VerifierConfig
-
-    path = _model_path(args.verifier)
-    verifier = EarlyExitVerifier.from_config(VerifierConfig(model=path, adapters=args.adapters,
-                                                            dtype=args.dtype, device=args.device))
-    return verifier, AutoTokenizer.from_pretrained(path)
+    """The verifier part of --verifier (with --adapters, --dtype and --device) for serve and train-exits."""
+    return _load_pair(args.verifier, parts=("verifier",), adapters=args.adapters, dtype=args.dtype,
+                      device=args.device)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -199,8 +153,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    _log(f"loading verifier {args.verifier} ...")
-    verifier, tokenizer = _load_verifier(args)
+    pair = _load_verifier(args)
     try:
         limits = Limits(max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
                         max_image_pixels=args.max_image_pixels, max_image_bytes=args.max_image_bytes,
@@ -212,8 +165,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _log(f"error: {exc}")
         return 2
-    max_pixels = args.max_pixels or _model_max_pixels(args.verifier)
-    server = VerifierServer(verifier, PromptEncoder(tokenizer, PromptConfig(max_pixels=max_pixels)), config)
+    max_pixels = args.max_pixels or pair.max_pixels
+    server = VerifierServer(pair.verifier, PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=max_pixels)), config)
     endpoint = server.start()
     if config.emulate_tq_s:
         _log(f"emulating T_q = {config.emulate_tq_s * 1e3:.0f} ms per verification forward")
@@ -274,6 +227,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     with server as endpoint:
         _log(f"verifier at {endpoint}; profile {config.profile}")
         report = Bench(pair, endpoint, config, progress=lambda s: _log(f"  {s}")).run()
+    if args.endpoint:  # the stamp counts the verifier of --verifier; a running one serves its own model
+        report["stamp"]["pair"] += f"; verifier: the one running at {args.endpoint}"
     print(bench_report.table(report))
     json_path, png_path = bench_report.write(report, args.out)
     print(f"wrote {json_path} and {png_path}")
@@ -281,32 +236,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_pair(args: argparse.Namespace):
-    """(robot models, ``serve`` arguments of the matching verifier) for ``bench``: the embedded pair,
-    or a checkpoint (``smollm2`` or a path) served in float32 on the CPU. ``--draft-layers K``
-    makes the drafter the verifier's first K layers headed by the exit-K adapter of ``--adapters``."""
-    from edge_spec_ros.models.drafter import Drafter, DrafterConfig, self_draft_model
-
-    if args.verifier == "embedded":
-        from edge_spec_ros.models.adapters import ExitAdapters
-        from edge_spec_ros.models.embedded import ModelPair, embedded_pair
-
-        _log("building the embedded small Qwen2-VL pair ...")
-        pair = embedded_pair()
-        if args.draft_layers:
-            adapter = ExitAdapters.load(args.adapters)[args.draft_layers] if args.adapters else None
-            model = self_draft_model(pair.verifier.stack.model, args.draft_layers, adapter)
-            pair = ModelPair(Drafter(model), pair.verifier, pair.tokenizer, pair.max_pixels)
-        return pair, ()
-    from transformers import AutoTokenizer
-
-    from edge_spec_ros.bench.runner import RobotPair
-
-    path = _model_path(args.verifier)
-    _log(f"loading the drafter from {path} ({args.draft_layers or 'all'} layers) ...")
-    drafter = Drafter.from_config(DrafterConfig(model=path, layers=args.draft_layers,
-                                                adapters=args.adapters if args.draft_layers else None))
-    serve_args = ("--verifier", path, "--dtype", "float32", "--device", "cpu", "--max-pixels", "12544")
-    return RobotPair(drafter, AutoTokenizer.from_pretrained(path)), serve_args
+    """(the robot's models, ``serve`` arguments of the matching verifier) for ``bench``: the drafter
+    part of --verifier, and a verifier process loading the same source (a checkpoint in float32 on
+    the CPU) at the same pixel budget. ``--draft-layers K`` makes the drafter the verifier's first K
+    layers headed by the exit-K adapter of ``--adapters``."""
+    pair = _load_pair(args.verifier, parts=("drafter",), draft_layers=args.draft_layers, adapters=args.adapters)
+    serve_args = ("--verifier", pair.location, "--dtype", "float32", "--device", "cpu",
+                  "--max-pixels", str(pair.max_pixels))
+    return pair, serve_args
 
 
 def cmd_convert_smollm2(args: argparse.Namespace) -> int:
@@ -362,7 +299,8 @@ def cmd_train_exits(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    verifier, tokenizer = _load_verifier(args)
+    pair = _load_verifier(args)
+    verifier, tokenizer = pair.verifier, pair.tokenizer
     model = verifier.stack.model
     hidden, L = model.config.text_config.hidden_size, verifier.num_layers
     layers = list(args.exit_layers) or list(range(1, L))
@@ -475,11 +413,10 @@ def cmd_train_sim_pair(args: argparse.Namespace) -> int:
 
 
 def cmd_sim_eval(args: argparse.Namespace) -> int:
-    from edge_spec_ros.models.embedded import load_pair
     from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
     from edge_spec_ros.sim.closed_loop import ModelPolicy, Task, evaluate, plot_trajectory
 
-    pair = load_pair(args.models)
+    pair = _load_pair(args.models, parts=("verifier",))
     encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=args.max_pixels or pair.max_pixels))
     policy = ModelPolicy(pair.verifier, encoder, jpeg_quality=args.jpeg_quality)
     task = Task(args.target, args.distractors)
@@ -572,8 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="decode one image + instruction: target-only vs speculative")
     demo.add_argument("--instruction", default=DEFAULT_INSTRUCTION)
     demo.add_argument("--image", help="RGB image file (default: the simulated room's first frame)")
-    demo.add_argument("--verifier", help="Qwen2-VL hub id or path (default: embedded small model)")
-    demo.add_argument("--drafter", help="drafter hub id or path sharing the verifier's tokenizer")
+    demo.add_argument("--verifier", help=f"model source: {SOURCE_HELP} (default: embedded)")
+    demo.add_argument("--drafter", help="model source of the drafter, sharing the verifier's tokenizer "
+                                        "(default: the verifier's source)")
     demo.add_argument("--adapters", help="directory of trained exit adapters for the verifier")
     demo.add_argument("--quantize-drafter", action="store_true", help="int8 dynamic quantization (CPU)")
     demo.add_argument("--gamma", type=int, default=4, help="draft length γ (default 4)")
@@ -586,10 +524,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     serve = sub.add_parser("serve", help="run the cloud verifier")
-    serve.add_argument("--verifier", default="embedded", help="Qwen2-VL hub id or path, or 'embedded'")
+    serve.add_argument("--verifier", default="embedded", help=f"model source: {SOURCE_HELP}")
     serve.add_argument("--adapters", help="directory of trained exit adapters")
-    serve.add_argument("--dtype", default="bfloat16", help="weights dtype for a real checkpoint")
-    serve.add_argument("--device", default="cuda", help="torch device for a real checkpoint")
+    serve.add_argument("--dtype", default="bfloat16",
+                       help="weights dtype for a checkpoint (a train-sim-pair pair runs in float32)")
+    serve.add_argument("--device", default="cuda",
+                       help="torch device for a checkpoint (a train-sim-pair pair runs on the CPU)")
     serve.add_argument("--bind", default="tcp://127.0.0.1:5555",
                        help="ZeroMQ endpoint; tcp://0.0.0.0:5555 to accept robots from the network")
     serve.add_argument("--workers", type=int, default=1, help="verification threads")
@@ -638,7 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--endpoint", help="use a running verifier instead of starting one on loopback")
     bench.add_argument("--adapters", help="trained exit adapters for the verifier it starts (train-exits)")
     bench.add_argument("--verifier", default="embedded",
-                       help="'embedded', 'smollm2' (SmolLM2-135M-Instruct, converted once) or a Qwen2-VL path")
+                       help=f"model source of the verifier it starts and of the robot's drafter: {SOURCE_HELP}")
     bench.add_argument("--draft-layers", type=int, default=0,
                        help="self-drafter: the verifier's first K layers + the exit-K adapter of --adapters")
     bench.add_argument("--task-set", default="camera", choices=["camera", "text"],
@@ -683,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train-exits", help="train early-exit adapters (resumes a run in --out)")
     train.add_argument("--out", required=True, help="directory for adapters, checkpoints and the report")
-    train.add_argument("--verifier", default="embedded", help="Qwen2-VL hub id or path, or 'embedded'")
+    train.add_argument("--verifier", default="embedded", help=f"model source: {SOURCE_HELP}")
     train.add_argument("--dtype", default="float32")
     train.add_argument("--device", default="cpu")
     train.add_argument("--steps", type=int, default=1000)
@@ -725,7 +665,9 @@ def build_parser() -> argparse.ArgumentParser:
     pair.set_defaults(func=cmd_train_sim_pair)
 
     sim_eval = sub.add_parser("sim-eval", help="closed loop: the model drives the simulated robot")
-    sim_eval.add_argument("--models", default="embedded", help="'embedded' or a train-sim-pair directory")
+    sim_eval.add_argument("--models", default="embedded",
+                          help="model source of the verifier that drives: 'embedded' or a train-sim-pair directory "
+                               "(any source of docs/models.md loads)")
     sim_eval.add_argument("--episodes", type=int, default=50)
     sim_eval.add_argument("--seed", type=int, default=0, help="first episode seed (room layout and target)")
     sim_eval.add_argument("--target", default="", help="'<colour> <kind>' in every room (default: drawn per room)")
