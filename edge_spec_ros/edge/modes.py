@@ -33,6 +33,14 @@ Latency models (FSD paper, Table 4): AR 2T_c + nT_q; SD (n/τ)(2T_c + γT_p + T_
 FSD (n/τ)(2T_c + rγT_p + (1 − r)T_r + T_q). SD and FSD emit exactly the same tokens for the same
 seed: a cached pre-draft is bit-identical to the draft SD would compute from the same prefix.
 
+Structure: ``EdgeDecoder._speculative`` is one short loop shaped like ``decoding.reference.speculative``;
+what varies between the modes is plugged in. γ per round: ``edge.gamma`` (fixed, or TK-SLT's ODLD/AS²).
+The round's draft: the first of ``edge.draft_sources`` that has one (PicoSpec's pipelined block,
+FSD's pre-draft cache, a fresh draft). The wait for the verdict: ``edge.pipeline`` (a serial round, or
+PicoSpec's round that drafts ahead, chains and numbers its successor). The link's side of a round:
+``edge.round_link`` (blocks up, exits down, DSSD's resample). The pre-draft workers and the γ
+controller outlive a decision: ``edge.long_lived``.
+
 Legend: n — tokens; τ — tokens per round; γ — draft length; r — cache miss rate; T_p, T_q, T_c —
 draft forward, verification, one-way communication; T_r — waiting for a pre-draft on a hit.
 """
@@ -41,26 +49,28 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
-import torch
 
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig, DecodeResult, append_until_stop
 from edge_spec_ros.edge.client import VerifierAuthError, VerifierError, VerifierTimeout
-from edge_spec_ros.edge.predraft import PreDrafter
+from edge_spec_ros.edge.draft_sources import DraftChain, FreshDraft, PreDraftCache
+from edge_spec_ros.edge.gamma import RoundTiming
+from edge_spec_ros.edge.long_lived import LongLivedParts
+from edge_spec_ros.edge.pipeline import PipelinedRound, SerialRound
 from edge_spec_ros.edge.registry import MODES, REGISTRY, get_mode  # noqa: F401 - MODES re-exported
+from edge_spec_ros.edge.round_link import RoundLink, verdict_tokens
 from edge_spec_ros.models.drafter import Draft, Drafter
-from edge_spec_ros.models.kv_cache import KVCache
 from edge_spec_ros.models.prompt import EncodedPrompt
-from edge_spec_ros.spec.draft_length import DraftLengthController
 from edge_spec_ros.spec.queues import POLICIES
 from edge_spec_ros.spec.sampling import PositionalRNG
-from edge_spec_ros.spec.sparse import DraftDistribution, densify, to_sparse
-from edge_spec_ros.spec.verify import SplitVerdict, split_verify_device
+from edge_spec_ros.spec.sparse import DraftDistribution
+from edge_spec_ros.wire.messages import ErrorCode, ExitResult, Generate, Open, Tokens
 from edge_spec_ros.wire.verifier_link import VerifierLink
-from edge_spec_ros.wire.messages import DraftBlock, ErrorCode, ExitResult, Generate, Open, Tokens
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +119,29 @@ class EdgeConfig:
 
 
 class EdgeDecoder:
-    """Runs one decision in a chosen mode against a remote verifier."""
+    """Runs decisions in a chosen mode against a remote verifier, one speculative decision at a time.
+
+    Long-lived parts (``edge.long_lived``): FSD's N pre-draft threads start with the first decision
+    in a mode with early exits and idle between decisions; TK-SLT's γ controller keeps its estimates
+    across decisions. ``close()`` (or leaving a ``with`` block) joins the threads; a decoder dropped
+    without it tells them to exit. ``config`` may be replaced between decisions."""
 
     def __init__(self, client: VerifierLink, drafter: Drafter | None, config: EdgeConfig) -> None:
         self.client = client
         self.drafter = drafter
         self.config = config
+        self._parts = LongLivedParts()
+        weakref.finalize(self, self._parts.stop)
+
+    def close(self) -> None:
+        """Stop and join the pre-draft threads; a later decision starts them again."""
+        self._parts.close()
+
+    def __enter__(self) -> EdgeDecoder:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     def decode(self, mode: str, prompt: EncodedPrompt, image: bytes) -> DecodeResult:
         """``prompt``: the robot's encoding of instruction + image; ``image``: the same image as sent
@@ -194,191 +221,65 @@ class EdgeDecoder:
 
     def _speculative(self, sid: bytes, prompt: EncodedPrompt, stats: DecodeStats, t0: float,
                      mode: str) -> list[int]:
-        c, d = self.config, self.config.decode
+        """Speculative decoding over the link, round by round as ``decoding.reference.speculative``:
+        γ from the policy (``edge.gamma``), a draft from the first source that has one
+        (``edge.draft_sources``), send it, the verdict (``edge.pipeline``: a pipelined round drafts
+        ahead meanwhile), commit its tokens, settle the next round's draft."""
+        spec, c, d = get_mode(mode), self.config, self.config.decode
         rng = PositionalRNG(d.seed)
-        kv = self.drafter.start(prompt)
-        seq = prompt.input_ids.tolist()
-        predrafter = PreDrafter(self.drafter, c.threads, c.client_policy, d.gamma, d.sampling, rng,
-                                c.tp_s) if mode in EXIT_MODES else None
-        distribution = c.draft_distribution(mode)
-        controller = DraftLengthController(c.alpha_prior, c.b_prior, c.c_prior, max_gamma=c.max_gamma) \
-            if c.adaptive_gamma else None
-        gamma, t_token = d.gamma, 0.0
-        out: list[int] = []
-        resampled = -1
-        draft: Draft | None = None
-        round_, already_sent = 0, False  # PicoSpec: the next round's block may be in flight already
-        try:
+        link = RoundLink(self.client, sid, mode, c.draft_distribution(mode))
+        with self._parts.decision(c, self.drafter, mode, rng) as (policy, predrafter):
+            sources = DraftChain(FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, spec.pipelined, stats),
+                                 PreDraftCache(predrafter) if predrafter is not None else None, spec.pipelined, stats)
+            new_round = partial(PipelinedRound, link=link, on_exit=sources.on_exit, drafter=self.drafter,
+                                sampling=d.sampling, rng=rng, tp_s=c.tp_s) if spec.pipelined \
+                else partial(SerialRound, link=link, on_exit=sources.on_exit)
+            kv, seq, out = self.drafter.start(prompt), prompt.input_ids.tolist(), []
+            number, gamma, resampled = 0, d.gamma, -1
             for _ in range(d.max_new_tokens + 1):
-                if controller is not None and not already_sent:  # ODLD picks γ, AS² may hand over to the cloud
-                    choice = controller.choice()
-                    if not choice.use_speculation:
+                if not sources.in_flight:  # a block on the link already keeps the γ it was drafted with
+                    gamma = policy.gamma()
+                    if gamma is None:  # AS²: speculation does not pay, the cloud decodes the rest
                         stats.cloud_fallback = 1
                         return out + self._cloud_ar(sid, stats, t0, d.max_new_tokens - len(out), resampled)
-                    gamma = choice.gamma
-                if draft is None:
-                    t = time.perf_counter()
-                    if mode in PIPELINED_MODES and gamma >= 2:  # fast verification: the head goes first
-                        head = self._draft(kv, seq, stats, rng, distribution, (gamma + 1) // 2)
-                        self.client.send(sid, replace(draft_block(round_, head, mode, distribution, resampled),
-                                                      partial=True))
-                        rest = self._draft(kv, seq + list(head.tokens), stats, rng, distribution, gamma - head.gamma)
-                        draft = head.join(rest)
-                    else:
-                        draft = self._draft(kv, seq, stats, rng, distribution, gamma)
-                    t_token = (time.perf_counter() - t) / draft.gamma
-                if not already_sent:
-                    sent = time.perf_counter()
-                    self.client.send(sid, draft_block(round_, draft, mode, distribution, resampled))
-                stats.rounds += 1
-                stats.drafted += draft.gamma
-                if predrafter is not None:
-                    predrafter.begin_round(round_, seq, kv.fork(), gamma)
-                ahead = final = None
-                chained = False
-                earliest: dict[tuple[int, ...], int] = {}
-                if mode in PIPELINED_MODES:
-                    ahead, ahead_kv, final = self._draft_ahead(sid, round_, kv, seq + list(draft.tokens), rng,
-                                                               distribution, gamma, predrafter, earliest)
-                    if final is None and ahead.gamma >= 2:  # overlapped: send it before the verdict
-                        self.client.send(sid, replace(draft_block(round_ + 1, ahead, mode, distribution, -1),
-                                                      chained=True))
-                        chained, chained_at = True, time.perf_counter()
-                if final is None:
-                    final, earliest = self._await_final(sid, round_, predrafter, earliest)
+                block = sources.draft(number, kv, seq, gamma, resampled)
+                sent = block.sent_at if block.sent_at is not None else link.send(number, block.draft, resampled)
+                kv, draft = block.kv, block.draft
+                sources.begin_round(number, seq, kv, gamma)
+                round_ = new_round(number)
+                final = round_.verdict(seq, kv, draft, gamma)
                 round_trip = time.perf_counter() - sent
-                stats.round_trip_s += round_trip
-                stats.server_s += final.compute_s
-                stats.round_overheads_s.append(round_trip - final.compute_s)
-                if controller is not None:
-                    controller.observe(final.accepted, draft.gamma, t_token,
-                                       max(0.0, round_trip - final.compute_s) / draft.gamma, max(final.compute_s, 1e-6))
-                tokens = tuple(int(t) for t in final.tokens)
-                resampled = -1
-                if final.resample:  # DSSD: the robot resamples the rejected position itself
-                    p_row = final_p_row(final, self.drafter.stack.vocab_size)
-                    split = SplitVerdict(final.accepted, tokens, p_row)
-                    tokens = split_verify_device(split, draft.q, rng, draft.position).tokens
-                    resampled = tokens[-1]
-                    stats.resamples += 1
-                    stats.tv_sum += final.p_tv
-                stats.accepted += final.accepted
-                stats.full_rounds += final.accepted == draft.gamma
+                record_round(stats, draft, final, round_trip)
+                policy.observe(RoundTiming(final.accepted, draft.gamma, block.t_token_s, round_trip, final.compute_s))
+                tokens = verdict_tokens(final, draft, rng, self.drafter.stack.vocab_size)
+                resampled = tokens[-1] if final.resample else -1  # DSSD: the next block tells the cloud
                 seq.extend(tokens)
-                first = not out
-                done = append_until_stop(out, tokens, d)
-                if first:
-                    stats.ttft_s = time.perf_counter() - t0
-                if done:
+                if emit(out, tokens, d, stats, t0):
                     return out
-                hit = predrafter.take(tokens) if predrafter is not None else None
-                round_, already_sent = round_ + 1, False
-                valid = ahead is not None and final.accepted == draft.gamma and not final.resample \
-                    and ahead.gamma >= 2 and ahead.tokens[0] == tokens[-1]
-                if chained:  # the cloud verifies the block sent ahead if valid, and answers stale if not
-                    already_sent, sent = valid, chained_at
-                    round_ += not valid
-                if valid:  # PicoSpec: the pipelined block's assumption held
-                    stats.cache_hits += 1
-                    draft, kv = ahead.tail(1), ahead_kv
-                elif hit is not None:
-                    stats.cache_hits += 1
-                    stats.hit_exit_sum += earliest.get(tokens, hit.layer)
-                    draft, kv = hit.draft, hit.kv
-                else:
-                    stats.cache_misses += predrafter is not None or ahead is not None
-                    draft = None
-            raise VerifierError(0, "decode did not finish within its token budget")  # unreachable
-        finally:
-            if predrafter is not None:
-                predrafter.close()
-
-    def _draft(self, kv: KVCache, seq: list[int], stats: DecodeStats, rng: PositionalRNG,
-               distribution: DraftDistribution | None, gamma: int) -> Draft:
-        d = self.config.decode
-        t = time.perf_counter()
-        draft = self.drafter.draft(kv, seq, gamma, d.sampling, rng, self.config.tp_s, distribution=distribution)
-        stats.draft_s += time.perf_counter() - t
-        stats.draft_forwards += gamma
-        return draft
-
-    def _draft_ahead(self, sid: bytes, round_: int, kv: KVCache, guess: list[int], rng: PositionalRNG,
-                     distribution: DraftDistribution | None, gamma: int, predrafter: PreDrafter | None,
-                     earliest: dict[tuple[int, ...], int]):
-        """PicoSpec's parallel drafting: draft 1 + γ tokens after ``guess`` (the prefix as if the block
-        in flight were fully accepted) on a fork of the cache, stopping early once the verdict is in;
-        early exits arriving meanwhile go to the pre-drafter (pico-fsd).
-        Returns (the draft, its cache, the final verdict if it arrived meanwhile, else None)."""
-        arrived: list[ExitResult] = []
-
-        def verdict_in() -> bool:
-            while not arrived:
-                try:
-                    msg = self.client.receive(sid, 0.0)
-                except VerifierTimeout:
-                    return False
-                if not isinstance(msg, ExitResult) or msg.round > round_:
-                    raise VerifierError(0, f"unexpected {type(msg).__name__} while pipelining round {round_}")
-                if msg.round < round_:
-                    continue  # the stale answer to a dropped pipelined block, or a late early exit
-                if msg.is_final:
-                    arrived.append(msg)
-                else:
-                    self._early_exit(msg, round_, predrafter, earliest)
-            return True
-
-        fork = kv.fork()
-        ahead = self.drafter.draft(fork, guess, gamma + 1, self.config.decode.sampling, rng, self.config.tp_s,
-                                   distribution=distribution, truncate=verdict_in)
-        return ahead, fork, arrived[0] if arrived else None
-
-    def _await_final(self, sid: bytes, round_: int, predrafter: PreDrafter | None,
-                     earliest: dict[tuple[int, ...], int] | None = None
-                     ) -> tuple[ExitResult, dict[tuple[int, ...], int]]:
-        """Receive until the round's final exit; early exits feed the pre-drafter. Returns the final
-        result and, per early output, the earliest exit layer that produced it."""
-        earliest = {} if earliest is None else earliest
-        while True:
-            msg = self.client.receive(sid)
-            if not isinstance(msg, ExitResult):
-                raise VerifierError(0, f"expected ExitResult, got {type(msg).__name__}")
-            if msg.round != round_:
-                continue  # a late early exit of an earlier round
-            if msg.is_final:
-                return msg, earliest
-            self._early_exit(msg, round_, predrafter, earliest)
-
-    @staticmethod
-    def _early_exit(msg: ExitResult, round_: int, predrafter: PreDrafter | None,
-                    earliest: dict[tuple[int, ...], int]) -> None:
-        """An early exit's output: remember its earliest layer, hand it to the pre-draft queue."""
-        tokens = tuple(int(t) for t in msg.tokens)
-        earliest[tokens] = min(earliest.get(tokens, msg.layer), msg.layer)
-        if predrafter is not None:
-            predrafter.offer(round_, tokens, msg.confidence, msg.layer)
+                settled = round_.settle(draft, final, tokens)
+                sources.after_verdict(settled.ahead, tokens)
+                number = settled.next_number
+        raise VerifierError(0, "decode did not finish within its token budget")  # unreachable
 
 
-def draft_block(round_: int, draft: Draft, mode: str, distribution: DraftDistribution | None,
-                resampled: int) -> DraftBlock:
-    """What ``mode`` sends of a draft: the ids always, and q whole, sparse, or its drafted values only."""
-    tokens = np.asarray(draft.tokens, dtype=np.int32)
-    block = DraftBlock(round=round_, position=draft.position, tokens=tokens, resampled=resampled)
-    if draft.q is None:  # greedy: nothing to send about q
-        return block
-    if mode in SPLIT_MODES:
-        values = draft.q[torch.arange(draft.gamma), torch.from_numpy(tokens).long()]
-        return replace(block, q_draft=values.float().numpy())
-    if distribution is not None and distribution.sparse:
-        ids, values = to_sparse(draft.q, distribution.top_k)
-        return replace(block, q_ids=ids.numpy(), q_values=values.numpy())
-    return replace(block, q=draft.q.numpy())
+def record_round(stats: DecodeStats, draft: Draft, final: ExitResult, round_trip_s: float) -> None:
+    """A verified round's counters: γ drafted, δ accepted, its round trip and the server's T_q."""
+    stats.rounds += 1
+    stats.drafted += draft.gamma
+    stats.accepted += final.accepted
+    stats.full_rounds += final.accepted == draft.gamma
+    stats.round_trip_s += round_trip_s
+    stats.server_s += final.compute_s
+    stats.round_overheads_s.append(round_trip_s - final.compute_s)
+    if final.resample:  # DSSD: the robot resampled the rejected position
+        stats.resamples += 1
+        stats.tv_sum += final.p_tv
 
 
-def final_p_row(final: ExitResult, vocab_size: int) -> torch.Tensor:
-    """p_δ (V,) from a DSSD verdict: sent whole, or (LOSSY) its top K."""
-    if final.p is None:
-        raise VerifierError(0, "a resample verdict without p")
-    p = torch.from_numpy(np.array(final.p, dtype=np.float32))
-    if final.p_ids is None:
-        return p
-    return densify(torch.from_numpy(np.array(final.p_ids))[None], p[None], vocab_size)[0]
+def emit(out: list[int], tokens: tuple[int, ...], config: DecodeConfig, stats: DecodeStats, t0: float) -> bool:
+    """Append a verdict's tokens to the output (to a stop token or the budget); True when done."""
+    first = not out
+    done = append_until_stop(out, tokens, config)
+    if first:
+        stats.ttft_s = time.perf_counter() - t0
+    return done

@@ -1,0 +1,151 @@
+"""Where a round's draft comes from: a chain of sources, asked in order.
+
+1. the pipelined block (PicoSpec §3): drafted while the cloud verified the previous block, valid when
+   that block was fully accepted and the cloud's own token was guessed right; possibly on the link
+   already (a chained block);
+2. the pre-draft cache C (FSD, Algorithm 1): drafted by a worker from an early exit whose output the
+   final verdict matched;
+3. a fresh draft of γ tokens on the critical path (every mode; the only source of SD, DSSD, TK-SLT).
+
+A hit of 1 or 2 is bit-identical to the fresh draft from the same prefix (draws are position-indexed:
+u(DRAFT, j) for token j), so the chain changes latency, never the tokens. Every source reports the
+draft time it measured, T_SLM per token, for the γ policy (``edge.gamma``).
+
+Legend: γ — draft length; V — vocabulary; T_SLM — one draft-token step; C — the pre-draft cache.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from edge_spec_ros.decoding.metrics import DecodeStats
+from edge_spec_ros.edge.predraft import PreDrafter
+from edge_spec_ros.edge.round_link import RoundLink
+from edge_spec_ros.models.drafter import Draft, Drafter
+from edge_spec_ros.models.kv_cache import KVCache
+from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
+from edge_spec_ros.wire.messages import ExitResult
+
+
+@dataclass(frozen=True)
+class SourcedDraft:
+    """A round's draft, the drafter cache to continue from, and what producing it cost."""
+
+    draft: Draft  # γ tokens from ``draft.position``; q (γ, V), None when greedy
+    kv: KVCache  # the drafter's cache after the draft
+    t_token_s: float  # T_SLM: the producing source's measured draft time per token
+    sent_at: float | None = None  # a chained block already on the link: when it left (perf_counter)
+
+
+@dataclass(frozen=True)
+class FreshDraft:
+    """Source 3: draft γ tokens now, timed into ``DecodeStats.draft_s`` (the critical path).
+
+    ``split_head``: PicoSpec's fast verification — a block of γ ≥ 2 leaves in two parts, its first
+    ⌈γ/2⌉ tokens as soon as they exist, so the cloud starts on them while the rest is drafted."""
+
+    drafter: Drafter
+    link: RoundLink
+    sampling: SamplingConfig
+    rng: PositionalRNG
+    tp_s: float  # emulated T_p per step (0: real compute only)
+    split_head: bool
+    stats: DecodeStats
+
+    def draft(self, round_: int, kv: KVCache, seq: list[int], gamma: int, resampled: int) -> SourcedDraft:
+        t = time.perf_counter()
+        if self.split_head and gamma >= 2:
+            head = self._draft(kv, seq, (gamma + 1) // 2)
+            self.link.send(round_, head, resampled, partial=True)
+            draft = head.join(self._draft(kv, seq + list(head.tokens), gamma - head.gamma))
+        else:
+            draft = self._draft(kv, seq, gamma)
+        return SourcedDraft(draft, kv, (time.perf_counter() - t) / draft.gamma)
+
+    def _draft(self, kv: KVCache, seq: list[int], gamma: int) -> Draft:
+        t = time.perf_counter()
+        draft = self.drafter.draft(kv, seq, gamma, self.sampling, self.rng, self.tp_s,
+                                   distribution=self.link.distribution)
+        self.stats.draft_s += time.perf_counter() - t
+        self.stats.draft_forwards += gamma
+        return draft
+
+
+class PreDraftCache:
+    """Source 2 for one decision: the decoder's long-lived ``PreDrafter`` (FSD's Q_p, workers and C),
+    and per round the earliest exit layer that produced each early output (``hit_exit_sum``)."""
+
+    def __init__(self, predrafter: PreDrafter) -> None:
+        self.predrafter = predrafter
+        self._round = -1
+        self._earliest: dict[tuple[int, ...], int] = {}
+
+    def begin_round(self, round_: int, seq: list[int], kv: KVCache, gamma: int) -> None:
+        """Round ``round_``'s block left: pre-drafts of γ tokens extend ``seq`` from a snapshot of ``kv``."""
+        self._round, self._earliest = round_, {}
+        self.predrafter.begin_round(round_, seq, kv.fork(), gamma)
+
+    def on_exit(self, msg: ExitResult) -> None:
+        """An early exit of the round: remember its earliest layer, hand it to Q_p."""
+        tokens = tuple(int(t) for t in msg.tokens)
+        self._earliest[tokens] = min(self._earliest.get(tokens, msg.layer), msg.layer)
+        self.predrafter.offer(self._round, tokens, msg.confidence, msg.layer)
+
+    def take(self, tokens: tuple[int, ...]) -> tuple[SourcedDraft, int] | None:
+        """The pre-draft for the verdict's ``tokens`` and its earliest exit layer, or None (a miss)."""
+        hit = self.predrafter.take(tokens)
+        if hit is None:
+            return None
+        return SourcedDraft(hit.draft, hit.kv, hit.draft_s / hit.draft.gamma), self._earliest.get(tokens, hit.layer)
+
+    def end_round(self) -> None:
+        self.predrafter.end_round()
+
+
+class DraftChain:
+    """The sources in order: the pipelined block, the pre-draft cache, a fresh draft. After each
+    verdict it settles the next round's draft and counts a hit (1 or 2) or a miss (a mode with a
+    source ahead of the fresh draft that had nothing)."""
+
+    def __init__(self, fresh: FreshDraft, cache: PreDraftCache | None, pipelined: bool, stats: DecodeStats) -> None:
+        self.fresh = fresh
+        self.cache = cache
+        self.pipelined = pipelined
+        self.stats = stats
+        self._next: SourcedDraft | None = None
+
+    @property
+    def in_flight(self) -> bool:
+        """The next round's block is on the link already (a chained block that held): its γ is fixed."""
+        return self._next is not None and self._next.sent_at is not None
+
+    def draft(self, round_: int, kv: KVCache, seq: list[int], gamma: int, resampled: int) -> SourcedDraft:
+        """Round ``round_``'s draft: the one settled after the last verdict, else a fresh one of γ."""
+        settled, self._next = self._next, None
+        return settled if settled is not None else self.fresh.draft(round_, kv, seq, gamma, resampled)
+
+    def begin_round(self, round_: int, seq: list[int], kv: KVCache, gamma: int) -> None:
+        if self.cache is not None:
+            self.cache.begin_round(round_, seq, kv, gamma)
+
+    def on_exit(self, msg: ExitResult) -> None:
+        if self.cache is not None:
+            self.cache.on_exit(msg)
+
+    def after_verdict(self, pipelined: SourcedDraft | None, tokens: tuple[int, ...]) -> None:
+        """The verdict committed ``tokens``; ``pipelined``: the block drafted ahead, if it is valid."""
+        stats = self.stats
+        if pipelined is not None:
+            if self.cache is not None:
+                self.cache.end_round()
+            stats.cache_hits += 1
+            self._next = pipelined
+            return
+        hit = self.cache.take(tokens) if self.cache is not None else None
+        if hit is not None:
+            self._next, layer = hit
+            stats.cache_hits += 1
+            stats.hit_exit_sum += layer
+        elif self.cache is not None or self.pipelined:
+            stats.cache_misses += 1

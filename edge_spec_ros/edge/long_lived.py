@@ -1,0 +1,87 @@
+"""The robot decoder's long-lived parts: FSD's pre-draft workers and TK-SLT's γ controller.
+
+Both outlive a decision. The ``PreDrafter``'s N threads start with the first decision in a mode
+with early exits and then idle between decisions (each decision ``begin``s and ``end``s it); the
+``DraftLengthController`` of each mode keeps its α, b, c estimates from one decision to the next. A
+part is built again only when the configuration it was built from changes (N, the Q_p policy, the
+priors).
+
+Legend: N — pre-draft threads; Q_p — the client's early-exit queue; α, b, c — TK-SLT eq. 5, 8.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from edge_spec_ros.edge.gamma import AdaptiveGamma, FixedGamma, GammaPolicy
+from edge_spec_ros.edge.predraft import PreDrafter
+from edge_spec_ros.edge.registry import get_mode
+from edge_spec_ros.models.drafter import Drafter
+from edge_spec_ros.spec.draft_length import DraftLengthController
+from edge_spec_ros.spec.sampling import PositionalRNG
+
+if TYPE_CHECKING:
+    from edge_spec_ros.edge.modes import EdgeConfig
+
+
+class LongLivedParts:
+    """The pre-drafter and the adaptive γ policies of one decoder; one decision at a time.
+
+    One γ controller per mode: what it measures differs between modes (b: the uplink payload per
+    draft token, γ×V q in SD against γ values in DSSD; α: the q drafted from, TK-SLT's top K), so a
+    mode's estimates never come from another's decisions."""
+
+    def __init__(self) -> None:
+        self._decision = threading.Lock()
+        self.predrafter: PreDrafter | None = None
+        self.adaptive: dict[str, tuple[tuple, AdaptiveGamma]] = {}  # mode -> (built from, policy)
+
+    @contextmanager
+    def decision(self, config: EdgeConfig, drafter: Drafter, mode: str,
+                 rng: PositionalRNG) -> Iterator[tuple[GammaPolicy, PreDrafter | None]]:
+        """The γ policy and (a mode with early exits) the pre-drafter, begun for one decision whose
+        draws are ``rng``'s; the pre-drafter's decision ends with the block. Decisions wait for each
+        other."""
+        d = config.decode
+        with self._decision:
+            policy = self._gamma_policy(config, mode)
+            policy.begin(d.gamma)
+            predrafter = self._predrafter(config, drafter) if get_mode(mode).early_exits else None
+            if predrafter is not None:
+                predrafter.begin(rng, d.sampling, d.gamma, config.tp_s)
+            try:
+                yield policy, predrafter
+            finally:
+                if predrafter is not None:
+                    predrafter.end()
+
+    def close(self) -> None:
+        """Stop and join the pre-draft workers (a later decision starts new ones)."""
+        predrafter, self.predrafter = self.predrafter, None
+        if predrafter is not None:
+            predrafter.close()
+
+    def stop(self) -> None:
+        """Tell the pre-draft workers to exit without waiting (the decoder's finaliser)."""
+        if self.predrafter is not None:
+            self.predrafter.stop()
+
+    def _gamma_policy(self, config: EdgeConfig, mode: str) -> GammaPolicy:
+        if not config.adaptive_gamma:
+            return FixedGamma()
+        built_from = (config.alpha_prior, config.b_prior, config.c_prior, config.max_gamma)
+        if mode not in self.adaptive or self.adaptive[mode][0] != built_from:
+            controller = DraftLengthController(config.alpha_prior, config.b_prior, config.c_prior,
+                                               max_gamma=config.max_gamma)
+            self.adaptive[mode] = built_from, AdaptiveGamma(controller)
+        return self.adaptive[mode][1]
+
+    def _predrafter(self, config: EdgeConfig, drafter: Drafter) -> PreDrafter:
+        p = self.predrafter
+        if p is None or p.drafter is not drafter or p.threads != config.threads or p.policy != config.client_policy:
+            self.close()
+            self.predrafter = PreDrafter(drafter, config.threads, config.client_policy)
+        return self.predrafter
