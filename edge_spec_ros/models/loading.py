@@ -1,4 +1,6 @@
-"""Loading Qwen2-VL checkpoints from a hub id or a local path (real deployments)."""
+"""Loading one Qwen2-VL checkpoint from a hub id or a local path: the primitive under ``models/pairs.py``,
+whose ``load_pair`` is what commands and nodes call (it resolves 'embedded', 'smollm2', a directory
+or a hub id into checkpoints and loads the parts asked for)."""
 
 from __future__ import annotations
 
