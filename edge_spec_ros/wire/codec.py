@@ -26,7 +26,8 @@ from collections.abc import Mapping
 import lz4.block
 import numpy as np
 
-from edge_spec_ros.wire.messages import MESSAGE_TYPES, Envelope, ErrorCode, Message, MsgType
+from edge_spec_ros.wire.dragon import DRAGON_FIELD_DTYPES, DRAGON_TYPES
+from edge_spec_ros.wire.messages import MESSAGE_TYPES, Envelope, ErrorCode, Message
 
 MAGIC = b"ES"
 VERSION = 1
@@ -41,7 +42,9 @@ ALLOWED_DTYPES = {"int32": np.int32, "int64": np.int64, "float32": np.float32, "
 MAX_NDIM = 4
 # Arrays whose dtype is fixed by the protocol (others: any allowed dtype).
 FIELD_DTYPES = {"input_ids": "int32", "tokens": "int32", "image": "uint8", "q_ids": "int32", "p_ids": "int32",
-                "q_draft": "float32"}
+                "q_draft": "float32", **DRAGON_FIELD_DTYPES}
+# Every type the frames may carry: the verifier protocol's and DRAGON's (wire/dragon.py, types 32-37).
+FRAME_TYPES: dict[int, type] = {**MESSAGE_TYPES, **DRAGON_TYPES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,10 +121,9 @@ def decode(frames: list[bytes], limits: DecodeLimits = DEFAULT_LIMITS) -> Envelo
     if version != VERSION:
         raise WireError(f"unsupported protocol version {version} (this side speaks {VERSION})",
                         ErrorCode.UNSUPPORTED_VERSION)
-    try:
-        cls = MESSAGE_TYPES[MsgType(mtype)]
-    except ValueError:
-        raise WireError(f"unknown message type {mtype}") from None
+    cls = FRAME_TYPES.get(mtype)
+    if cls is None:
+        raise WireError(f"unknown message type {mtype}")
     raw_meta = frames[0][HEADER.size:]
     if len(raw_meta) > MAX_META_BYTES:
         raise WireError(f"metadata of {len(raw_meta)} bytes exceeds {MAX_META_BYTES}")

@@ -1,0 +1,115 @@
+"""The robot's side of DRAGON (Liu et al. 2025): its LM over its private memory, with the cloud's LM
+over the cloud's documents, aggregated token by token with Speculative Aggregation.
+
+Legend: l ≡ robot (fixed label); D^l — the robot's memory entries (rag/stores.RobotMemory: what it
+saw, where and when; what it was told); p^l_t, log h̃^l_t — its local aggregate; x_t — target token.
+
+``RobotDragon.decode(query, link)`` retrieves the top-k memory entries for the query, prefills one
+KV cache per entry, opens the decision on the link (DragonOpen: the query and decoding parameters,
+nothing of the memory) and runs a ``rag.dragon_peer.DragonPeer`` named robot until the decision
+ends. The memory's text, ids, caches and scores never leave this object: the peer sends drafts
+(x^l_t, log h̃^l_t, p^l_t or p^l_t(x^l_t)) and target tokens only.
+
+A link is anything with ``open(DragonOpen) -> DragonOpened``, ``send(msg)``, ``receive(timeout_s)``
+(a message or None) and ``close()``: cloud/dragon.LocalDragonLink in one process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from edge_spec_ros.models.stack import DecoderStack
+from edge_spec_ros.rag.document_lm import PromptIds, build_side
+from edge_spec_ros.rag.dragon_peer import DragonPeer, DragonTrace, PeerConfig, run_peer
+from edge_spec_ros.rag.stores import RobotMemory
+from edge_spec_ros.spec.aggregation import ROBOT
+from edge_spec_ros.spec.sampling import SamplingConfig
+from edge_spec_ros.wire.dragon import DragonMessage, DragonOpen, DragonOpened
+
+
+class DragonLink(Protocol):
+    def open(self, request: DragonOpen) -> DragonOpened: ...
+
+    def send(self, msg: DragonMessage) -> None: ...
+
+    def receive(self, timeout_s: float) -> DragonMessage | None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class DragonConfig:
+    """One DRAGON decision's parameters on the robot (the cloud's count of documents included)."""
+
+    max_new_tokens: int = 48
+    temperature: float = 0.0
+    seed: int = 0
+    robot_top_k: int = 2  # memory entries the robot's LM reads
+    cloud_top_k: int = 2  # documents the cloud's LM reads
+    aggregator: str = "robot"  # who aggregates position 0
+    policy: str = "dragon"  # dragon (eq. 8) | robot | cloud
+    payload: str = "full"  # full | on_demand (exact, fewer bytes)
+    max_queue: int = 4
+    relevance_scale: float = 1.0
+    relevance_every: int = 1
+    timeout_s: float = 30.0  # with nothing to do, how long to wait for the cloud
+
+
+@dataclass(frozen=True)
+class DragonDecision:
+    tokens: tuple[int, ...]
+    trace: DragonTrace
+    memory_entries: int  # how many entries the robot's LM read (they stayed on the robot)
+    prefill_s: float  # the robot's retrieval + per-entry prefill
+    cloud_prefill_s: float
+    decode_s: float  # open to the last target token
+
+
+class RobotDragon:
+    """The robot's DRAGON decoder over its memory."""
+
+    def __init__(self, stack: DecoderStack, memory: RobotMemory, prompt_ids: PromptIds,
+                 decode_text: Callable[[Sequence[int]], str], config: DragonConfig = DragonConfig(),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.stack, self.memory, self.prompt_ids, self.decode_text = stack, memory, prompt_ids, decode_text
+        self.config, self.clock = config, clock
+        self.last_peer: DragonPeer | None = None  # the last decision's state (tests, benches)
+        self.last_side = None
+
+    def request(self, query: str, stop_tokens: Sequence[int] = ()) -> DragonOpen:
+        c = self.config
+        return DragonOpen(query=query, max_new_tokens=c.max_new_tokens, temperature=c.temperature, seed=c.seed,
+                          stop_tokens=tuple(int(t) for t in stop_tokens), top_k=c.cloud_top_k,
+                          aggregator=c.aggregator, policy=c.policy, payload=c.payload, max_queue=c.max_queue)
+
+    def decode(self, query: str, link: DragonLink, stop_tokens: Sequence[int] = ()) -> DragonDecision:
+        c = self.config
+        start = self.clock()
+        hits = self.memory.top_k(query, c.robot_top_k)
+        side = build_side(self.stack, self.memory, hits, query, self.prompt_ids, self.decode_text,
+                          SamplingConfig(c.temperature), c.relevance_scale, c.relevance_every)
+        prefill_s = self.clock() - start
+        request = self.request(query, stop_tokens)
+        opened = link.open(request)
+        if opened.vocab_size != self.stack.vocab_size:
+            link.close()
+            raise ValueError(f"the cloud's vocabulary ({opened.vocab_size}) differs from the robot's "
+                             f"({self.stack.vocab_size}): DRAGON aggregates distributions over one vocabulary")
+        peer = DragonPeer(ROBOT, side.next_distribution, PeerConfig.from_open(request), self.stack.vocab_size,
+                          side.rollback, self.clock)
+        self.last_peer, self.last_side = peer, side
+        t0 = self.clock()
+
+        def send(messages: list[DragonMessage]) -> None:
+            for m in messages:
+                link.send(m)
+
+        try:
+            run_peer(peer, send, link.receive, c.timeout_s)
+        finally:
+            link.close()
+        return DragonDecision(tuple(peer.tokens), peer.trace(), side.documents, prefill_s, opened.prefill_s,
+                              self.clock() - t0)

@@ -1,0 +1,219 @@
+"""DRAGON on the robot with real (small) language models: edge/dragon.RobotDragon over a RobotMemory
+against cloud/dragon.DragonSession over a DocumentStore, every message encoded and decoded.
+
+Greedy and sampled output equal DRDG/TW token for token (threads, in-process link); sampled two-token
+sequences fit Π_t (η^l p^l + η^r p^r) by chi-square and an aggregator that uses stale drafts fails;
+no frame of a session holds document text, a document id or a retrieval score.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from edge_spec_ros.cloud.dragon import DragonServeConfig, DragonSession, LocalDragonLink
+from edge_spec_ros.edge.dragon import DragonConfig, RobotDragon
+from edge_spec_ros.models.stack import DecoderStack
+from edge_spec_ros.models.tiny import build_tiny_qwen2vl
+from edge_spec_ros.rag.document_lm import build_side
+from edge_spec_ros.rag.dragon_peer import DragonPeer, PeerConfig, run_interleaved, wire_precision
+from edge_spec_ros.rag.stores import DocumentStore, RobotMemory
+from edge_spec_ros.spec.aggregation import CLOUD, ROBOT, drdg_tw
+from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
+from edge_spec_ros.wire.codec import HEADER
+from edge_spec_ros.wire.dragon import DragonOpen
+
+from small_vocab import SMALL, VOCAB, aggregated_two_token_joint
+
+SPEC = dataclasses.replace(SMALL, init_std=0.5)  # peakier, more context-dependent next-token distributions
+WORDS = ("chair", "red", "kitchen", "door", "bottle", "table", "window", "lamp")  # id → word, V = 8
+QUERY = "where did you see the red chair"
+MEMORY = [("observation", "I saw a red chair in the kitchen beside the fridge", (1.0, 2.0, 0.5)),
+          ("instruction", "go to the door near the window", (0.0, 0.0, 0.0)),
+          ("note", "the lamp on the table is broken since Tuesday", (3.0, 1.0, 1.5)),
+          ("observation", "a silver bottle stands on the red chair", (1.2, 2.1, 0.4))]
+DOCUMENTS = {"furniture.md": "Chairs are furniture for sitting; a red chair is easy to spot.\n\n"
+                             "A kitchen usually has a table, a chair and a lamp.",
+             "house/doors.txt": "Doors and windows open to let people and light in."}
+
+
+def decode_text(ids):
+    return " ".join(WORDS[i] for i in ids)
+
+
+@pytest.fixture(scope="module")
+def world(tokenizer, tmp_path_factory):
+    """The robot's and the cloud's small LMs (V = 8, different weights), a memory and a folder."""
+    root = tmp_path_factory.mktemp("dragon")
+    memory = RobotMemory(root / "memory")
+    for i, (kind, text, pose) in enumerate(MEMORY):
+        memory.add(kind, text, pose, time=10.0 * i)
+    for name, text in DOCUMENTS.items():
+        (root / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "docs" / name).write_text(text)
+
+    def prompt_ids(document, query):  # the shipped tokenizer's ids folded into V = 8
+        return [t % VOCAB for t in tokenizer(f"{document} | {query}").input_ids][:14]
+
+    return {"robot": DecoderStack(build_tiny_qwen2vl(SPEC, tokenizer, seed=5)),
+            "cloud": DecoderStack(build_tiny_qwen2vl(SPEC, tokenizer, seed=3)),
+            "memory": memory, "store": DocumentStore(root / "docs"), "prompt_ids": prompt_ids}
+
+
+def reference(world, n, temperature, seed, k=2):
+    """DRDG/TW over fresh copies of both sides (same documents, models and relevance)."""
+    s = SamplingConfig(temperature)
+    mem, store = world["memory"], world["store"]
+    rs = build_side(world["robot"], mem, mem.top_k(QUERY, k), QUERY, world["prompt_ids"], decode_text, s)
+    cs = build_side(world["cloud"], store, store.top_k(QUERY, k), QUERY, world["prompt_ids"], decode_text, s)
+    return drdg_tw(wire_precision(rs.next_distribution), wire_precision(cs.next_distribution), [], n,
+                   PositionalRNG(seed), s)
+
+
+def decide(world, config):
+    robot = RobotDragon(world["robot"], world["memory"], world["prompt_ids"], decode_text, config)
+    link = LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text, timeout_s=30.0)
+    return robot, link, robot.decode(QUERY, link)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
+def test_robot_and_cloud_over_encoded_messages_equal_drdg_tw(world, temperature):
+    """Six decisions per mode (24 tokens, payload full / on_demand, either first aggregator, eq. 8
+    scheduler or a fixed aggregator), both sides in their own thread: the robot's and the cloud's
+    tokens equal DRDG/TW's, S^l and S^r too; the robot's KV caches end at prompt + committed tokens."""
+    n = 24
+    rollbacks = 0
+    for case in range(6):
+        config = DragonConfig(max_new_tokens=n, temperature=temperature, seed=case,
+                              payload=("full", "on_demand")[case % 2], aggregator=(ROBOT, CLOUD)[(case // 2) % 2],
+                              policy=("dragon", "robot", "cloud")[case % 3], max_queue=1 + case % 3)
+        robot, link, out = decide(world, config)
+        ref = reference(world, n, temperature, case)
+        assert out.tokens == ref.tokens, case
+        assert out.trace.accept_robot == ref.accept_robot and out.trace.accept_cloud == ref.accept_cloud
+        assert tuple(link.cloud.peer.tokens) == ref.tokens
+        assert out.memory_entries == 2
+        lm = robot.last_side.lm
+        assert lm.cached_lengths() <= [len(p) + n for p in lm.prompts]
+        rollbacks += out.trace.rollbacks
+    assert rollbacks > 10  # the two models disagree: rejections and KV rollbacks happen
+
+
+def test_no_document_text_id_or_score_crosses_the_link(world):
+    """Every frame of a decision (both directions, both payloads): no 12-character piece of any memory
+    entry or cloud document (pieces of the query excepted: the query travels), no document id, and
+    neither side's retrieval scores, as float64/float32 vectors or as single JSON numbers. (The one
+    retrieval-derived number that travels is the paper's log h̃^s_t = logsumexp_d R(d, x_<t), a scalar
+    per draft; with two or more documents per side, as here, it equals no single score.)"""
+    mem, store = world["memory"], world["store"]
+    texts = [e.text for e in mem.entries] + [e.render() for e in mem.entries] + [store.text(d) for d in store.doc_ids]
+    pieces = {t[i:i + 12] for t in texts for i in range(max(1, len(t) - 11))} - {
+        QUERY[i:i + 12] for i in range(len(QUERY) - 11)}
+    ids = [e.doc_id for e in mem.entries] + list(store.doc_ids)
+    mem_scores, doc_scores = [h.score for h in mem.top_k(QUERY, 4)], [h.score for h in store.top_k(QUERY, 4)]
+    assert len(mem_scores) >= 2 and len(doc_scores) >= 2
+    scores = mem_scores + doc_scores
+    vectors = [np.array(v[:2], dtype=dt).tobytes() for v in (mem_scores, doc_scores) for dt in (np.float64, np.float32)]
+    frames_seen = 0
+    for payload in ("full", "on_demand"):
+        _, link, _ = decide(world, DragonConfig(max_new_tokens=16, temperature=1.0, payload=payload, seed=3))
+        for _, frames in link.log.frames:
+            frames_seen += 1
+            blob = b"".join(frames)
+            meta = json.loads(frames[0][HEADER.size:])
+            for piece in pieces:
+                assert piece.encode() not in blob, piece
+            for doc_id in ids:
+                assert doc_id.encode() not in blob, doc_id
+            for vector in vectors:
+                assert vector not in blob
+            numbers = [v for k, v in meta.items() if isinstance(v, float)]
+            for s in scores:
+                assert all(abs(v - s) > 1e-12 for v in numbers), (meta, s)
+        assert {"DragonOpen", "DragonOpened", "DragonDraft", "DragonTarget", "Close"} <= set(link.log.by_type)
+    assert frames_seen > 40
+
+
+class StaleDraftsAggregator(DragonPeer):
+    """Negative control: the aggregator keeps the other side's drafts decoded before their rejection."""
+
+    def _drop_remote_queue(self):
+        pass
+
+    def _on_draft(self, msg):
+        if not self.is_aggregator or self.done or msg.position != len(self.tokens) + len(self.remote):
+            self.dropped += 1
+            return
+        self.remote.append(msg)
+
+    def _on_target(self, msg):
+        import dataclasses
+
+        while not self.side.queue:
+            self.side.draft()
+        own = self.side.queue[0].token == msg.token
+        super()._on_target(dataclasses.replace(msg, **{"accept_robot" if self.name == ROBOT else "accept_cloud": own}))
+
+
+def test_sampled_pairs_with_models_follow_the_aggregated_target_and_stale_drafts_fail(world):
+    """(x_1, x_2) over 1500 seeds from the two small LMs over their documents (dynamic relevance),
+    through encoded frames in random event orders, either side aggregating: fits Π_t p_t (p > 1e-3);
+    an aggregator using stale drafts does not (p < 1e-6). The side functions are memoised by context
+    (the model's output is a function of it; the KV path is checked by the token-for-token test)."""
+    s = SamplingConfig(1.0)
+    mem, store = world["memory"], world["store"]
+    rs = build_side(world["robot"], mem, mem.top_k(QUERY, 2), QUERY, world["prompt_ids"], decode_text, s)
+    cs = build_side(world["cloud"], store, store.top_k(QUERY, 2), QUERY, world["prompt_ids"], decode_text, s)
+    fr = functools.lru_cache(maxsize=None)(lambda ctx: wire_precision(rs.next_distribution)(list(ctx)))
+    fc = functools.lru_cache(maxsize=None)(lambda ctx: wire_precision(cs.next_distribution)(list(ctx)))
+    robot_fn, cloud_fn = (lambda ctx: fr(tuple(ctx))), (lambda ctx: fc(tuple(ctx)))
+    n = 1500
+    expected = aggregated_two_token_joint(robot_fn, cloud_fn, [], VOCAB) * n
+    keep = expected >= 5
+
+    def p_value(peer_class):
+        counts = np.zeros(VOCAB * VOCAB)
+        for seed in range(n):
+            config = PeerConfig(2, s, seed=seed, first_aggregator=(ROBOT, CLOUD)[seed % 2], max_queue=2,
+                                policy=(ROBOT, CLOUD)[seed % 2], payload=("full", "on_demand")[seed % 3 == 0]
+                                if peer_class is DragonPeer else "full")
+            robot = peer_class(ROBOT, robot_fn, config, VOCAB)
+            cloud = peer_class(CLOUD, cloud_fn, config, VOCAB)
+            run_interleaved(robot, cloud, seed)
+            counts[robot.tokens[0] * VOCAB + robot.tokens[1]] += 1
+        obs = np.append(counts[keep], counts[~keep].sum())
+        exp = np.append(expected[keep], expected[~keep].sum())
+        return chisquare(obs, exp)[1]
+
+    p_ok, p_bad = p_value(DragonPeer), p_value(StaleDraftsAggregator)
+    print(f"chi-square p: decoder {p_ok:.3g}, stale-draft aggregator {p_bad:.3g}")
+    assert p_ok > 1e-3, p_ok
+    assert p_bad < 1e-6, p_bad
+
+
+def test_the_cloud_refuses_bad_requests_and_a_vocabulary_mismatch(world, tokenizer):
+    stack, store = world["cloud"], world["store"]
+    for bad in (DragonOpen(query="", max_new_tokens=4), DragonOpen(query="q", max_new_tokens=10_000),
+                DragonOpen(query="q", max_new_tokens=4, top_k=99), DragonOpen(query="q", max_new_tokens=4,
+                                                                               stop_tokens=(VOCAB,))):
+        with pytest.raises(ValueError):
+            DragonSession(stack, store, world["prompt_ids"], decode_text, bad, DragonServeConfig())
+    other = DecoderStack(build_tiny_qwen2vl(SMALL.__class__(**{**SMALL.__dict__, "vocab_size": VOCAB + 1}),
+                                            tokenizer, seed=1))
+    robot = RobotDragon(other, world["memory"], world["prompt_ids"], decode_text, DragonConfig(max_new_tokens=2))
+    with pytest.raises(ValueError, match="vocabulary"):
+        robot.decode(QUERY, LocalDragonLink(stack, store, world["prompt_ids"], decode_text))
+
+
+def test_an_empty_memory_and_no_matching_document_still_decode(world, tmp_path):
+    """Nothing retrieved on either side: each LM reads the query alone (one row, R = 0)."""
+    robot = RobotDragon(world["robot"], RobotMemory(tmp_path / "empty"), world["prompt_ids"], decode_text,
+                        DragonConfig(max_new_tokens=6))
+    link = LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text)
+    out = robot.decode("zebra quantum", link)
+    assert len(out.tokens) == 6 and out.memory_entries == 0 and link.cloud.side.documents == 0

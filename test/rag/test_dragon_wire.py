@@ -1,0 +1,336 @@
+"""DRAGON's Speculative Aggregation over the wire protocol (wire/dragon.py, rag/dragon_peer.py).
+
+Two DragonPeers exchange encoded frames in random, seeded event orders (drafting, aggregating,
+delivering): the output equals DRDG/TW token for token (greedy and sampled) for every payload,
+queue depth, first aggregator and aggregator switching; sampled two-token sequences fit
+Π_t (η^l p^l + η^r p^r) by chi-square, and an aggregator that keeps the other side's stale drafts
+(no queue clear, no epoch check) fails the same test. Hand-built context-dependent sides, V = 4-6.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from edge_spec_ros.rag.dragon_peer import (
+    DragonPeer,
+    DragonProtocolError,
+    FrameLog,
+    PeerConfig,
+    partial_aggregate,
+    run_interleaved,
+    wire_precision,
+)
+from edge_spec_ros.spec.aggregation import (
+    CLOUD,
+    ROBOT,
+    LocalAggregate,
+    drdg_tw,
+    local_aggregate,
+    speculative_aggregate,
+)
+from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
+from edge_spec_ros.wire import dragon as wd
+from edge_spec_ros.wire.codec import WireError, decode, encode
+from edge_spec_ros.wire.messages import Envelope, ErrorCode
+
+from small_vocab import aggregated_two_token_joint
+
+GREEDY, SAMPLED = SamplingConfig(0.0), SamplingConfig(1.0)
+SESSION = bytes(range(16))
+
+
+def table_side(seed: int, v: int, docs: int = 2):
+    """p^s from a random table indexed by the last two tokens of (1, 2) + context, with relevance
+    indexed by the last token (dynamic weights): context-dependent, so stale drafts matter."""
+    gen = torch.Generator().manual_seed(seed)
+    table = torch.randn(v, v, docs, v, generator=gen, dtype=torch.float64) * 2.0
+    bias = torch.randn(v, docs, generator=gen, dtype=torch.float64)
+
+    def side(context):
+        full = [1, 2, *context]
+        return local_aggregate(torch.softmax(table[full[-2], full[-1]], -1), bias[full[-1]])
+
+    return side
+
+
+class KVCheck:
+    """A side function with a fake KV cache: every call must extend the cached context by exactly one
+    token (a missing or wrong rollback is caught); records the rollback positions."""
+
+    def __init__(self, fn):
+        self.fn, self.cached, self.rollbacks = fn, [], []
+
+    def __call__(self, context):
+        assert list(context[:-1]) == self.cached if context else not self.cached, "stale cache: rollback missing"
+        self.cached = list(context)
+        return self.fn(context)
+
+    def rollback(self, n):
+        self.rollbacks.append(n)
+        del self.cached[n:]
+
+
+def switch_every(k: int):
+    return lambda t, result: ROBOT if (t // k) % 2 else CLOUD
+
+
+def run_pair(robot_fn, cloud_fn, v, config, seed, placement=None, log=None, peer_class=DragonPeer):
+    robot = peer_class(ROBOT, robot_fn, config, v, getattr(robot_fn, "rollback", None), placement=placement)
+    cloud = peer_class(CLOUD, cloud_fn, config, v, getattr(cloud_fn, "rollback", None), placement=placement)
+    run_interleaved(robot, cloud, seed, SESSION, log)
+    return robot, cloud
+
+
+# --------------------------------------------------------------------------- messages and codec
+
+
+SAMPLES = [
+    wd.DragonOpen(query="where did you see the red chair?", max_new_tokens=64, temperature=0.7, seed=2**63 + 5,
+                  stop_tokens=(151_643, 151_645), top_k=3, aggregator="cloud", policy="robot",
+                  payload="on_demand", max_queue=6),
+    wd.DragonOpened(vocab_size=151_657, prefill_s=0.25),
+    wd.DragonDraft(position=7, epoch=2, token=151_000, log_h=-1.25,
+                   probs=np.random.default_rng(0).random(300).astype(np.float32), decode_s=0.01,
+                   echo_stamp=12.5, echo_hold_s=0.002),
+    wd.DragonDraft(position=0, epoch=0, token=3, log_h=0.5, p_token=0.375),
+    wd.DragonTarget(position=7, token=42, accept_robot=True, accept_cloud=False, switch=True, stamp=99.5,
+                    decode_s=0.02, rtt_s=0.1),
+    wd.DragonDistRequest(position=9, epoch=1),
+    wd.DragonDist(position=9, epoch=1, probs=np.full(300, 1 / 300, dtype=np.float32)),
+]
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+def test_every_dragon_message_round_trips_through_the_codec(msg):
+    out = decode(encode(Envelope(SESSION, msg)))
+    assert out.session == SESSION and type(out.message) is type(msg)
+    for f in dataclasses.fields(msg):
+        a, b = getattr(msg, f.name), getattr(out.message, f.name)
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        else:
+            assert type(a) is type(b) and a == b, f.name
+
+
+def test_dragon_types_do_not_collide_with_the_verifier_protocol():
+    from edge_spec_ros.wire.messages import MESSAGE_TYPES
+
+    assert not set(int(t) for t in wd.DRAGON_TYPES) & set(int(t) for t in MESSAGE_TYPES)
+    assert set(wd.DRAGON_TYPES.values()) == {type(m) for m in SAMPLES}
+
+
+def test_probs_must_be_float32_and_fields_are_validated():
+    frames = encode(Envelope(SESSION, wd.DragonDist(0, 0, np.ones(4, dtype=np.float32))))
+    bad = encode(Envelope(SESSION, wd.DragonDist(0, 0, np.ones(4, dtype=np.float16))))
+    assert decode(frames).message.probs.dtype == np.float32
+    with pytest.raises(WireError, match="must be float32"):
+        decode(bad)
+    import json
+
+    from edge_spec_ros.wire.codec import HEADER
+    head = frames[0][:HEADER.size]
+    with pytest.raises(WireError, match="does not fit"):
+        decode([head + json.dumps({"arrays": [], "position": "x", "epoch": 0}).encode()])
+    with pytest.raises(WireError, match="unknown fields") as info:
+        decode([head + json.dumps({"arrays": [], "position": 0, "epoch": 0, "text": "doc"}).encode()])
+    assert info.value.code == ErrorCode.MALFORMED
+
+
+def test_no_message_has_a_field_for_documents_or_scores():
+    """Structurally: no DRAGON message has a field that could carry document text, ids, KV or a
+    retrieval-score vector; the only arrays are p^s_t (V,)."""
+    for name, fields in wd.field_names().items():
+        for f in fields:
+            assert not any(word in f.lower() for word in wd.FORBIDDEN_FIELD_WORDS), (name, f)
+    for cls in wd.DRAGON_TYPES.values():
+        hints = typing.get_type_hints(cls)
+        arrays = [f.name for f in dataclasses.fields(cls) if "ndarray" in str(hints[f.name])]
+        assert arrays in ([], ["probs"]), (cls.__name__, arrays)
+
+
+def test_check_open_refuses_bad_requests():
+    ok = wd.DragonOpen(query="q", max_new_tokens=4)
+    wd.check_open(ok, vocab_size=10, max_new_tokens=8)
+    for bad in (dataclasses.replace(ok, query=" "), dataclasses.replace(ok, max_new_tokens=9),
+                dataclasses.replace(ok, temperature=-1.0), dataclasses.replace(ok, stop_tokens=(10,)),
+                dataclasses.replace(ok, aggregator="moon"), dataclasses.replace(ok, payload="zip"),
+                dataclasses.replace(ok, policy="x"), dataclasses.replace(ok, protocol=2),
+                dataclasses.replace(ok, top_k=99), dataclasses.replace(ok, max_queue=0)):
+        with pytest.raises(ValueError):
+            wd.check_open(bad, vocab_size=10, max_new_tokens=8)
+
+
+# --------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_equals_drdg_tw_token_for_token_over_the_wire(sampling):
+    """48 cases per mode (V = 5, 20 tokens): random event orders, queue depth 1-4, payload full and
+    on_demand, either first aggregator, fixed / eq. 8 / forced switching every 1-3 tokens: identical
+    tokens and S^l, S^r on both sides; every rejection rolled the side's cache back to the committed
+    prefix; the decision exercised rejections, stale drafts and switches."""
+    v, n = 5, 20
+    totals = {"rollbacks": 0, "dropped": 0, "switches": 0, "requests": 0}
+    for case in range(48):
+        fr, fc = table_side(case, v), table_side(case + 500, v)
+        ref = drdg_tw(wire_precision(fr), wire_precision(fc), [], n, PositionalRNG(case), sampling)
+        config = PeerConfig(n, sampling, seed=case, payload=("full", "on_demand")[case % 2],
+                            first_aggregator=(ROBOT, CLOUD)[(case // 2) % 2], max_queue=1 + case % 4,
+                            policy=("dragon", "robot", "cloud")[case % 3])
+        placement = switch_every(1 + case % 3) if case % 4 == 3 else None
+        kr, kc = KVCheck(fr), KVCheck(fc)
+        robot, cloud = run_pair(kr, kc, v, config, seed=1000 + case, placement=placement)
+        for peer in (robot, cloud):
+            assert tuple(peer.tokens) == ref.tokens, case
+            assert tuple(peer.accept_robot) == ref.accept_robot and tuple(peer.accept_cloud) == ref.accept_cloud
+        assert robot.where == cloud.where
+        for kv, flags in ((kr, ref.accept_robot), (kc, ref.accept_cloud)):
+            assert kv.rollbacks == [t for t, ok in enumerate(flags) if not ok]
+        totals["rollbacks"] += robot.side.rollbacks + cloud.side.rollbacks
+        totals["dropped"] += robot.dropped + cloud.dropped
+        totals["switches"] += sum(a != b for a, b in zip(robot.where, robot.where[1:]))
+        totals["requests"] += robot.requests + cloud.requests
+    assert totals["rollbacks"] > 200 and totals["dropped"] > 10 and totals["switches"] > 30, totals
+    assert totals["requests"] > 20, totals
+
+
+def test_partial_aggregate_equals_algorithm1_whenever_it_decides():
+    """payload on_demand: whenever x^o, log h̃^o and p^o(x^o) suffice, the token is Algorithm 1's; it
+    asks for p^o only when needed (and not always)."""
+    gen = np.random.default_rng(0)
+    decided = asked = 0
+    for trial in range(3000):
+        v = 2 + trial % 5
+        p_l = torch.from_numpy(gen.dirichlet(np.full(v, 0.5))).float().double()
+        p_r = torch.from_numpy(gen.dirichlet(np.full(v, 0.5))).float().double()
+        lh_l, lh_r = gen.normal(size=2)
+        a_l, a_r = LocalAggregate(p_l, float(lh_l)), LocalAggregate(p_r, float(lh_r))
+        sampling = (GREEDY, SAMPLED)[trial % 2]
+        rng = PositionalRNG(trial)
+        x_l = int(p_l.argmax()) if sampling.greedy else int(gen.choice(v, p=(p_l / p_l.sum()).numpy()))
+        x_r = int(p_r.argmax()) if sampling.greedy else int(gen.choice(v, p=(p_r / p_r.sum()).numpy()))
+        full = speculative_aggregate(x_l, a_l, x_r, a_r, rng, 3, sampling).token
+        for known in (ROBOT, CLOUD):
+            p_known, p_other, x_other = (p_l, p_r, x_r) if known == ROBOT else (p_r, p_l, x_l)
+            got = partial_aggregate(x_l, x_r, float(lh_l), float(lh_r), known, p_known, float(p_other[x_other]),
+                                    rng, 3, sampling)
+            if got is None:
+                asked += 1
+            else:
+                decided += 1
+                assert got == full, trial
+    assert decided > 2000 and asked > 500
+
+
+def _two_token_counts(fr, fc, v, n, peer_class=DragonPeer, payload="full"):
+    counts = np.zeros(v * v)
+    for seed in range(n):
+        config = PeerConfig(2, SAMPLED, seed=seed, payload=payload, first_aggregator=(ROBOT, CLOUD)[seed % 2],
+                            max_queue=2, policy="robot" if seed % 2 == 0 else "cloud")
+        robot, _ = run_pair(fr, fc, v, config, seed=seed, peer_class=peer_class)
+        counts[robot.tokens[0] * v + robot.tokens[1]] += 1
+    return counts
+
+
+class StaleDraftsAggregator(DragonPeer):
+    """Negative control: an aggregator that neither clears the other side's queued drafts after
+    rejecting it nor drops drafts of an old epoch still in flight (it only skips misplaced ones). Both
+    sides run it (it is the aggregator in half of the seeds)."""
+
+    def _drop_remote_queue(self):
+        pass
+
+    def _on_draft(self, msg):
+        if not self.is_aggregator or self.done or msg.position != len(self.tokens) + len(self.remote):
+            self.dropped += 1
+            return
+        self.remote.append(msg)
+
+    def _on_target(self, msg):
+        # the buggy aggregator may decide x_t from a stale draft before this side re-drafted t, and its
+        # flag for this side describes the stale draft: draft t now and judge the flag here
+        while not self.side.queue:
+            self.side.draft()
+        own = self.side.queue[0].token == msg.token
+        field = "accept_robot" if self.name == ROBOT else "accept_cloud"
+        super()._on_target(dataclasses.replace(msg, **{field: own}))
+
+
+@pytest.mark.parametrize("payload", ["full", "on_demand"])
+def test_sampled_pairs_follow_the_aggregated_target(payload):
+    """(x_1, x_2) over 1500 seeds through encoded frames, V = 4, sides that disagree, either side
+    aggregating: the decoder fits Π_t (η^l p^l + η^r p^r) (p > 1e-3)."""
+    v, n = 4, 1500
+    fr, fc = wire_precision(table_side(20, v)), wire_precision(table_side(21, v))
+    expected = aggregated_two_token_joint(fr, fc, [], v) * n
+    p_ok = chisquare(_two_token_counts(fr, fc, v, n, payload=payload), expected)[1]
+    print(f"chi-square p ({payload}): {p_ok:.3g}")
+    assert p_ok > 1e-3, p_ok
+
+
+def test_negative_control_an_aggregator_using_stale_drafts_fails():
+    """The same test with an aggregator that keeps the other side's drafts decoded before their
+    rejection, same 1500 seeds: p < 1e-6."""
+    v, n = 4, 1500
+    fr, fc = wire_precision(table_side(20, v)), wire_precision(table_side(21, v))
+    expected = aggregated_two_token_joint(fr, fc, [], v) * n
+    p_bad = chisquare(_two_token_counts(fr, fc, v, n, StaleDraftsAggregator), expected)[1]
+    print(f"chi-square p (stale drafts): {p_bad:.3g}")
+    assert p_bad < 1e-6, p_bad
+
+
+def test_on_demand_sends_fewer_bytes_for_the_same_tokens():
+    """The same decisions with payload full and on_demand (V = 256, sides that mostly agree): identical
+    tokens; on_demand's drafts carry no distribution and p^o travels only when Algorithm 1 needs it
+    (greedy: when the drafts differ; sampled: for the selected draft's check or a residual)."""
+    v, n = 256, 30
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(v, v, generator=gen, dtype=torch.float64) * 3.0
+    near = base + 0.3 * torch.randn(v, v, generator=gen, dtype=torch.float64)
+    fr = lambda ctx: LocalAggregate(torch.softmax(base[([1] + list(ctx))[-1]], -1), 0.0)  # noqa: E731
+    fc = lambda ctx: LocalAggregate(torch.softmax(near[([1] + list(ctx))[-1]], -1), 0.5)  # noqa: E731
+    for sampling in (GREEDY, SAMPLED):
+        seen = {}
+        for payload in ("full", "on_demand"):
+            log = FrameLog()
+            robot, _ = run_pair(fr, fc, v, PeerConfig(n, sampling, seed=1, payload=payload, policy="robot"), 5,
+                                log=log)
+            seen[payload] = (tuple(robot.tokens), log.bytes["up"] + log.bytes["down"], robot.requests)
+        assert seen["full"][0] == seen["on_demand"][0]
+        assert seen["on_demand"][2] < n // 2 and seen["full"][2] == 0
+        assert seen["on_demand"][1] * 2 < seen["full"][1], seen
+
+
+# --------------------------------------------------------------------------- protocol errors
+
+
+def test_protocol_violations_are_refused():
+    v = 4
+    f = table_side(0, v)
+    config = PeerConfig(3, GREEDY)
+    robot = DragonPeer(ROBOT, f, config, v)  # aggregator
+    cloud = DragonPeer(CLOUD, f, config, v)
+    with pytest.raises(DragonProtocolError, match="sent to the aggregator"):
+        robot.receive(wd.DragonTarget(0, 1, True, True))
+    with pytest.raises(DragonProtocolError, match="position 3, expected 0"):
+        robot.receive(wd.DragonDraft(3, 0, 1, 0.0, probs=np.full(v, 0.25, dtype=np.float32)))
+    with pytest.raises(DragonProtocolError, match="shape"):
+        robot.receive(wd.DragonDraft(0, 0, 1, 0.0, probs=np.full(v + 1, 0.2, dtype=np.float32)))
+    with pytest.raises(DragonProtocolError, match="vocabulary"):
+        robot.receive(wd.DragonDraft(0, 0, v, 0.0, probs=np.full(v, 0.25, dtype=np.float32)))
+    with pytest.raises(DragonProtocolError, match="nobody asked"):
+        robot.receive(wd.DragonDist(0, 0, np.full(v, 0.25, dtype=np.float32)))
+    with pytest.raises(DragonProtocolError, match="expected 0 with this side's draft"):
+        cloud.receive(wd.DragonTarget(0, 1, True, True))
+    cloud.draft()
+    wrong = 1 - cloud.side.queue[0].token if cloud.side.queue[0].token < 2 else 0
+    with pytest.raises(DragonProtocolError, match="disagrees"):
+        cloud.receive(wd.DragonTarget(0, wrong, True, True))
+    robot.receive(wd.DragonDraft(0, 5, 1, 0.0, probs=np.full(v, 0.25, dtype=np.float32)))  # old epoch: dropped
+    assert robot.dropped == 1 and not robot.remote
