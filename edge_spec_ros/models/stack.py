@@ -132,7 +132,8 @@ class DecoderStack:
 
 
 class PendingPrefill:
-    """A prefill in progress: ``kv`` ends up covering the prompt but its last position.
+    """A prefill in progress, advanced one decoder layer of one slice per ``step``: ``kv`` ends up
+    covering the prompt but its last position.
 
     embeds: (1, n, d) prompt embeddings with the image's features in place; positions: (3, 1, n)."""
 
@@ -141,7 +142,9 @@ class PendingPrefill:
         self.stack, self.kv = stack, kv
         self._embeds, self._positions = embeds, positions
         self._chunk = chunk_tokens
-        self._done = 0
+        self._done = 0  # positions cached in every layer
+        self._layers: Iterator[LayerOutput] | None = None  # the slice in progress
+        self._end = 0
 
     @property
     def total(self) -> int:
@@ -149,16 +152,17 @@ class PendingPrefill:
 
     @property
     def done(self) -> int:
-        """Prompt positions cached so far."""
+        """Prompt positions cached (in every layer) so far."""
         return self._done
 
     def step(self) -> bool:
-        """Cache the next slice; True once the whole prompt is cached."""
-        if self._done < self.total:
-            end = min(self._done + self._chunk, self.total)
-            with torch.inference_mode():
-                for _ in self.stack._layers(self.kv, self._embeds[:, self._done:end],
-                                            self._positions[:, :, self._done:end]):
-                    pass
-            self._done = end
+        """Run one decoder layer over the current slice (starting the next slice if none is in
+        progress); True once the whole prompt is cached."""
+        with torch.inference_mode():  # per step: other sessions' work may run between steps
+            if self._layers is None and self._done < self.total:
+                self._end = min(self._done + self._chunk, self.total)
+                self._layers = self.stack._layers(self.kv, self._embeds[:, self._done:self._end],
+                                                  self._positions[:, :, self._done:self._end])
+            if self._layers is not None and next(self._layers).layer == self.stack.num_layers:
+                self._layers, self._done = None, self._end
         return self._done >= self.total
