@@ -32,6 +32,10 @@ from edge_spec_ros.wire.messages import (
 )
 
 
+PREFILL_CHUNK_TOKENS = 256  # prompt positions per prefill slice (serve --prefill-chunk-tokens); shorter
+# prompts are one slice, computed exactly as an unsliced prefill
+
+
 class Cancelled(Exception):
     """The session was closed or expired: its work stops at the next layer or token."""
 
@@ -67,7 +71,7 @@ class VerifySession:
 
     def __init__(self, verifier: EarlyExitVerifier, encoder: PromptEncoder, request: Open,
                  compute: ComputeProfile | None = None, cancel: threading.Event | None = None,
-                 max_tokens: int = 1 << 30) -> None:
+                 max_tokens: int = 1 << 30, prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS) -> None:
         self._verifier = verifier
         self._encoder = encoder
         self._request = request
@@ -77,6 +81,7 @@ class VerifySession:
         self._compute = compute if compute is not None else ComputeProfile(request.compute_tq_s)
         self._cancel = cancel if cancel is not None else threading.Event()
         self._max_tokens = max_tokens
+        self._prefill_chunk = prefill_chunk_tokens
         self._p_top_k = request.p_top_k
         # admission: touched by ``handle`` itself, on the caller's thread, in arrival order
         self._opened = False
@@ -102,17 +107,17 @@ class VerifySession:
         are BAD_REQUEST.
 
         The returned iterator is the request's work, to be run to its end in admission order, one
-        request at a time (a worker): Open — decode the image, prefill, emit ``Opened``; partial block
-        — prepare the verification; whole block — verify, emitting each exit's ``ExitResult``;
-        Generate — emit ``Tokens``, yielding after each token so that a scheduler may run other
-        sessions' work in between (the other requests run whole on their first step: one forward pass
-        is not sliced). The work raises ``RequestError`` for a request it cannot serve, and
+        request at a time (a worker): Open — decode the image, prefill, emit ``Opened``, yielding after
+        each layer of each prefill slice; partial block — prepare the verification; whole block —
+        verify, emitting each exit's ``ExitResult``; Generate — emit ``Tokens``, yielding after each
+        token. Between yields a scheduler may run other sessions' work; the other requests run whole
+        on their first step (one round's forward pass is not sliced). The work raises ``RequestError`` for a request it cannot serve, and
         ``Cancelled`` once ``cancel`` is set."""
         if isinstance(message, Open):
             if message is not self._request or self._opened:
                 raise RequestError("a session is opened once, by the Open it was built for")
             self._opened = True
-            return _whole(lambda: self._open(emit))
+            return self._open(emit)
         if not self._opened:
             raise RequestError(f"{type(message).__name__} before the session's Open")
         if isinstance(message, DraftBlock):
@@ -127,8 +132,10 @@ class VerifySession:
             return self._generate(message, emit)
         raise RequestError(f"{type(message).__name__} is not a request of an open decision")
 
-    def _open(self, emit: Callable[[Opened], None]) -> None:
-        """Build the prompt (decoding the image, JPEG/PNG: this may take a while) and prefill."""
+    def _open(self, emit: Callable[[Opened], None]) -> Iterator[None]:
+        """Build the prompt (decoding the image, JPEG/PNG: this may take a while) and prefill it in
+        slices of ``prefill_chunk_tokens`` positions, yielding after each layer of each slice (chunked
+        prefill), so that a long prompt shares the worker with other sessions' rounds."""
         ids = np.asarray(self._request.input_ids)
         vocab = self._verifier.stack.vocab_size
         if ids.ndim != 1 or ids.size < 2 or ids.min() < 0 or ids.max() >= vocab:
@@ -142,7 +149,12 @@ class VerifySession:
             raise Cancelled()
         self._committed = prompt.input_ids.tolist()
         t0 = time.perf_counter()
-        self._kv = self._verifier.start(prompt)
+        pending = self._verifier.begin_prefill(prompt, self._prefill_chunk)
+        while not pending.step():
+            yield
+            if self._cancel.is_set():
+                raise Cancelled()
+        self._kv = pending.kv
         emit(Opened(self._verifier.num_layers, self._verifier.exit_layers, time.perf_counter() - t0))
 
     def _verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> None:

@@ -107,3 +107,31 @@ def test_a_session_opens_before_anything_else(verifier, tokenizer, text_prompt):
     opened = []
     handle(s, request, opened.append)
     assert [type(m).__name__ for m in opened] == ["Opened"]
+
+
+def test_a_long_prompt_is_prefilled_in_slices_that_give_the_worker_back(verifier, tokenizer, text_prompt):
+    """Chunked prefill: the Open's work yields after each layer of each slice, gives the same verdict
+    as one prefill, and stops at the next step once the session is cancelled."""
+    import threading
+
+    from edge_spec_ros.cloud.session import Cancelled
+
+    ids = np.resize(text_prompt.input_ids.numpy().astype(np.int32), 100)
+    request = Open(input_ids=ids)
+    draft = DraftBlock(round=0, position=len(ids), tokens=np.array([30, 31, 32], np.int32))
+    verdicts = []
+    for chunk in (16, 1 << 20):
+        s = VerifySession(verifier, PromptEncoder(tokenizer), request, prefill_chunk_tokens=chunk)
+        steps = sum(1 for _ in s.handle(request, lambda reply: None))
+        assert steps == (-(-(len(ids) - 1) // chunk)) * verifier.num_layers - 1
+        out = []
+        handle(s, draft, out.append)
+        verdicts.append([(r.layer, r.accepted, r.tokens.tolist()) for r in out])
+    assert verdicts[0] == verdicts[1]
+    cancel = threading.Event()
+    s = VerifySession(verifier, PromptEncoder(tokenizer), request, cancel=cancel, prefill_chunk_tokens=16)
+    work = s.handle(request, lambda reply: pytest.fail("a cancelled Open replied"))
+    next(work)
+    cancel.set()
+    with pytest.raises(Cancelled):
+        next(work)
