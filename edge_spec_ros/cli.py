@@ -161,7 +161,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config = ServerConfig(bind=args.bind, workers=args.workers, session_timeout_s=args.session_timeout,
                               max_sessions=args.max_sessions, max_sessions_per_client=args.max_sessions_per_client,
                               max_requests=args.max_requests, idle_exit_s=args.idle_exit, curve=curve,
-                              limits=limits, emulate_tq_s=args.emulate_tq_s)
+                              limits=limits, emulate_tq_s=args.emulate_tq_s,
+                              prefill_chunk_tokens=args.prefill_chunk_tokens)
     except ValueError as exc:
         _log(f"error: {exc}")
         return 2
@@ -501,6 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
         DEFAULT_MAX_GAMMA, DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_NEW_TOKENS,
         DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_SESSIONS_PER_CLIENT, MAX_GAMMA,
     )
+    from edge_spec_ros.cloud.session import PREFILL_CHUNK_TOKENS
 
     parser = argparse.ArgumentParser(prog="edge-spec-ros", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -555,6 +557,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"largest image file (default {DEFAULT_MAX_IMAGE_BYTES})")
     serve.add_argument("--max-gamma", type=int, default=DEFAULT_MAX_GAMMA,
                        help=f"most draft tokens in one block (default {DEFAULT_MAX_GAMMA}, at most {MAX_GAMMA})")
+    serve.add_argument("--prefill-chunk-tokens", type=int, default=PREFILL_CHUNK_TOKENS,
+                       help="prompt positions per prefill slice: a long prompt shares the worker with other "
+                            f"sessions' rounds between slices (default {PREFILL_CHUNK_TOKENS}; 0: one slice)")
     serve.add_argument("--emulate-tq-s", type=float, default=0.0,
                        help="benchmarks: every verification forward takes at least this long (s; default 0: off)")
     serve.set_defaults(func=cmd_serve)

@@ -33,7 +33,7 @@ from zmq.auth.thread import ThreadAuthenticator
 from edge_spec_ros.cloud.limits import (
     DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits, RequestError, check_draft, check_generate, check_open,
 )
-from edge_spec_ros.cloud.session import Cancelled, ComputeProfile, VerifySession
+from edge_spec_ros.cloud.session import PREFILL_CHUNK_TOKENS, Cancelled, ComputeProfile, VerifySession
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.wire.codec import SESSION_BYTES, WireError, decode, encode
@@ -56,7 +56,8 @@ class ServerConfig:
     session_timeout_s: an idle session is dropped after this; max_sessions: in all;
     max_sessions_per_client: per CURVE key (without CURVE: per connection); max_requests /
     idle_exit_s: stop after that many requests / that long without one (0 = never; tests and benches
-    use them); limits: what a request may ask for; emulate_tq_s: emulated verification time per
+    use them); limits: what a request may ask for; prefill_chunk_tokens: prompt positions per prefill
+    slice (0: one slice; other sessions' work runs between the slices' layers); emulate_tq_s: emulated verification time per
     forward for benchmarks (0: real compute only; a request cannot ask for it)."""
 
     bind: str = "tcp://127.0.0.1:5555"
@@ -69,10 +70,13 @@ class ServerConfig:
     curve: CurveKeys | None = None
     limits: Limits = field(default_factory=Limits)
     emulate_tq_s: float = 0.0
+    prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.emulate_tq_s) and self.emulate_tq_s >= 0):
             raise ValueError(f"emulate_tq_s must be finite and >= 0, got {self.emulate_tq_s}")
+        if self.prefill_chunk_tokens < 0:
+            raise ValueError(f"prefill_chunk_tokens must be >= 0, got {self.prefill_chunk_tokens}")
         if self.workers < 1 or self.max_sessions < 1 or self.max_sessions_per_client < 1:
             raise ValueError("workers, max_sessions and max_sessions_per_client must be >= 1")
 
@@ -233,7 +237,8 @@ class VerifierServer:
         compute = self.compute if not msg.compute_tq_s else ComputeProfile(msg.compute_tq_s)
         max_tokens = self.config.limits.max_prompt_tokens + self.config.limits.max_new_tokens
         cancel = threading.Event()
-        state = VerifySession(self.verifier, self.encoder, msg, compute, cancel, max_tokens)
+        state = VerifySession(self.verifier, self.encoder, msg, compute, cancel, max_tokens,
+                              self.config.prefill_chunk_tokens)
         session = _Session(key[0], key[1], client, msg, shape, msg.queue_policy, time.monotonic(), state, cancel)
         work = state.handle(msg, lambda reply: self._emit_reply(session, reply))  # on a worker: the image, prefill
         with self._lock:
