@@ -5,10 +5,10 @@ online ODLD + AS² (Zheng & Yang, Algorithms 1-2; ``spec.draft_length``): γ* pe
 α, b = T_V/T_LLM and c = T_SLM/T_LLM, and a hand-over to cloud-only decoding when S*_inf ≤ 1.
 
 The robot's decoder keeps one ``AdaptiveGamma`` per mode for its whole life (``edge.long_lived``), so
-its estimates carry over from one decision to the next instead of restarting from the priors. AS² alone would then never leave
-cloud-only decoding once it chose it (a standalone round measures no α: the controller's caveat), so
-after ``PROBE_AFTER`` decisions handed to the cloud in a row, the next decision speculates its first
-round anyway (a probe) and the controller sees fresh evidence. Every γ schedule is exact: the
+its estimates carry over from one decision to the next instead of restarting from the priors. AS²
+alone would then never leave cloud-only decoding once it chose it (a standalone round measures no α:
+the controller's caveat), so after ``PROBE_AFTER`` decisions handed to the cloud in a row, the next
+decision speculates its first round anyway (a probe) and the controller sees fresh evidence. Every γ schedule is exact: the
 verifier accepts or resamples each draft whatever its length.
 
 What a round tells the controller (``RoundTiming``): accepted δ of γ drafted; T_SLM per token as

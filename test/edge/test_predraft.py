@@ -1,6 +1,7 @@
 """PreDrafter (FSD Algorithm 1's Q_p, PREDRAFT and cache C) on its own: a pre-draft is bit-identical to
 the draft the robot would compute after the final result; a result never offered is a miss; stale
-rounds and results are ignored; take() waits for a pre-draft in progress; close() joins the workers."""
+rounds and results are ignored; take() waits for a pre-draft in progress; a later decision reuses the
+workers with its own draws; close() joins the workers."""
 
 from __future__ import annotations
 
