@@ -140,6 +140,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except KeyFileError as exc:
         _log(f"error: {exc}")
         return 2
+    if args.documents and not Path(args.documents).is_dir():
+        _log(f"error: --documents {args.documents} is not a folder")
+        return 2
 
     from edge_spec_ros.cloud.limits import Limits
     from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
@@ -162,7 +165,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               max_sessions=args.max_sessions, max_sessions_per_client=args.max_sessions_per_client,
                               max_requests=args.max_requests, idle_exit_s=args.idle_exit, curve=curve,
                               limits=limits, emulate_tq_s=args.emulate_tq_s,
-                              prefill_chunk_tokens=args.prefill_chunk_tokens)
+                              prefill_chunk_tokens=args.prefill_chunk_tokens, documents=args.documents or "")
     except ValueError as exc:
         _log(f"error: {exc}")
         return 2
@@ -562,6 +565,8 @@ def build_parser() -> argparse.ArgumentParser:
                             f"sessions' rounds between slices (default {PREFILL_CHUNK_TOKENS}; 0: one slice)")
     serve.add_argument("--emulate-tq-s", type=float, default=0.0,
                        help="benchmarks: every verification forward takes at least this long (s; default 0: off)")
+    serve.add_argument("--documents", help="DRAGON: the cloud's document folder (*.txt, *.md; one document per "
+                                           "paragraph); without it DRAGON decisions are refused")
     serve.set_defaults(func=cmd_serve)
 
     bench = sub.add_parser("bench", help="AR, SD and FSD side by side over an emulated link")

@@ -19,12 +19,16 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from edge_spec_ros.cloud.limits import RequestError
+from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.stack import DecoderStack
-from edge_spec_ros.rag.document_lm import PromptIds, build_side
-from edge_spec_ros.rag.dragon_peer import DragonPeer, FrameLog, PeerConfig, run_peer
+from edge_spec_ros.rag.document_lm import PromptIds, RetrievalSide, build_side, chat_prompt_ids
+from edge_spec_ros.rag.dragon_peer import DragonPeer, DragonProtocolError, FrameLog, PeerConfig, run_peer
 from edge_spec_ros.rag.stores import DocumentStore
 from edge_spec_ros.spec.aggregation import CLOUD
 from edge_spec_ros.spec.sampling import SamplingConfig
@@ -44,37 +48,115 @@ class DragonServeConfig:
 
 
 class DragonSession:
-    """The cloud side of one DRAGON decision."""
+    """The cloud side of one DRAGON decision.
+
+    Built cheaply from the robot's DragonOpen (validated here: ValueError); ``start()`` does the slow
+    part (retrieval, one prefill per document) and returns the DragonOpened to send."""
 
     def __init__(self, stack: DecoderStack, store: DocumentStore, prompt_ids: PromptIds,
                  decode_text: Callable[[Sequence[int]], str], request: DragonOpen,
                  config: DragonServeConfig = DragonServeConfig(), clock: Callable[[], float] = time.monotonic) -> None:
         check_open(request, stack.vocab_size, config.max_new_tokens, config.max_top_k)
-        start = clock()
-        self.request = request
-        hits = store.top_k(request.query, request.top_k)
-        self.side = build_side(stack, store, hits, request.query, prompt_ids, decode_text,
-                               SamplingConfig(request.temperature), config.relevance_scale, config.relevance_every)
-        self.peer = DragonPeer(CLOUD, self.side.next_distribution, PeerConfig.from_open(request), stack.vocab_size,
-                               self.side.rollback, clock)
-        self.opened = DragonOpened(vocab_size=stack.vocab_size, prefill_s=clock() - start)
+        self.stack, self.store, self.prompt_ids, self.decode_text = stack, store, prompt_ids, decode_text
+        self.request, self.config, self.clock = request, config, clock
+        self.side: RetrievalSide | None = None
+        self.peer: DragonPeer | None = None
+        self.opened: DragonOpened | None = None
+        self._inbox: deque[DragonMessage] = deque()
+        self._lock = threading.Lock()
+        self._driving = True  # the first drive (the server's open job) starts with the session
+
+    def start(self) -> DragonOpened:
+        """Retrieve this side's documents for the query and prefill them (on a worker, not the I/O thread)."""
+        start = self.clock()
+        request = self.request
+        hits = self.store.top_k(request.query, request.top_k)
+        self.side = build_side(self.stack, self.store, hits, request.query, self.prompt_ids, self.decode_text,
+                               SamplingConfig(request.temperature), self.config.relevance_scale,
+                               self.config.relevance_every)
+        self.peer = DragonPeer(CLOUD, self.side.next_distribution, PeerConfig.from_open(request),
+                               self.stack.vocab_size, self.side.rollback, self.clock)
+        self.opened = DragonOpened(vocab_size=self.stack.vocab_size, prefill_s=self.clock() - start)
+        return self.opened
 
     @property
     def done(self) -> bool:
-        return self.peer.done
+        return self.peer is not None and self.peer.done
 
     def handle(self, msg: DragonMessage) -> list[DragonMessage]:
         """Apply one robot message; the replies to send (a DragonDist for a request)."""
+        assert self.peer is not None, "start() first"
         return self.peer.receive(msg)
 
     def work(self) -> list[DragonMessage] | None:
         """One unit of work: aggregate if this side aggregates and both fronts are there, else draft
         one token; None when there is nothing to do until the robot sends something."""
+        assert self.peer is not None, "start() first"
         if self.peer.can_aggregate():
             return self.peer.aggregate()
         if self.peer.can_draft():
             return self.peer.draft()
         return None
+
+    # --- for a server: messages arrive on its I/O thread, the work runs on its workers -------------
+
+    def deliver(self, msg: DragonMessage) -> bool:
+        """Queue a robot message (any thread); True when no drive is running and one must be started."""
+        with self._lock:
+            self._inbox.append(msg)
+            if self._driving:
+                return False
+            self._driving = True
+            return True
+
+    def drive(self, emit: Callable[[DragonMessage], None]) -> Iterator[None]:
+        """The session's work as a step iterator (the server's job shape): start if needed, then apply
+        queued messages, aggregate or draft, one unit per step; ends when idle or done (a later
+        ``deliver`` returns True to start the next drive). A protocol violation is a BAD_REQUEST."""
+        try:
+            if self.peer is None:
+                emit(self.start())
+                yield
+            while True:
+                with self._lock:
+                    batch = list(self._inbox)
+                    self._inbox.clear()
+                for msg in batch:
+                    for reply in self.handle(msg):
+                        emit(reply)
+                out = None if self.done else self.work()
+                if out is None:
+                    with self._lock:
+                        if not self._inbox:
+                            self._driving = False
+                            return
+                    continue
+                for reply in out:
+                    emit(reply)
+                yield
+        except (DragonProtocolError, ValueError) as exc:
+            with self._lock:
+                self._driving = False
+            raise RequestError(f"DRAGON: {exc}") from None
+        except BaseException:
+            with self._lock:
+                self._driving = False
+            raise
+
+
+class DragonService:
+    """The server's DRAGON part: the cloud's documents (``serve --documents DIR``) and how the cloud's
+    LM reads them; ``session(request)`` makes a DragonSession (ValueError for a bad request)."""
+
+    def __init__(self, stack: DecoderStack, encoder: PromptEncoder, documents: str | Path,
+                 config: DragonServeConfig = DragonServeConfig()) -> None:
+        self.stack, self.config = stack, config
+        self.store = DocumentStore(documents)
+        self.prompt_ids = chat_prompt_ids(encoder)
+        self.decode_text = encoder.tokenizer.decode
+
+    def session(self, request: DragonOpen) -> DragonSession:
+        return DragonSession(self.stack, self.store, self.prompt_ids, self.decode_text, request, self.config)
 
 
 class LocalDragonLink:
@@ -106,13 +188,13 @@ class LocalDragonLink:
         frames = self._frames("up", request)
         self.cloud = DragonSession(self.stack, self.store, self.prompt_ids, self.decode_text,
                                    decode(frames).message, self.config)  # type: ignore[arg-type]
-        opened = decode(self._frames("down", self.cloud.opened)).message
+        opened = decode(self._frames("down", self.cloud.start())).message
         self._thread = threading.Thread(target=self._serve, name="dragon-cloud", daemon=True)
         self._thread.start()
         return opened  # type: ignore[return-value]
 
     def _serve(self) -> None:
-        assert self.cloud is not None
+        assert self.cloud is not None and self.cloud.peer is not None
 
         def send(messages: list[DragonMessage]) -> None:
             for m in messages:

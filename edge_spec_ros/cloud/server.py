@@ -33,10 +33,12 @@ from zmq.auth.thread import ThreadAuthenticator
 from edge_spec_ros.cloud.limits import (
     DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits, RequestError, check_draft, check_generate, check_open,
 )
+from edge_spec_ros.cloud.dragon import DragonService, DragonSession
 from edge_spec_ros.cloud.session import PREFILL_CHUNK_TOKENS, Cancelled, ComputeProfile, VerifySession
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.wire.codec import SESSION_BYTES, WireError, decode, encode
+from edge_spec_ros.wire.dragon import DragonDist, DragonDistRequest, DragonDraft, DragonOpen, DragonTarget
 from edge_spec_ros.wire.emulator import LinkShape
 from edge_spec_ros.wire.link import CurveKeys, IOThread
 from edge_spec_ros.wire.messages import (
@@ -48,6 +50,7 @@ log = logging.getLogger(__name__)
 HOUSEKEEPING_PERIOD_S = 0.5
 WORKER_JOIN_S = 0.2  # how long stop() waits for the workers (a forward pass in flight is not interrupted)
 RECEIVE_HWM = 100  # frame sets ZeroMQ buffers per connection before it stops reading that peer
+DRAGON_STEPS = (DragonDraft, DragonTarget, DragonDistRequest, DragonDist)  # a DRAGON decision's traffic
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,8 @@ class ServerConfig:
     idle_exit_s: stop after that many requests / that long without one (0 = never; tests and benches
     use them); limits: what a request may ask for; prefill_chunk_tokens: prompt positions per prefill
     slice (0: one slice; other sessions' work runs between the slices' layers); emulate_tq_s: emulated verification time per
-    forward for benchmarks (0: real compute only; a request cannot ask for it)."""
+    forward for benchmarks (0: real compute only; a request cannot ask for it); documents: the cloud's
+    document folder for DRAGON decisions (cloud/dragon.py; empty: DRAGON is refused)."""
 
     bind: str = "tcp://127.0.0.1:5555"
     workers: int = 1
@@ -71,6 +75,7 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     emulate_tq_s: float = 0.0
     prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
+    documents: str = ""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.emulate_tq_s) and self.emulate_tq_s >= 0):
@@ -93,7 +98,7 @@ class _Session:
     shape: LinkShape | None
     policy: str
     last_seen: float
-    state: VerifySession  # the decision's request state machine
+    state: VerifySession | DragonSession  # the decision's request state machine
     cancel: threading.Event  # set when the session is closed or expires (the state's work stops)
     jobs: deque = field(default_factory=deque)
     current: Iterator[None] | None = None  # a sliced job in progress
@@ -111,6 +116,7 @@ class VerifierServer:
         self.decode_limits = config.limits.decode_limits(self.vocab)
         self.max_message_bytes = config.limits.max_message_bytes(self.vocab)
         self.compute = ComputeProfile(config.emulate_tq_s)
+        self.dragon = DragonService(verifier.stack, encoder, config.documents) if config.documents else None
         self.counters: Counter[str] = Counter()
         self.sessions: dict[tuple[bytes, bytes], _Session] = {}
         self._per_client: Counter[bytes] = Counter()
@@ -211,7 +217,10 @@ class VerifierServer:
         if isinstance(msg, Open):
             self._open(key, client, msg)
             return
-        if not isinstance(msg, (Close, DraftBlock, Generate)):
+        if isinstance(msg, DragonOpen):
+            self._open_dragon(key, client, msg)
+            return
+        if not isinstance(msg, (Close, DraftBlock, Generate, *DRAGON_STEPS)):
             raise RequestError(f"{type(msg).__name__} is not a request")
         with self._lock:
             session = self.sessions.get(key)
@@ -223,6 +232,11 @@ class VerifierServer:
         session.last_seen = time.monotonic()
         if isinstance(msg, Close):
             self._close(key)
+        elif isinstance(session.state, DragonSession) or isinstance(msg, DRAGON_STEPS):
+            if not (isinstance(session.state, DragonSession) and isinstance(msg, DRAGON_STEPS)):
+                raise RequestError(f"{type(msg).__name__} does not belong to this session's kind of decision")
+            if session.state.deliver(msg):  # the session's drive job applies it on a worker
+                self._submit(session, session.state.drive(lambda reply: self._emit(session, reply)))
         else:
             if isinstance(msg, DraftBlock):
                 check_draft(msg, session.request, self.config.limits, self.vocab)
@@ -241,6 +255,25 @@ class VerifierServer:
                               self.config.prefill_chunk_tokens)
         session = _Session(key[0], key[1], client, msg, shape, msg.queue_policy, time.monotonic(), state, cancel)
         work = state.handle(msg, lambda reply: self._emit_reply(session, reply))  # on a worker: the image, prefill
+        self._admit(key, client, session)
+        self._submit(session, work, on_error=lambda: self._forget(session))
+
+    def _open_dragon(self, key: tuple[bytes, bytes], client: bytes, msg: DragonOpen) -> None:
+        """A DRAGON decision (cloud/dragon.py): retrieval and prefill run as its first job."""
+        if self.dragon is None:
+            raise RequestError("this server has no DRAGON documents (serve --documents DIR)")
+        try:
+            state = self.dragon.session(msg)
+        except ValueError as exc:
+            raise RequestError(f"DRAGON: {exc}") from None
+        session = _Session(key[0], key[1], client, msg, None, "fifo", time.monotonic(), state,  # type: ignore[arg-type]
+                           threading.Event())
+        self._admit(key, client, session)
+        self._submit(session, state.drive(lambda reply: self._emit(session, reply)),
+                     on_error=lambda: self._forget(session))
+
+    def _admit(self, key: tuple[bytes, bytes], client: bytes, session: _Session) -> None:
+        """Enter a new session in the table, within the server's and the client's session limits."""
         with self._lock:
             old = self.sessions.get(key)
             if old is None and len(self.sessions) >= self.config.max_sessions:
@@ -254,7 +287,6 @@ class VerifierServer:
             self.sessions[key] = session
             self._per_client[client] += 1
             self.counters["sessions_opened"] += 1
-        self._submit(session, work, on_error=lambda: self._forget(session))
 
     def _close(self, key: tuple[bytes, bytes]) -> None:
         with self._lock:

@@ -11,23 +11,30 @@ ends. The memory's text, ids, caches and scores never leave this object: the pee
 (x^l_t, log h̃^l_t, p^l_t or p^l_t(x^l_t)) and target tokens only.
 
 A link is anything with ``open(DragonOpen) -> DragonOpened``, ``send(msg)``, ``receive(timeout_s)``
-(a message or None) and ``close()``: cloud/dragon.LocalDragonLink in one process.
+(a message or None) and ``close()``: ``ZmqDragonLink`` to a verifier server started with
+``serve --documents DIR``, or cloud/dragon.LocalDragonLink in one process.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import zmq
+
 from edge_spec_ros.models.stack import DecoderStack
 from edge_spec_ros.rag.document_lm import PromptIds, build_side
-from edge_spec_ros.rag.dragon_peer import DragonPeer, DragonTrace, PeerConfig, run_peer
+from edge_spec_ros.rag.dragon_peer import DragonPeer, DragonTrace, FrameLog, PeerConfig, run_peer
 from edge_spec_ros.rag.stores import RobotMemory
 from edge_spec_ros.spec.aggregation import ROBOT
 from edge_spec_ros.spec.sampling import SamplingConfig
+from edge_spec_ros.wire.codec import decode, encode
 from edge_spec_ros.wire.dragon import DragonMessage, DragonOpen, DragonOpened
+from edge_spec_ros.wire.link import CurveKeys
+from edge_spec_ros.wire.messages import Close, Envelope, Error
 
 
 class DragonLink(Protocol):
@@ -113,3 +120,69 @@ class RobotDragon:
             link.close()
         return DragonDecision(tuple(peer.tokens), peer.trace(), side.documents, prefill_s, opened.prefill_s,
                               self.clock() - t0)
+
+
+class DragonLinkError(RuntimeError):
+    """The cloud refused or broke off the decision: ``code`` is the wire ErrorCode of its reply."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"the cloud refused the DRAGON decision (code {code}): {message}")
+        self.code = code
+
+
+class ZmqDragonLink:
+    """The robot's DRAGON link to a verifier server (``serve --documents DIR``) over ZeroMQ: one
+    DEALER socket, one session per decision (a link serves one decision; make one per decision).
+    Every frame sent and received is counted in ``log`` (up: robot → cloud)."""
+
+    def __init__(self, endpoint: str, open_timeout_s: float = 60.0, curve: CurveKeys | None = None) -> None:
+        self.open_timeout_s = open_timeout_s
+        self.session = uuid.uuid4().bytes
+        self.log = FrameLog()
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            self._sock.curve_publickey = curve.public
+            self._sock.curve_secretkey = curve.secret
+            self._sock.curve_serverkey = curve.server_public
+        self._sock.connect(endpoint)
+
+    def _send(self, msg) -> None:
+        frames = encode(Envelope(self.session, msg))
+        self.log.add("up", type(msg).__name__, frames)
+        self._sock.send_multipart(frames, copy=False)
+
+    def open(self, request: DragonOpen) -> DragonOpened:
+        self._send(request)
+        reply = self.receive(self.open_timeout_s)
+        if reply is None:
+            raise TimeoutError(f"no DragonOpened within {self.open_timeout_s} s")
+        if not isinstance(reply, DragonOpened):
+            raise DragonLinkError(-1, f"unexpected {type(reply).__name__} in reply to DragonOpen")
+        return reply
+
+    def send(self, msg: DragonMessage) -> None:
+        self._send(msg)
+
+    def receive(self, timeout_s: float) -> DragonMessage | None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            if not self._sock.poll(int(left * 1000)):
+                return None
+            frames = self._sock.recv_multipart()
+            env = decode(frames)
+            if env.session != self.session:
+                continue  # a late reply of an earlier session on this socket
+            self.log.add("down", type(env.message).__name__, frames)
+            if isinstance(env.message, Error):
+                raise DragonLinkError(env.message.code, env.message.message)
+            return env.message  # type: ignore[return-value]
+
+    def close(self) -> None:
+        try:
+            self._send(Close())
+        finally:
+            self._sock.close(linger=200)  # let the Close leave
+            self._ctx.term()

@@ -1,0 +1,136 @@
+"""DRAGON through the real verifier server (cloud/server.py routing to cloud/dragon.DragonSession) over
+ZeroMQ on 127.0.0.1: the robot's RobotDragon with edge/dragon.ZmqDragonLink gives DRDG/TW's tokens
+(greedy and sampled, either first aggregator, both payloads); refusals come back as clear errors.
+Small models with the project's tokenizer; servers stop by themselves (idle exit, request cap)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
+from edge_spec_ros.edge.dragon import DragonConfig, DragonLinkError, RobotDragon, ZmqDragonLink
+from edge_spec_ros.models.stack import DecoderStack
+from edge_spec_ros.models.tiny import DRAFTER_SPEC, build_tiny_qwen2vl
+from edge_spec_ros.models.verifier import EarlyExitVerifier
+from edge_spec_ros.rag.document_lm import build_side, chat_prompt_ids
+from edge_spec_ros.rag.dragon_peer import wire_precision
+from edge_spec_ros.rag.stores import DocumentStore, RobotMemory
+from edge_spec_ros.spec.aggregation import drdg_tw
+from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
+from edge_spec_ros.wire.dragon import DragonOpen
+from edge_spec_ros.wire.messages import ErrorCode
+
+QUERY = "where is the red chair"
+
+
+@contextlib.contextmanager
+def server(verifier, encoder, documents=""):
+    srv = VerifierServer(verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", idle_exit_s=60.0,
+                                                         max_requests=5000, documents=str(documents)))
+    endpoint = srv.start()
+    try:
+        yield endpoint
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def setup(target_model, tokenizer, encoder, tmp_path_factory):
+    root = tmp_path_factory.mktemp("dragon_server")
+    (root / "docs").mkdir()
+    (root / "docs" / "house.md").write_text("The red chair is a classic piece of furniture.\n\n"
+                                            "Chairs stand near tables; a red chair is easy to see.\n\n"
+                                            "Windows let light in.")
+    memory = RobotMemory(root / "memory")
+    memory.add("observation", "I saw the red chair in the kitchen", (1.0, 2.0, 0.0), time=1.0)
+    memory.add("note", "the chair in the hall is blue", (4.0, 0.0, 0.0), time=2.0)
+    verifier = EarlyExitVerifier(target_model)
+    robot_stack = DecoderStack(build_tiny_qwen2vl(DRAFTER_SPEC, tokenizer, seed=1))
+    assert robot_stack.vocab_size == verifier.stack.vocab_size
+    return {"root": root, "memory": memory, "verifier": verifier, "robot": robot_stack,
+            "prompt_ids": chat_prompt_ids(encoder), "decode_text": tokenizer.decode}
+
+
+def reference(s, n, temperature, seed):
+    sampling = SamplingConfig(temperature)
+    store = DocumentStore(s["root"] / "docs")
+    mem = s["memory"]
+    rs = build_side(s["robot"], mem, mem.top_k(QUERY, 2), QUERY, s["prompt_ids"], s["decode_text"], sampling)
+    cs = build_side(s["verifier"].stack, store, store.top_k(QUERY, 2), QUERY, s["prompt_ids"], s["decode_text"],
+                    sampling)
+    return drdg_tw(wire_precision(rs.next_distribution), wire_precision(cs.next_distribution), [], n,
+                   PositionalRNG(seed), sampling)
+
+
+def test_dragon_through_the_server_equals_drdg_tw(setup, encoder):
+    s, n = setup, 12
+    with server(s["verifier"], encoder, s["root"] / "docs") as endpoint:
+        for case, (temperature, aggregator, payload) in enumerate(
+                [(0.0, "robot", "full"), (0.0, "cloud", "on_demand"), (1.0, "cloud", "full"),
+                 (1.0, "robot", "on_demand")]):
+            config = DragonConfig(max_new_tokens=n, temperature=temperature, seed=case, aggregator=aggregator,
+                                  payload=payload, policy="dragon", timeout_s=30.0)
+            robot = RobotDragon(s["robot"], s["memory"], s["prompt_ids"], s["decode_text"], config)
+            link = ZmqDragonLink(endpoint, open_timeout_s=60.0)
+            out = robot.decode(QUERY, link)
+            ref = reference(s, n, temperature, case)
+            assert out.tokens == ref.tokens, (case, out.tokens, ref.tokens)
+            assert out.trace.accept_robot == ref.accept_robot and out.trace.accept_cloud == ref.accept_cloud
+            assert link.log.by_type.get("DragonTarget", 0) > 0 and link.log.by_type.get("DragonDraft", 0) > 0
+
+
+def test_refusals(setup, encoder):
+    s = setup
+    with server(s["verifier"], encoder) as endpoint:  # no --documents
+        link = ZmqDragonLink(endpoint, open_timeout_s=30.0)
+        with pytest.raises(DragonLinkError, match="no DRAGON documents") as info:
+            link.open(DragonOpen(query=QUERY, max_new_tokens=4))
+        assert info.value.code == ErrorCode.BAD_REQUEST
+        link.close()
+    with server(s["verifier"], encoder, s["root"] / "docs") as endpoint:
+        link = ZmqDragonLink(endpoint, open_timeout_s=30.0)
+        with pytest.raises(DragonLinkError, match="top_k") as info:
+            link.open(DragonOpen(query=QUERY, max_new_tokens=4, top_k=1000))
+        assert info.value.code == ErrorCode.BAD_REQUEST
+        link.close()
+
+
+def test_misplaced_dragon_messages_get_errors_and_the_server_keeps_serving(setup, encoder):
+    """A DRAGON draft with no session: UNKNOWN_SESSION; a verifier request on a DRAGON session and a
+    target sent to the cloud while the cloud aggregates: BAD_REQUEST; a later decision still decodes."""
+    import numpy as np
+
+    from edge_spec_ros.wire.codec import encode
+    from edge_spec_ros.wire.dragon import DragonOpened, DragonTarget
+    from edge_spec_ros.wire.messages import DraftBlock, Envelope, Error
+
+    from raw_peer import RawPeer
+
+    s = setup
+    sid = bytes(range(16))
+    with server(s["verifier"], encoder, s["root"] / "docs") as endpoint:
+        peer = RawPeer(endpoint)
+        try:
+            reply = peer.request(encode(Envelope(sid, DragonTarget(0, 1, True, True))))
+            assert isinstance(reply, Error) and reply.code == ErrorCode.UNKNOWN_SESSION
+            opened = peer.request(encode(Envelope(sid, DragonOpen(query=QUERY, max_new_tokens=3, aggregator="cloud",
+                                                                  policy="cloud"))))
+            assert isinstance(opened, DragonOpened)
+            peer.send_raw(encode(Envelope(sid, DraftBlock(0, 0, np.array([1], dtype=np.int32)))))
+            peer.send_raw(encode(Envelope(sid, DragonTarget(0, 1, True, True))))  # the cloud aggregates
+            errors = []
+            for _ in range(20):
+                msg = peer.receive()
+                if isinstance(msg, Error):
+                    errors.append(msg)
+                    if len(errors) == 2:
+                        break
+            assert [e.code for e in errors] == [ErrorCode.BAD_REQUEST] * 2
+            assert "does not belong" in errors[0].message and "sent to the aggregator" in errors[1].message
+        finally:
+            peer.close()
+        out = RobotDragon(s["robot"], s["memory"], s["prompt_ids"], s["decode_text"],
+                          DragonConfig(max_new_tokens=4)).decode(QUERY, ZmqDragonLink(endpoint))
+        assert len(out.tokens) == 4
