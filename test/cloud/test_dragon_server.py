@@ -134,3 +134,34 @@ def test_misplaced_dragon_messages_get_errors_and_the_server_keeps_serving(setup
         out = RobotDragon(s["robot"], s["memory"], s["prompt_ids"], s["decode_text"],
                           DragonConfig(max_new_tokens=4)).decode(QUERY, ZmqDragonLink(endpoint))
         assert len(out.tokens) == 4
+
+
+def test_serve_documents_option(start_server, tmp_path):
+    """``edge-spec-ros serve --documents DIR`` (the shipped pair's verifier in its own process) serves a
+    DRAGON decision of the shipped drafter over the robot's memory: DRDG/TW's greedy tokens; a
+    missing folder stops serve at once with an error."""
+    import subprocess
+    import sys
+
+    from edge_spec_ros.models.pairs import load_pair
+    from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "room.md").write_text("The red chair stands by the window.\n\nThe door is on the left of the chair.")
+    memory = RobotMemory(tmp_path / "memory")
+    memory.add("observation", "a red chair two metres ahead", (0.5, 0.0, 0.0), time=3.0)
+    memory.add("instruction", "go to the red chair", (0.0, 0.0, 0.0), time=1.0)
+    pair = load_pair("embedded")
+    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels))
+    s = {"root": tmp_path, "memory": memory, "verifier": pair.verifier, "robot": pair.drafter.stack,
+         "prompt_ids": chat_prompt_ids(encoder), "decode_text": pair.tokenizer.decode}
+    n = 8
+    with start_server("--documents", str(docs), "--max-requests", "2000") as endpoint:
+        out = RobotDragon(s["robot"], memory, s["prompt_ids"], s["decode_text"],
+                          DragonConfig(max_new_tokens=n, aggregator="cloud")).decode(QUERY, ZmqDragonLink(endpoint))
+    assert out.tokens == reference(s, n, 0.0, 0).tokens
+    done = subprocess.run([sys.executable, "-m", "edge_spec_ros.cli", "serve", "--documents", str(tmp_path / "none"),
+                           "--bind", "tcp://127.0.0.1:*", "--idle-exit", "5"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "is not a folder" in done.stderr + done.stdout
