@@ -1,0 +1,20 @@
+"""The fairness benchmark runs end to end against a real verifier process and reports what it promises
+(its figures are measured by ``python -m edge_spec_ros.bench.fairness``, not asserted here: shared cores)."""
+
+from __future__ import annotations
+
+import math
+
+from edge_spec_ros.bench.fairness import Setting, fairness, table
+
+
+def test_fairness_bench_reports_slowdowns_beside_each_hog():
+    report = fairness([Setting(prefill_chunk_tokens=64, workers=1)], decisions=1, hog_prompt_tokens=600,
+                      hog_generate_tokens=40, max_new_tokens=8)
+    assert report["exact"] and not report["hog_errors"]
+    (row,) = report["settings"]
+    assert row["alone_ms"]["median"] > 0
+    for hog in ("long_prompts", "long_generations"):
+        assert math.isfinite(row[hog]["slowdown_median"]) and row[hog]["hog_requests_completed"] >= 1, (hog, row)
+    text = table(report)
+    assert "prefill slices of 64, 1 worker" in text and "every decision equal" in text
