@@ -39,6 +39,10 @@ HANDSHAKE_EVENTS = {
                                          "mechanism (CURVE on one side only?) or the peer sent garbage",
     zmq.EVENT_HANDSHAKE_FAILED_AUTH: "the verifier refused this robot's CURVE key (not in its authorized/ directory)",
 }
+# With CURVE, a server that cannot decrypt the robot's HELLO (the robot holds another server's public
+# key) drops the connection without a word: ZeroMQ reports "no detail" on the robot's side.
+CURVE_NO_DETAIL = ("the CURVE handshake failed: the verifier could not be authenticated (is the server public "
+                   "key this robot holds, server.key, the one of the verifier at this endpoint?)")
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,10 @@ class VerifierClient:
                 self.counters["handshake_failures"] += 1
                 detail = f" (errno {event['value']})" if event["event"] != zmq.EVENT_HANDSHAKE_FAILED_AUTH \
                     else f" (ZAP status {event['value']})"
-                self.handshake_failure = HANDSHAKE_EVENTS[event["event"]] + detail
+                reason = HANDSHAKE_EVENTS[event["event"]]
+                if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and self.config.curve is not None:
+                    reason = CURVE_NO_DETAIL
+                self.handshake_failure = reason + detail
                 log.warning("verifier at %s: %s", self.config.endpoint, self.handshake_failure)
 
     def __enter__(self) -> "VerifierClient":

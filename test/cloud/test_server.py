@@ -139,6 +139,13 @@ def test_curve_rejects_an_unauthorised_robot(tmp_path, start_server, text_prompt
             with pytest.raises(VerifierAuthError, match="refused this robot's CURVE key"):
                 client.open(Open(input_ids=ids))
             assert time.monotonic() - t0 < AUTH_TIMEOUT_S
+        # the robot holds another server's public key: reported as a failed authentication of the verifier
+        wrong = client_keys(tmp_path / "keys" / "robot.key_secret", tmp_path / "intruder" / "server.key")
+        with VerifierClient(ClientConfig(endpoint=endpoint, curve=wrong, open_timeout_s=AUTH_TIMEOUT_S)) as client:
+            t0 = time.monotonic()
+            with pytest.raises(VerifierAuthError, match="verifier could not be authenticated"):
+                client.open(Open(input_ids=ids))
+            assert time.monotonic() - t0 < AUTH_TIMEOUT_S
         plain = ClientConfig(endpoint=endpoint, open_timeout_s=AUTH_TIMEOUT_S)  # no encryption at all
         with VerifierClient(plain) as client:
             with pytest.raises(VerifierAuthError, match="handshake failed"):
