@@ -22,11 +22,12 @@ Exactness (the reason for each rule below):
     so both sides and the reference work on the same numbers. Departure: the paper does not say how
     distributions travel; the rounding moves p_t by < 1e-7 relative.
   * payload "on_demand" (issue 13 item 8, exact): the aggregator decides from x^o_t, log h̃^o_t and
-    p^o_t(x^o_t) alone when that determines x_t, and asks for p^o_t in full otherwise. Greedy: equal
-    drafts are the target (both argmaxes at c make c the argmax of p_t; with float32 inputs and a
-    weight ≥ ½ on one side the rounded mixture keeps the strict order). Sampled: σ is drawn first;
-    only the selected side's Sample(·) decides x_t, and it needs p^o_t at one token, plus all of p^o_t
-    only after a rejection (the residual). The same comparisons on the same floats as
+    p^o_t(x^o_t) alone when that determines x_t, and asks the drafting side for what is missing
+    otherwise. Greedy: equal drafts are the target (both argmaxes at c make c the argmax of p_t; with
+    float32 inputs and a weight ≥ ½ on one side the rounded mixture keeps the strict order); drafts
+    that differ need all of p^o_t. Sampled: σ is drawn first; only the selected side's Sample(·)
+    decides x_t; it needs p^o_t at one token (asked for alone when it is not the other side's draft)
+    and all of p^o_t only after a rejection (the residual). The same comparisons on the same floats as
     spec/aggregation.speculative_sample, so the token is identical.
 """
 
@@ -100,28 +101,33 @@ def wire_precision(side: SideFunction) -> SideFunction:
     return rounded
 
 
+FULL = -1  # partial_aggregate's answer "p^o_t is needed in full"
+
+
 def partial_aggregate(x_l: int, x_r: int, log_h_l: float, log_h_r: float, known: SideName,
-                      p_known: torch.Tensor, p_other_at_draft: float, rng: PositionalRNG, position: int,
-                      sampling: SamplingConfig) -> int | None:
-    """x_t of Algorithm 1 when only side ``known``'s p is at hand and the other side sent p^o(x^o);
-    None when p^o is needed in full. Same floats and comparisons as speculative_aggregate."""
+                      p_known: torch.Tensor, p_other_at: dict[int, float], rng: PositionalRNG, position: int,
+                      sampling: SamplingConfig) -> tuple[int | None, int]:
+    """Algorithm 1's x_t when only side ``known``'s p is at hand and of the other side's p^o only the
+    values ``p_other_at`` (token → p^o_t(token); its draft's at least). Returns (x_t, 0) when that
+    decides it, else (None, what is needed): a token whose p^o_t value is missing, or FULL (greedy
+    drafts that differ; a rejection, whose residual needs all of p^o_t). Same floats and comparisons
+    as spec/aggregation.speculative_aggregate, so a decided token is its token."""
     if sampling.greedy:
-        return x_l if x_l == x_r else None
+        return (x_l, 0) if x_l == x_r else (None, FULL)
     eta_l, eta_r = side_weights(log_h_l, log_h_r)
     selected: SideName = ROBOT if rng.uniform(DragonStream.SELECT, position) <= GAMMA_L else CLOUD  # type: ignore[arg-type]
     x = x_l if selected == ROBOT else x_r
-    x_other = x_r if selected == ROBOT else x_l
     if selected == known:  # Sample(x, p_known, p_other, η_other): needs p_other(x)
-        if x != x_other:
-            return None
-        pa, pb = float(p_known[x]), p_other_at_draft
+        if x not in p_other_at:
+            return None, x
+        pa, pb = float(p_known[x]), p_other_at[x]
     else:  # Sample(x, p_other, p_known, η_known)
-        pa, pb = p_other_at_draft, float(p_known[x])
+        pa, pb = p_other_at[x], float(p_known[x])
     eta = eta_r if selected == ROBOT else eta_l
     stream = DragonStream.ACCEPT_ROBOT if selected == ROBOT else DragonStream.ACCEPT_CLOUD
     if pa > pb and rng.uniform(stream, position) * pa < eta * (pa - pb):  # type: ignore[arg-type]
-        return None  # rejected: the residual norm(max(0, p_b − p_a)) needs all of p^o
-    return x
+        return None, FULL  # rejected: the residual norm(max(0, p_b − p_a)) needs all of p^o
+    return x, 0
 
 
 @dataclass(frozen=True)
@@ -157,7 +163,9 @@ class DragonPeer:
         self.aggregator: SideName = config.first_aggregator
         self.remote: deque[DragonDraft] = deque()
         self.fetched: torch.Tensor | None = None  # p^o_t in full for the remote front (on_demand)
+        self.values: dict[int, float] = {}  # single values p^o_t(x) fetched for the remote front
         self.pending: int | None = None  # position of an unanswered DragonDistRequest
+        self._asked = FULL  # ... and what it asked for (a token's value, or FULL)
         self.epochs = {ROBOT: 0, CLOUD: 0}
         self.profiler = profiler or DragonProfiler(c_dec={ROBOT: 0.0, CLOUD: 0.0}, rtt=0.0)
         self.tokens: list[int] = []
@@ -276,22 +284,33 @@ class DragonPeer:
         if msg.switch:
             self.aggregator = self.name
             self.remote.clear()
-            self.fetched, self.pending = None, None
+            self.fetched, self.values, self.pending = None, {}, None
 
     def _on_request(self, msg: DragonDistRequest) -> DragonDist:
         for entry in self.side.queue:
             if entry.position == msg.position and msg.epoch == self.epochs[self.name]:
-                return DragonDist(msg.position, msg.epoch, entry.dist.probs.float().numpy())
+                probs = entry.dist.probs.float().numpy()
+                if msg.token == FULL:
+                    return DragonDist(msg.position, msg.epoch, probs)
+                if not 0 <= msg.token < self.vocab_size:
+                    raise DragonProtocolError("requested p^s_t at a token outside the vocabulary")
+                return DragonDist(msg.position, msg.epoch, probs[msg.token:msg.token + 1].copy(), token=msg.token)
         raise DragonProtocolError(f"p^s_t requested for position {msg.position} epoch {msg.epoch}, not queued")
 
     def _on_dist(self, msg: DragonDist) -> None:
-        if self.pending is None or msg.position != self.pending or msg.epoch != self.epochs[self.other]:
+        if (self.pending is None or msg.position != self.pending or msg.epoch != self.epochs[self.other]
+                or msg.token != self._asked):
             raise DragonProtocolError("a distribution nobody asked for")
-        try:
-            check_probs(msg.probs, self.vocab_size)
-        except ValueError as exc:
-            raise DragonProtocolError(str(exc)) from None
-        self.fetched = torch.from_numpy(np.array(msg.probs, dtype=np.float32)).double()
+        if msg.token == FULL:
+            try:
+                check_probs(msg.probs, self.vocab_size)
+            except ValueError as exc:
+                raise DragonProtocolError(str(exc)) from None
+            self.fetched = torch.from_numpy(np.array(msg.probs, dtype=np.float32)).double()
+        else:
+            if msg.probs.shape != (1,) or not 0.0 <= float(msg.probs[0]) <= 1.0 + 1e-6:
+                raise DragonProtocolError("a single p^s_t value must be one number in [0, 1]")
+            self.values[msg.token] = float(msg.probs[0])
         self.pending = None
 
     # ------------------------------------------------------------------ aggregating
@@ -314,17 +333,18 @@ class DragonPeer:
                                            self.config.sampling, GAMMA_L)
             token = result.token
         else:
-            token = partial_aggregate(x[ROBOT], x[CLOUD], log_h[ROBOT], log_h[CLOUD], self.name, own.dist.probs,
-                                      rem.p_token, self.rng, t, self.config.sampling)
+            token, need = partial_aggregate(x[ROBOT], x[CLOUD], log_h[ROBOT], log_h[CLOUD], self.name,
+                                            own.dist.probs, {rem.token: rem.p_token, **self.values}, self.rng, t,
+                                            self.config.sampling)
             if token is None:
-                self.pending = t
+                self.pending, self._asked = t, need
                 self.requests += 1
-                return [DragonDistRequest(t, rem.epoch)]
+                return [DragonDistRequest(t, rem.epoch, need)]
             result = AggregationResult(token, x[ROBOT] == token, x[CLOUD] == token,
                                        side_weights(log_h[ROBOT], log_h[CLOUD])[0])
         accept = {ROBOT: result.accept_robot, CLOUD: result.accept_cloud}
         self.remote.popleft()
-        self.fetched = None
+        self.fetched, self.values = None, {}
         if not accept[self.other]:
             self._drop_remote_queue()  # decoded after its rejected draft
         self._commit(token, result.accept_robot, result.accept_cloud, self.name)

@@ -20,8 +20,8 @@ Flow (either side may aggregate; the aggregator is named at open and moved by th
   cloud → robot  DragonOpened                    its documents are prefilled
   drafting side → aggregator  DragonDraft        every draft as soon as it is decoded (continuous)
   aggregator → drafting side  DragonTarget       x_t, S^l, S^r, switch (after Algorithm 1 at t)
-  aggregator → drafting side  DragonDistRequest  (payload "on_demand") p^s_t is needed at t
-  drafting side → aggregator  DragonDist         p^s_t in full, answering the request
+  aggregator → drafting side  DragonDistRequest  (payload "on_demand") p^s_t, or one value of it, is needed
+  drafting side → aggregator  DragonDist         p^s_t in full (or that value), answering the request
   robot → cloud  Close (wire/messages.py)        the decision is over
 A side whose draft was rejected clears its queue, rolls back its KV caches and bumps its ``epoch``;
 drafts carry the epoch they were decoded in, so the aggregator drops those still in flight from
@@ -105,6 +105,7 @@ class DragonTarget:
 class DragonDistRequest:
     position: int  # t
     epoch: int  # the epoch of the draft whose p^s_t is wanted
+    token: int = -1  # -1: p^s_t in full; else only the value p^s_t(token)
     TYPE = DragonType.DRAGON_DIST_REQUEST
 
 
@@ -112,7 +113,8 @@ class DragonDistRequest:
 class DragonDist:
     position: int
     epoch: int
-    probs: np.ndarray  # (V,) float32 p^s_t
+    probs: np.ndarray  # (V,) float32 p^s_t, or (1,) its value at ``token``
+    token: int = -1  # -1: probs is all of p^s_t
     TYPE = DragonType.DRAGON_DIST
 
 
