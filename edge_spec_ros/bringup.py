@@ -28,7 +28,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Bool, String
 
-from edge_spec_ros.msg import Decision, DecodeStats, NavAction
+from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
 from edge_spec_ros.nodes.sim_node import LATCHED
 from edge_spec_ros.sim.closed_loop import plot_trajectory
@@ -67,15 +67,15 @@ class Monitor(Node):
         self.instruction = self.create_publisher(String, "instruction", RELIABLE)
         self.done = threading.Event()
         self.decisions: list[Decision] = []
-        self.actions: list[NavAction] = []
+        self.actions: list[NavActionMsg] = []
         self.twists: list[tuple[float, float]] = []
         self._last_twist = None
         self.pose: Pose | None = None  # the simulated robot's latest pose
         self.decision_poses: list[Pose] = []  # its pose when each decision was published
         self.goal_reached = False
         self.create_subscription(Decision, "edge_spec/decision", self.on_decision, RELIABLE)
-        self.create_subscription(NavAction, "edge_spec/action", self.on_action, RELIABLE)
-        self.create_subscription(DecodeStats, "edge_spec/stats", self.on_stats, RELIABLE)
+        self.create_subscription(NavActionMsg, "edge_spec/action", self.on_action, RELIABLE)
+        self.create_subscription(DecodeStatsMsg, "edge_spec/stats", self.on_stats, RELIABLE)
         self.create_subscription(Twist, "cmd_vel", self.on_twist, 10)
         self.create_subscription(PoseStamped, "sim/pose", self.on_pose, 10)
         self.create_subscription(Bool, "sim/goal_reached", self.on_goal, LATCHED)
@@ -88,14 +88,14 @@ class Monitor(Node):
         if not msg.text:  # the decision failed (the drafter logged why): the cycle is over
             self.done.set()
 
-    def on_action(self, msg: NavAction) -> None:
-        if msg.status != NavAction.STARTED:
+    def on_action(self, msg: NavActionMsg) -> None:
+        if msg.status != NavActionMsg.STARTED:
             if msg.kind not in ("stop", "invalid"):
                 self.print(f"[action {msg.decision}] ended ({msg.end_reason}): travelled {msg.travelled_m:.3f} m, "
                            f"turned {math.degrees(msg.turned_rad):.1f}°")
             if msg.kind in ("stop", "invalid") or len(self.decisions) >= self.max_decisions:
                 self.done.set()
-        if msg.status != NavAction.STARTED and msg.kind not in ("stop", "invalid"):
+        if msg.status != NavActionMsg.STARTED and msg.kind not in ("stop", "invalid"):
             return
         self.actions.append(msg)
         if msg.kind == "invalid":
@@ -104,7 +104,7 @@ class Monitor(Node):
             self.print(f"[action {msg.decision}] {msg.kind} {msg.text!r}: v={msg.linear_x:.2f} m/s "
                        f"ω={msg.angular_z:.2f} rad/s for {msg.duration_s:.2f} s{' (clamped)' if msg.clamped else ''}")
 
-    def on_stats(self, msg: DecodeStats) -> None:
+    def on_stats(self, msg: DecodeStatsMsg) -> None:
         self.print(f"[stats {msg.decision} {msg.mode}] {msg.tokens} tokens in {msg.rounds} rounds, "
                    f"τ={msg.tau:.2f} α={msg.alpha:.2f} r={msg.miss_rate:.0%} TTFT {msg.ttft_s * 1e3:.0f} ms, "
                    f"{msg.per_token_s * 1e3:.1f} ms/token, up {msg.bytes_up_per_round:.0f} B/round, "

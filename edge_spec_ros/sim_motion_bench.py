@@ -45,7 +45,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
 from edge_spec_ros.server_process import stop
-from edge_spec_ros.msg import Decision, NavAction
+from edge_spec_ros.msg import Decision, NavAction as NavActionMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
 
 # a free lane of every room: x = 0.6 m is the start column, objects stand at x >= 2 m; 1 m forward
@@ -162,9 +162,9 @@ class DecisionBench(Node):
         super().__init__("motion_bench", context=context)
         self._cv = threading.Condition()
         self.odom: Odometry | None = None
-        self.ends: dict[int, NavAction] = {}  # decision -> its DONE / CANCELLED
+        self.ends: dict[int, NavActionMsg] = {}  # decision -> its DONE / CANCELLED
         self.decisions = self.create_publisher(Decision, "edge_spec/decision", RELIABLE)
-        self.actions = self.create_subscription(NavAction, "edge_spec/action", self._on_action, RELIABLE)
+        self.actions = self.create_subscription(NavActionMsg, "edge_spec/action", self._on_action, RELIABLE)
         self.create_subscription(Odometry, "odom", self._on_odom, 10)
 
     def _on_odom(self, msg: Odometry) -> None:
@@ -172,8 +172,8 @@ class DecisionBench(Node):
             self.odom = msg
             self._cv.notify_all()
 
-    def _on_action(self, msg: NavAction) -> None:
-        if msg.status != NavAction.STARTED:
+    def _on_action(self, msg: NavActionMsg) -> None:
+        if msg.status != NavActionMsg.STARTED:
             with self._cv:
                 self.ends[msg.decision] = msg
                 self._cv.notify_all()
@@ -254,7 +254,7 @@ def drive(bench: DecisionBench, decision: int, kind: str, text: str, commanded: 
     reported = None
     if mode == "odometry":
         reported = float(end.travelled_m if kind == "forward" else end.turned_rad)
-    status = "DONE" if end.status == NavAction.DONE else "CANCELLED"
+    status = "DONE" if end.status == NavActionMsg.DONE else "CANCELLED"
     return Sample(mode, load, kind, text, commanded, travelled(kind, before, after), reported, status,
                   end.end_reason, rtf)
 

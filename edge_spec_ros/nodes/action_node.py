@@ -31,7 +31,7 @@ from rclpy.qos import qos_profile_sensor_data
 from std_msgs.msg import String
 
 from edge_spec_ros.edge.cycle import is_stop
-from edge_spec_ros.msg import BridgeStatus, Decision, ExitResult, NavAction as NavActionMsg
+from edge_spec_ros.msg import BridgeStatus, Decision, ExitResult as ExitResultMsg, NavAction as NavActionMsg
 from edge_spec_ros.nav import NavConfig, Watchdog, parse_action, plan_motion
 from edge_spec_ros.nav.motion import MotionCommand, MotionTracker, PlanarPose
 from edge_spec_ros.nodes.lifecycle import main_for
@@ -90,7 +90,7 @@ class ActionNode(Node):
         self.reasoning = self.create_publisher(String, "edge_spec/reasoning", RELIABLE)
         self.create_subscription(Decision, "edge_spec/decision", self.on_decision, RELIABLE)
         self.create_subscription(String, "instruction", self.on_instruction, RELIABLE)
-        self.create_subscription(ExitResult, "edge_spec/exit_result", self.on_alive, RELIABLE)
+        self.create_subscription(ExitResultMsg, "edge_spec/exit_result", self.on_alive, RELIABLE)
         self.create_subscription(BridgeStatus, "edge_spec/bridge_status", self.on_status, RELIABLE)
         if self.config.odom_topic:
             self.create_subscription(Odometry, self.config.odom_topic, self.on_odom, qos_profile_sensor_data)
@@ -189,7 +189,7 @@ class ActionNode(Node):
             else:
                 self._publish(m.command.linear_x, m.command.angular_z)
 
-    def on_alive(self, msg: ExitResult) -> None:
+    def on_alive(self, msg: ExitResultMsg) -> None:
         if msg.decision >= self.decision:  # the decision being decoded now, not an old one
             self.watchdog.feed(self.now())
 

@@ -40,7 +40,7 @@ from std_msgs.msg import String
 
 from edge_spec_ros.action import Navigate
 from edge_spec_ros.edge.cycle import is_stop
-from edge_spec_ros.msg import Decision, DecodeStats, NavAction
+from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE
@@ -87,8 +87,8 @@ class GoalRun:
         self.touched_s = now_s  # steady clock of the last sign of progress
         self.ids: list[int] = []
         self.decision = Decision()
-        self.stats = DecodeStats()
-        self.action = NavAction()
+        self.stats = DecodeStatsMsg()
+        self.action = NavActionMsg()
         self._early: collections.OrderedDict[int, list] = collections.OrderedDict()
         self.outcome: int | None = None
         self.message = ""
@@ -112,7 +112,7 @@ class GoalRun:
             return []
         self.touched_s = now_s
         self.ids.append(msg.decision)
-        self.decision, self.stats, self.action = msg, DecodeStats(), NavAction()
+        self.decision, self.stats, self.action = msg, DecodeStatsMsg(), NavActionMsg()
         events = [Feedback.DECISION]
         if not msg.text:
             self.finish(Result.FAILED, f"decision {msg.decision} failed: no text (the drafter's log says why)")
@@ -126,7 +126,7 @@ class GoalRun:
         while len(self._early) > EARLY_IDS:
             self._early.popitem(last=False)
 
-    def on_stats(self, msg: DecodeStats, now_s: float) -> list[int]:
+    def on_stats(self, msg: DecodeStatsMsg, now_s: float) -> list[int]:
         if self.over:
             return []
         if msg.decision not in self.ids:
@@ -137,7 +137,7 @@ class GoalRun:
             self.stats = msg
         return [Feedback.STATS]
 
-    def on_action(self, msg: NavAction, now_s: float) -> list[int]:
+    def on_action(self, msg: NavActionMsg, now_s: float) -> list[int]:
         if self.over:
             return []
         if msg.decision not in self.ids:
@@ -147,7 +147,7 @@ class GoalRun:
         if msg.decision != self.ids[-1]:  # the end of an older decision's motion: only reported
             return [Feedback.ACTION]
         self.action = msg
-        if msg.status == NavAction.STARTED:
+        if msg.status == NavActionMsg.STARTED:
             return [Feedback.ACTION]
         n = len(self.ids)
         if msg.kind == "stop":
@@ -178,8 +178,8 @@ class NavigateNode(Node):
         self._handles: dict[int, ServerGoalHandle] = {}  # id(run) -> its goal handle
         self._sent: collections.deque[str] = collections.deque(maxlen=100)  # our own instructions, in order
         self.create_subscription(Decision, "edge_spec/decision", self.on_decision, RELIABLE)
-        self.create_subscription(DecodeStats, "edge_spec/stats", self.on_stats, RELIABLE)
-        self.create_subscription(NavAction, "edge_spec/action", self.on_action, RELIABLE)
+        self.create_subscription(DecodeStatsMsg, "edge_spec/stats", self.on_stats, RELIABLE)
+        self.create_subscription(NavActionMsg, "edge_spec/action", self.on_action, RELIABLE)
         self.create_subscription(String, "instruction", self.on_instruction, RELIABLE)
         self.server = ActionServer(self, Navigate, "navigate", execute_callback=self.execute,
                                    goal_callback=self.on_goal, handle_accepted_callback=self.on_accepted,
@@ -259,11 +259,11 @@ class NavigateNode(Node):
         if self.run is not None:
             self._relay(self.run, self.run.on_decision(msg, time.monotonic()))
 
-    def on_stats(self, msg: DecodeStats) -> None:
+    def on_stats(self, msg: DecodeStatsMsg) -> None:
         if self.run is not None:
             self._relay(self.run, self.run.on_stats(msg, time.monotonic()))
 
-    def on_action(self, msg: NavAction) -> None:
+    def on_action(self, msg: NavActionMsg) -> None:
         if self.run is not None:
             self._relay(self.run, self.run.on_action(msg, time.monotonic()))
 

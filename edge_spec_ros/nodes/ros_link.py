@@ -15,7 +15,7 @@ import numpy as np
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy
 
-from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftMsg, ExitResult as ExitMsg
+from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftBlockMsg, ExitResult as ExitResultMsg
 from edge_spec_ros.wire.codec import encoded_size
 from edge_spec_ros.wire.messages import (
     Close, DraftBlock, Error, ErrorCode, ExitResult, Generate, Message, Open, Opened, Tokens,
@@ -57,8 +57,8 @@ class RosVerifierLink:
         self._next = 1
         self._closed = False
         self._requests = node.create_publisher(DecisionRequest, "edge_spec/decision_request", RELIABLE)
-        self._drafts = node.create_publisher(DraftMsg, "edge_spec/draft", RELIABLE)
-        node.create_subscription(ExitMsg, "edge_spec/exit_result", self._on_exit, RELIABLE)
+        self._drafts = node.create_publisher(DraftBlockMsg, "edge_spec/draft", RELIABLE)
+        node.create_subscription(ExitResultMsg, "edge_spec/exit_result", self._on_exit, RELIABLE)
         node.create_subscription(BridgeStatus, "edge_spec/bridge_status", self._on_status, RELIABLE)
 
     @property
@@ -102,7 +102,7 @@ class RosVerifierLink:
         return sid, reply
 
     def send(self, sid: bytes, message: Message) -> None:
-        msg = DraftMsg()
+        msg = DraftBlockMsg()
         msg.header.stamp = self.node.get_clock().now().to_msg()
         msg.decision = decision_of(sid)
         if isinstance(message, DraftBlock):
@@ -165,7 +165,7 @@ class RosVerifierLink:
         if box is not None:
             box.put(message)
 
-    def _on_exit(self, msg: ExitMsg) -> None:
+    def _on_exit(self, msg: ExitResultMsg) -> None:
         tokens = np.asarray(msg.tokens, dtype=np.int32)
         if msg.layer == 0:
             out: Message = Tokens(tokens=tokens, is_final=msg.is_final, compute_s=msg.compute_s)

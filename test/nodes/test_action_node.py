@@ -9,7 +9,7 @@ from geometry_msgs.msg import Twist
 from std_msgs.msg import String
 
 from rosharness import node_command, process, wait_for
-from edge_spec_ros.msg import BridgeStatus, Decision, NavAction
+from edge_spec_ros.msg import BridgeStatus, Decision, NavAction as NavActionMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
 
 DISCOVERY_S = 20.0
@@ -23,7 +23,7 @@ def action_node(ros, tmp_path_factory):
     with process(cmd, log) as proc:
         decisions = ros.node.create_publisher(Decision, "edge_spec/decision", RELIABLE)
         status = ros.node.create_publisher(BridgeStatus, "edge_spec/bridge_status", RELIABLE)
-        actions = ros.collect(NavAction, "edge_spec/action", RELIABLE)
+        actions = ros.collect(NavActionMsg, "edge_spec/action", RELIABLE)
         reasoning = ros.collect(String, "edge_spec/reasoning", RELIABLE)
         twists: list[tuple[float, float, float]] = []
         ros.node.create_subscription(Twist, "cmd_vel",
@@ -97,8 +97,8 @@ def test_stop_ends_a_motion_within_one_control_period(ros, action_node):
     wait_for(lambda: any(z > 0 for _, _, z in twists[-3:]), 10, "the turn")
     t = time.monotonic()
     instruction.publish(String(data="stop"))
-    wait_for(lambda: any(a.decision == 5 and a.status == NavAction.CANCELLED for a in actions), 2, "CANCELLED")
-    ended = next(a for a in actions if a.decision == 5 and a.status == NavAction.CANCELLED)
+    wait_for(lambda: any(a.decision == 5 and a.status == NavActionMsg.CANCELLED for a in actions), 2, "CANCELLED")
+    ended = next(a for a in actions if a.decision == 5 and a.status == NavActionMsg.CANCELLED)
     assert ended.end_reason == "stop"
     stopped = next(ts for ts, _, z in twists if ts > t and z == 0.0)
     assert stopped - t < 0.2  # one control period is 20 ms at 50 Hz; DDS and scheduling take the rest
@@ -108,7 +108,7 @@ def test_after_a_motion_zero_is_held_then_nothing(action_node):
     """hold_zero_s (default 1 s) of zero after the end, then quiet: a twist_mux input times out."""
     decisions, _, actions, _, twists = action_node
     send(decisions, 6, "Action: move forward 6 cm")  # 0.2 s
-    wait_for(lambda: any(a.decision == 6 and a.status == NavAction.DONE for a in actions), 10, "DONE")
+    wait_for(lambda: any(a.decision == 6 and a.status == NavActionMsg.DONE for a in actions), 10, "DONE")
     done = time.monotonic()
     time.sleep(2.0)
     after = [(ts, x) for ts, x, _ in twists if ts > done]
@@ -144,7 +144,7 @@ def test_an_accepted_limit_takes_effect_on_the_next_command(ros, action_node):
     (result,) = set_parameters(ros, max_linear_speed=0.1)
     assert result.successful, result.reason
     send(decisions, 7, "Action: move forward 10 cm")
-    wait_for(lambda: any(a.decision == 7 and a.status == NavAction.STARTED for a in actions), 10, "the NavAction")
+    wait_for(lambda: any(a.decision == 7 and a.status == NavActionMsg.STARTED for a in actions), 10, "the NavAction")
     action = next(a for a in actions if a.decision == 7)
     assert action.linear_x == pytest.approx(0.1) and action.clamped
     (result,) = set_parameters(ros, max_linear_speed=0.5)

@@ -4,7 +4,7 @@ answered with an ERROR status and dropped; the bridge keeps bridging (the next d
 from __future__ import annotations
 
 from rosharness import node_command, process, wait_for
-from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock
+from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftBlockMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
 
 DISCOVERY_S = 20.0
@@ -21,7 +21,7 @@ def open_request(decision: int, prompt) -> DecisionRequest:
 
 def test_a_malformed_draft_is_refused_and_the_bridge_goes_on(ros, server_endpoint, text_prompt, tmp_path):
     requests = ros.node.create_publisher(DecisionRequest, "edge_spec/decision_request", RELIABLE)
-    drafts = ros.node.create_publisher(DraftBlock, "edge_spec/draft", RELIABLE)
+    drafts = ros.node.create_publisher(DraftBlockMsg, "edge_spec/draft", RELIABLE)
     status = ros.collect(BridgeStatus, "edge_spec/bridge_status", RELIABLE)
     cmd = node_command("bridge_node", "-p", f"verifier_endpoint:={server_endpoint}")
     with process(cmd, tmp_path / "bridge.log") as proc:
@@ -29,7 +29,7 @@ def test_a_malformed_draft_is_refused_and_the_bridge_goes_on(ros, server_endpoin
                  DISCOVERY_S, "the bridge")
         requests.publish(open_request(1, text_prompt))
         wait_for(lambda: any(s.decision == 1 and s.state == BridgeStatus.OPENED for s in status), OPEN_S, "OPENED")
-        bad = DraftBlock()
+        bad = DraftBlockMsg()
         bad.decision, bad.round, bad.position = 1, 1, 0
         bad.tokens = [1, 2, 3]
         bad.q, bad.vocab_size = [0.5] * 5, 7  # 5 values cannot be 3 rows of 7

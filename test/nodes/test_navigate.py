@@ -21,7 +21,7 @@ from std_msgs.msg import String
 from rosharness import node_command, process, wait_for
 from edge_spec_ros.action import Navigate
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
-from edge_spec_ros.msg import Decision, DecisionRequest, NavAction
+from edge_spec_ros.msg import Decision, DecisionRequest, NavAction as NavActionMsg
 from edge_spec_ros.nav import NavConfig, parse_action
 from edge_spec_ros.nodes.convert import rgb_to_image
 from edge_spec_ros.nodes.ros_link import RELIABLE
@@ -62,8 +62,8 @@ class Stack:
         self.twists: list[tuple[float, Twist]] = []
         ros.node.create_subscription(Twist, "cmd_vel", lambda m: self.twists.append((time.monotonic(), m)), 10)
         self.decisions = ros.collect(Decision, "edge_spec/decision", RELIABLE)
-        self.actions: list[tuple[float, NavAction]] = []
-        ros.node.create_subscription(NavAction, "edge_spec/action",
+        self.actions: list[tuple[float, NavActionMsg]] = []
+        ros.node.create_subscription(NavActionMsg, "edge_spec/action",
                                      lambda m: self.actions.append((time.monotonic(), m)), RELIABLE)
         self.instructions = ros.collect(String, "instruction", RELIABLE)
         self.diagnostics = ros.collect(DiagnosticArray, "/diagnostics")
@@ -134,7 +134,7 @@ def test_goal_reached_with_feedback_and_result(stack):
     last = feedback[-1]
     assert last.decisions == 1 and last.decision.text == result.last_text and last.decision.instruction == REACH
     assert last.stats.decision == last.decision.decision and last.stats.rounds >= 1 and last.stats.tau > 0
-    assert last.action.kind == "stop" and last.action.status == NavAction.DONE
+    assert last.action.kind == "stop" and last.action.status == NavActionMsg.DONE
     assert stack.decisions[-1].text == result.last_text
     stack.reached_text = result.last_text
 
@@ -148,7 +148,7 @@ def test_cancel_mid_motion_zeroes_the_velocity_at_once(stack):
 
     def motion():
         return next((f.action for f in feedback if f.event == Navigate.Feedback.ACTION
-                     and f.action.status == NavAction.STARTED), None)
+                     and f.action.status == NavActionMsg.STARTED), None)
 
     wait_for(lambda: motion() is not None and any(moving(m) for t, m in stack.twists if t >= since), DECIDE_S,
              f"the robot to move\n{stack.logs()}")
@@ -161,10 +161,10 @@ def test_cancel_mid_motion_zeroes_the_velocity_at_once(stack):
     assert response.status == GoalStatus.STATUS_CANCELED
     assert response.result.outcome == Navigate.Result.STOPPED and response.result.decisions == 1, response.result
     assert response.result.message == "cancelled"
-    wait_for(lambda: any(m.decision == started.decision and m.status != NavAction.STARTED for _, m in stack.actions),
+    wait_for(lambda: any(m.decision == started.decision and m.status != NavActionMsg.STARTED for _, m in stack.actions),
              5, "the end of the motion")
-    end = next(m for _, m in stack.actions if m.decision == started.decision and m.status != NavAction.STARTED)
-    assert end.status == NavAction.CANCELLED and end.end_reason == "stop", end
+    end = next(m for _, m in stack.actions if m.decision == started.decision and m.status != NavActionMsg.STARTED)
+    assert end.status == NavActionMsg.CANCELLED and end.end_reason == "stop", end
     after = [(t, m) for t, m in stack.twists if t >= since]
     zero_at = next(t for t, m in after if t >= t_cancel and not moving(m))
     print(f"zero velocity {(zero_at - t_cancel) * 1e3:.0f} ms after the cancel request")
@@ -187,7 +187,7 @@ def test_max_decisions_fails_and_stops_the_cycle(stack):
     assert parse_action(result.last_text, NavConfig()).action.kind == "forward"
     wait_for(lambda: len([f for f in feedback if f.event == Navigate.Feedback.ACTION]) >= 2, 5, "the feedback")
     assert [f.action.status for f in feedback if f.event == Navigate.Feedback.ACTION] == \
-        [NavAction.STARTED, NavAction.DONE]
+        [NavActionMsg.STARTED, NavActionMsg.DONE]
     assert stack.instructions[-1].data == "stop"
     count = len(stack.decisions)
     time.sleep(1.5)  # settle_s + a frame: a second decision would have started by now

@@ -16,7 +16,7 @@ from std_msgs.msg import String
 
 from rosharness import wait_for
 from edge_spec_ros.action import Navigate
-from edge_spec_ros.msg import Decision, DecodeStats, NavAction
+from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nodes.navigate_node import GoalRun, NavigateNode
 from edge_spec_ros.nodes.ros_link import RELIABLE
 
@@ -31,8 +31,8 @@ class FakeStack:
         self.instructions: list[str] = []
         node.create_subscription(String, "instruction", lambda m: self.instructions.append(m.data), RELIABLE)
         self.decisions = node.create_publisher(Decision, "edge_spec/decision", RELIABLE)
-        self.stats = node.create_publisher(DecodeStats, "edge_spec/stats", RELIABLE)
-        self.actions = node.create_publisher(NavAction, "edge_spec/action", RELIABLE)
+        self.stats = node.create_publisher(DecodeStatsMsg, "edge_spec/stats", RELIABLE)
+        self.actions = node.create_publisher(NavActionMsg, "edge_spec/action", RELIABLE)
         self.other = node.create_publisher(String, "instruction", RELIABLE)
         self.next_id = 100
 
@@ -41,7 +41,7 @@ class FakeStack:
         decision, self.next_id = self.next_id, self.next_id + 1
         msg = Decision(decision=decision, instruction=instruction, mode="fsd", text=text)
         msg.header.stamp = self.node.get_clock().now().to_msg()
-        stats = DecodeStats(decision=decision, mode="FSD", tokens=12, rounds=3, tau=4.0, alpha=0.9)
+        stats = DecodeStatsMsg(decision=decision, mode="FSD", tokens=12, rounds=3, tau=4.0, alpha=0.9)
         if stats_first:  # another topic: may arrive before its decision
             self.stats.publish(stats)
             self.decisions.publish(msg)
@@ -49,11 +49,11 @@ class FakeStack:
             self.decisions.publish(msg)
             self.stats.publish(stats)
         if kind:
-            self.act(decision, kind, NavAction.STARTED if status is None else status)
+            self.act(decision, kind, NavActionMsg.STARTED if status is None else status)
         return decision
 
     def act(self, decision: int, kind: str, status: int, error: str = "") -> None:
-        self.actions.publish(NavAction(decision=decision, kind=kind, status=status, error=error, linear_x=0.3))
+        self.actions.publish(NavActionMsg(decision=decision, kind=kind, status=status, error=error, linear_x=0.3))
 
 
 class World:
@@ -103,7 +103,7 @@ def w():
 
 def test_stop_decision_reaches_and_early_statistics_are_relayed(w):
     handle, feedback = w.goal("find the bottle")
-    d = w.stack.decide("find the bottle", "Action: stop", "stop", NavAction.DONE, stats_first=True)
+    d = w.stack.decide("find the bottle", "Action: stop", "stop", NavActionMsg.DONE, stats_first=True)
     response = w.result(handle)
     assert response.status == GoalStatus.STATUS_SUCCEEDED
     assert (response.result.outcome, response.result.decisions, response.result.last_text) == \
@@ -116,7 +116,7 @@ def test_stop_decision_reaches_and_early_statistics_are_relayed(w):
 def test_invalid_action_and_failed_decision_fail(w):
     handle, _ = w.goal("go")
     d = w.stack.decide("go", "Action: fly")
-    w.stack.act(d, "invalid", NavAction.DONE, error="no action phrase")
+    w.stack.act(d, "invalid", NavActionMsg.DONE, error="no action phrase")
     response = w.result(handle)
     assert response.status == GoalStatus.STATUS_ABORTED
     assert response.result.outcome == Result.FAILED and "invalid action: no action phrase" in response.result.message
@@ -128,14 +128,14 @@ def test_invalid_action_and_failed_decision_fail(w):
 
 def test_other_instructions_decisions_and_old_decisions_are_not_the_goals(w):
     handle, feedback = w.goal("find the chair")
-    w.stack.decide("find the bottle", "Action: stop", "stop", NavAction.DONE)  # another instruction's
+    w.stack.decide("find the bottle", "Action: stop", "stop", NavActionMsg.DONE)  # another instruction's
     old = Decision(decision=1, instruction="find the chair", text="Action: stop")  # stamped before the goal
     w.stack.decisions.publish(old)
     time.sleep(0.3)
     assert not feedback
     d = w.stack.decide("find the chair", "Action: move forward 25 cm", "forward")
-    w.stack.act(d, "forward", NavAction.DONE)
-    d2 = w.stack.decide("find the chair", "Action: stop", "stop", NavAction.DONE)
+    w.stack.act(d, "forward", NavActionMsg.DONE)
+    d2 = w.stack.decide("find the chair", "Action: stop", "stop", NavActionMsg.DONE)
     response = w.result(handle)
     assert response.result.outcome == Result.REACHED and response.result.decisions == 2
     assert {f.decision.decision for f in feedback} == {d, d2}
@@ -145,7 +145,7 @@ def test_max_decisions_fails_and_sends_stop(w):
     handle, _ = w.goal("wander")  # the node's max_decisions: 3
     for _ in range(3):
         d = w.stack.decide("wander", "Action: turn left 30 degrees", "turn")
-        w.stack.act(d, "turn", NavAction.DONE)
+        w.stack.act(d, "turn", NavActionMsg.DONE)
     response = w.result(handle)
     assert response.result.outcome == Result.FAILED and response.result.decisions == 3
     assert "max_decisions 3" in response.result.message
@@ -174,7 +174,7 @@ def test_cancel_sends_stop_and_cancels(w):
     response = w.result(handle)
     assert response.status == GoalStatus.STATUS_CANCELED
     assert (response.result.outcome, response.result.decisions) == (Result.STOPPED, 1)
-    w.stack.act(d, "forward", NavAction.CANCELLED)  # late: changes nothing
+    w.stack.act(d, "forward", NavActionMsg.CANCELLED)  # late: changes nothing
 
 
 def test_no_progress_fails_and_stops(w):
@@ -207,5 +207,5 @@ def test_stop_words_are_rejected_and_nobody_listening_fails(w):  # last: the sta
 def test_goal_run_keeps_early_messages_of_a_few_decisions_only():
     run = GoalRun("x", 5, 0, 0.0)
     for i in range(40):
-        assert run.on_stats(DecodeStats(decision=i), 0.0) == []
+        assert run.on_stats(DecodeStatsMsg(decision=i), 0.0) == []
     assert min(run._early) == 40 - 16 and len(run._early) == 16

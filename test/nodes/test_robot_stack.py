@@ -20,7 +20,7 @@ from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
 from edge_spec_ros.models.embedded import embedded_pair
 from edge_spec_ros.models.prompt import PromptEncoder, decode_image, encode_image
-from edge_spec_ros.msg import Decision, DecodeStats, NavAction
+from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nav import NavConfig, parse_action
 from edge_spec_ros.nodes.ros_link import RELIABLE
 from edge_spec_ros.spec.sampling import SamplingConfig
@@ -68,8 +68,8 @@ def test_instruction_through_the_stack(ros, server_endpoint, tmp_path, mode, tem
     cmd = [sys.executable, "-m", "edge_spec_ros.cli", "bringup", "--params",
            str(params_file(tmp_path, server_endpoint, mode, temperature)), "--duration", "90"]
     decisions = ros.collect(Decision, "edge_spec/decision", RELIABLE)
-    actions = ros.collect(NavAction, "edge_spec/action", RELIABLE)
-    stats = ros.collect(DecodeStats, "edge_spec/stats", RELIABLE)
+    actions = ros.collect(NavActionMsg, "edge_spec/action", RELIABLE)
+    stats = ros.collect(DecodeStatsMsg, "edge_spec/stats", RELIABLE)
     twists = ros.collect(Twist, "cmd_vel")
     instruction = ros.node.create_publisher(String, "instruction", RELIABLE)
     log = tmp_path / "bringup.log"

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from edge_spec_ros.msg import DecisionRequest, DraftBlock as DraftMsg, ExitResult as ExitMsg
+from edge_spec_ros.msg import DecisionRequest, DraftBlock as DraftBlockMsg, ExitResult as ExitResultMsg
 from edge_spec_ros.wire import messages as wire
 
 NOT_CARRIED = {
@@ -26,10 +26,10 @@ def ros_fields(msg_type) -> set[str]:
 
 @pytest.mark.parametrize("wire_type,msg_type", [
     (wire.Open, DecisionRequest),
-    (wire.DraftBlock, DraftMsg),
-    (wire.Generate, DraftMsg),  # a cloud-only generation request travels as a draft without tokens
-    (wire.ExitResult, ExitMsg),
-    (wire.Tokens, ExitMsg),  # cloud-only tokens travel as an exit result of layer 0
+    (wire.DraftBlock, DraftBlockMsg),
+    (wire.Generate, DraftBlockMsg),  # a cloud-only generation request travels as a draft without tokens
+    (wire.ExitResult, ExitResultMsg),
+    (wire.Tokens, ExitResultMsg),  # cloud-only tokens travel as an exit result of layer 0
 ])
 def test_every_wire_field_travels_through_ros(wire_type, msg_type):
     missing = {f.name for f in dataclasses.fields(wire_type)} - ros_fields(msg_type) - set(NOT_CARRIED)

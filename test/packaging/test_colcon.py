@@ -186,7 +186,7 @@ def test_installed_node_runs_and_record_writes_a_bag_with_the_installed_definiti
     from rosbags.rosbag2 import Reader
     from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
-    from edge_spec_ros.msg import Decision, NavAction
+    from edge_spec_ros.msg import Decision, NavAction as NavActionMsg
 
     env = workspace.installed_env()
     lib = workspace.prefix / "lib" / PACKAGE
@@ -210,7 +210,7 @@ def test_installed_node_runs_and_record_writes_a_bag_with_the_installed_definiti
     twists: list = []
     actions: list = []
     node.create_subscription(Twist, "/cmd_vel", twists.append, 10)
-    node.create_subscription(NavAction, "/edge_spec/action", actions.append, reliable)
+    node.create_subscription(NavActionMsg, "/edge_spec/action", actions.append, reliable)
     decisions = node.create_publisher(Decision, "/edge_spec/decision", reliable)
     # a robot standing still: the action node ends motions on odometry (odom_topic in the YAML)
     odometry = node.create_publisher(Odometry, "/odom", qos_profile_sensor_data)
