@@ -33,6 +33,7 @@ Exactness (the reason for each rule below):
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -66,6 +67,13 @@ from edge_spec_ros.wire.dragon import (
 )
 
 GAMMA_L = 0.5  # γ^l of Algorithm 1 (§4.3)
+
+
+MAX_TIMING_S = 3600.0  # a duration from the other side above this, negative or not finite is ignored
+
+
+def _timing(seconds: float) -> bool:
+    return math.isfinite(seconds) and 0.0 <= seconds <= MAX_TIMING_S
 
 
 class DragonProtocolError(RuntimeError):
@@ -248,9 +256,12 @@ class DragonPeer:
         if msg.position != expected:
             raise DragonProtocolError(f"draft for position {msg.position}, expected {expected}")
         self._check_draft(msg)
-        if msg.echo_stamp >= 0.0:
-            self.profiler.observe_rtt(max(0.0, self.clock() - msg.echo_stamp - msg.echo_hold_s))
-        self.profiler.observe_decode(self.other, msg.decode_s)
+        if msg.echo_stamp >= 0.0 and _timing(msg.echo_hold_s):
+            rtt = self.clock() - msg.echo_stamp - msg.echo_hold_s
+            if _timing(rtt):
+                self.profiler.observe_rtt(rtt)
+        if _timing(msg.decode_s):
+            self.profiler.observe_decode(self.other, msg.decode_s)
         self.remote.append(msg)
 
     def _check_draft(self, msg: DragonDraft) -> None:
@@ -276,9 +287,9 @@ class DragonPeer:
         if own_accept != (self.side.queue[0].token == msg.token):
             raise DragonProtocolError("acceptance flag disagrees with the draft and the target token")
         self._commit(msg.token, msg.accept_robot, msg.accept_cloud, self.other)
-        if msg.decode_s > 0.0:
+        if msg.decode_s > 0.0 and _timing(msg.decode_s):
             self.profiler.observe_decode(self.other, msg.decode_s)
-        if msg.rtt_s > 0.0:
+        if msg.rtt_s > 0.0 and _timing(msg.rtt_s):
             self.profiler.rtt = msg.rtt_s
         self._stamp = (msg.stamp, self.clock())
         if msg.switch:

@@ -165,3 +165,62 @@ def test_serve_documents_option(start_server, tmp_path):
                            "--bind", "tcp://127.0.0.1:*", "--idle-exit", "5"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2 and "is not a folder" in done.stderr + done.stdout
+
+
+def test_fuzzed_dragon_frames_never_break_the_server(setup, encoder):
+    """400 DRAGON frame sets (valid messages of every DRAGON type for a few session ids, mutated by
+    wire/fuzz.mutate 0-3 times) on one server: no INTERNAL error, and a decision afterwards decodes."""
+    import json
+    import random
+    import time
+
+    import numpy as np
+
+    from edge_spec_ros.wire.codec import encode
+    from edge_spec_ros.wire.dragon import DragonDist, DragonDistRequest, DragonDraft, DragonTarget
+    from edge_spec_ros.wire.fuzz import mutate
+    from edge_spec_ros.wire.messages import Close, Envelope, Stats, StatsReply
+
+    from raw_peer import RawPeer
+
+    s = setup
+    v = s["verifier"].stack.vocab_size
+    rng = random.Random(7)
+    probs = np.full(v, 1.0 / v, dtype=np.float32)
+    sessions = [bytes([i]) * 16 for i in range(4)]
+
+    def sample():
+        t = rng.randrange(3)
+        return rng.choice([
+            DragonOpen(query=QUERY, max_new_tokens=rng.randint(1, 6), temperature=rng.choice([0.0, 1.0]),
+                       aggregator=rng.choice(["robot", "cloud"]), payload=rng.choice(["full", "on_demand"]),
+                       policy=rng.choice(["dragon", "robot", "cloud"]), max_queue=rng.randint(1, 3)),
+            DragonDraft(t, 0, rng.randrange(v), 0.5, probs=probs, decode_s=0.01, echo_stamp=1.0),
+            DragonDraft(t, 0, rng.randrange(v), 0.5, p_token=0.25),
+            DragonTarget(t, rng.randrange(v), rng.random() < 0.5, rng.random() < 0.5, rng.random() < 0.3),
+            DragonDistRequest(t, 0, rng.choice([-1, rng.randrange(v)])),
+            DragonDist(t, 0, probs), Close()])
+
+    with server(s["verifier"], encoder, s["root"] / "docs") as endpoint:
+        peer = RawPeer(endpoint)
+        for _ in range(400):
+            frames = encode(Envelope(rng.choice(sessions), sample()))
+            for _ in range(rng.choice([0, 1, 1, 2, 3])):
+                frames = mutate(rng, frames) if frames else frames
+            if frames:
+                peer.send_raw(frames)
+        peer.close()
+        time.sleep(1.0)  # the sessions' jobs run on the workers
+        out = RobotDragon(s["robot"], s["memory"], s["prompt_ids"], s["decode_text"],
+                          DragonConfig(max_new_tokens=4)).decode(QUERY, ZmqDragonLink(endpoint))
+        assert len(out.tokens) == 4
+        stats = RawPeer(endpoint)
+        try:
+            reply = stats.request(encode(Envelope(bytes(16), Stats())))
+        finally:
+            stats.close()
+        assert isinstance(reply, StatsReply)
+        counters = json.loads(reply.counters)
+        assert counters.get("internal_error", 0) == 0, counters
+        assert counters.get("msg_DragonOpen", 0) > 10 and counters.get("malformed", 0) > 100, counters
+        assert counters.get("sessions_opened", 0) > 5 and counters.get("bad_request", 0) > 0, counters
