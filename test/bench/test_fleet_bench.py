@@ -1,0 +1,37 @@
+"""The fleet load benchmark runs end to end against a real verifier process: N robots at once, every
+decision equal to its solo run, the figures and the PNG reported (measured by ``python -m
+edge_spec_ros.bench.fleet``, not asserted here: shared cores)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from edge_spec_ros.bench.fleet import FleetConfig, plot, serve_args, table
+from edge_spec_ros.bench.fleet import fleet as run_fleet
+
+
+def test_fleet_bench_reports_throughput_latency_and_exactness(tmp_path):
+    config = FleetConfig(robots=(1, 2), decisions=2, max_new_tokens=8, prompts=2, procs=1, time_limit_s=60.0,
+                         modes=("sd", "dssd"))
+    report = run_fleet(config)
+    assert report["exact"], report
+    (points,) = report["settings"].values()
+    assert [p["robots"] for p in points] == [1, 2]
+    for p in points:
+        assert p["decisions"] == 2 * p["robots"] and p["tokens"] > 0
+        assert math.isfinite(p["latency_ms"]["p99"]) and p["tokens_per_s"] > 0
+        assert not p["errors_robot"] and not p["errors_server"]
+    text = table(report)
+    assert "every decision equal to its solo run" in text and "| off | 2 |" in text
+    png = plot(report, tmp_path / "fleet.png")
+    assert png.stat().st_size > 1000
+
+
+def test_fleet_settings_are_checked():
+    assert serve_args("off") == ()
+    assert serve_args("batch8") == ("--batch", "--max-batch", "8")
+    for bad in ("batch1", "on", "batchx"):
+        with pytest.raises(ValueError):
+            serve_args(bad)
