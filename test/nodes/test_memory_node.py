@@ -1,0 +1,82 @@
+"""memory_node in its own process: decisions, instructions and notes become RobotMemory entries with
+the odometry pose, kept across a restart; DRAGON's robot side retrieves them."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+from nav_msgs.msg import Odometry
+from std_msgs.msg import String
+
+from rosharness import node_command, process, wait_for
+from edge_spec_ros.msg import Decision
+from edge_spec_ros.nodes.memory_node import MemoryNodeConfig, yaw
+from edge_spec_ros.nodes.ros_link import RELIABLE
+from edge_spec_ros.rag.stores import RobotMemory
+
+DISCOVERY_S = 20.0
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_entries_with_pose_and_kept_across_a_restart(ros, tmp_path):
+    memory_dir = tmp_path / "memory"
+    path = memory_dir / "memory.jsonl"
+    decisions = ros.node.create_publisher(Decision, "edge_spec/decision", RELIABLE)
+    instructions = ros.node.create_publisher(String, "instruction", RELIABLE)
+    notes = ros.node.create_publisher(String, "memory/note", RELIABLE)
+    odom = ros.node.create_publisher(Odometry, "odom", 10)
+
+    def pose(x, y, theta):
+        msg = Odometry()
+        msg.pose.pose.position.x, msg.pose.pose.position.y = x, y
+        msg.pose.pose.orientation.z, msg.pose.pose.orientation.w = math.sin(theta / 2), math.cos(theta / 2)
+        odom.publish(msg)
+
+    cmd = node_command("memory_node", "-p", f"memory_dir:={memory_dir}")
+    with process(cmd, tmp_path / "memory_node.log") as proc:
+        wait_for(lambda: decisions.get_subscription_count() > 0 and instructions.get_subscription_count() > 0
+                 and notes.get_subscription_count() > 0 and odom.get_subscription_count() > 0, DISCOVERY_S,
+                 "memory_node to come up")
+        instructions.publish(String(data="find the red chair"))
+        wait_for(lambda: len(lines(path)) == 1, 10, "the instruction entry")
+        for _ in range(10):  # odometry is a stream: a few messages, then the pose is the node's
+            pose(1.5, -2.0, 0.5)
+            time.sleep(0.05)
+        notes.publish(String(data="the charger is behind the sofa"))
+        wait_for(lambda: len(lines(path)) == 2, 10, "the note")
+        assert lines(path)[-1]["kind"] == "note" and lines(path)[-1]["x"] == 1.5
+        msg = Decision()
+        msg.decision, msg.instruction, msg.mode = 1, "find the red chair", "fsd"
+        msg.text = "Reasoning: I see a red chair next to the window. Action: move forward 50 cm"
+        decisions.publish(msg)
+        instructions.publish(String(data="stop"))  # a stop word: not recorded
+        wait_for(lambda: any(e["kind"] == "observation" for e in lines(path)), 10, "the decision entry")
+        assert proc.poll() is None
+    entries = lines(path)
+    assert entries[0]["kind"] == "instruction" and entries[0]["text"] == "find the red chair"
+    assert entries[0]["x"] == 0.0 and entries[0]["y"] == 0.0
+    observation = next(e for e in entries if e["kind"] == "observation")
+    assert "red chair next to the window" in observation["text"]
+    assert (observation["x"], observation["y"]) == (1.5, -2.0)
+    assert math.isclose(observation["theta"], 0.5, abs_tol=1e-9)
+    assert all(e["text"] != "stop" for e in entries)
+    assert {e["kind"] for e in entries} == {"instruction", "note", "observation"}
+    memory = RobotMemory(memory_dir)  # after the node's exit: everything is there
+    assert len(memory) == len(entries)
+    hits = memory.top_k("where did you see the red chair", 3)
+    assert any(h.text.startswith("[observation") and "x=1.50 m y=-2.00 m" in h.text for h in hits)
+
+
+def test_config_and_yaw():
+    assert math.isclose(yaw(0.0, 0.0, math.sin(0.4), math.cos(0.4)), 0.8)
+    try:
+        MemoryNodeConfig(memory_dir=" ")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("an empty memory_dir must be refused")
