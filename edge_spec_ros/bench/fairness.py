@@ -4,7 +4,7 @@
 embedded pair, once per server setting, and in each one measures a robot's decisions (the same greedy
 decision, repeated) side by side:
 
-- alone;
+- alone, just before and just after each hog (their median is the reference: load drifts);
 - while a hog client opens long prompts back to back (``--hog-prompt-tokens``, 16,384 by default: the
   server's prefill of them is cut into slices of ``--prefill-chunk-tokens`` positions, each slice
   layer by layer, and the worker runs other sessions' work between the steps);
@@ -133,11 +133,13 @@ def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog
                 return latencies
 
             robot("warm-up")
-            alone = robot("alone")
-            row["alone_ms"] = {"median": statistics.median(alone) * 1e3, "p95": _percentile(alone, 95) * 1e3}
-            hogs = {"long_prompts": (_hog_prompts, (long_ids,)),
-                    "long_generations": (_hog_generations, (short_ids, hog_generate_tokens))}
-            for name, (target, extra) in hogs.items():
+            alone_all: list[float] = []
+            for name, (target, extra) in {"long_prompts": (_hog_prompts, (long_ids,)),
+                                          "long_generations": (_hog_generations, (short_ids, hog_generate_tokens)),
+                                          }.items():
+                # alone just before and just after the hog: a baseline that drifts with the machine's load
+                # shows as a spread between the two, and their median is the reference
+                before = robot(f"alone before {name}")
                 stop, done = threading.Event(), [0]
 
                 def run_hog(target=target, extra=extra, stop=stop, done=done, name=name) -> None:
@@ -152,18 +154,24 @@ def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog
                 with_hog = robot(f"beside {name}")
                 stop.set()
                 hog.join(HOG_JOIN_S)
+                after = robot(f"alone after {name}")
+                alone = before + after
+                alone_all += alone
                 row[name] = {"median_ms": statistics.median(with_hog) * 1e3, "p95_ms": _percentile(with_hog, 95) * 1e3,
+                             "alone_before_ms": statistics.median(before) * 1e3,
+                             "alone_after_ms": statistics.median(after) * 1e3,
                              "slowdown_median": statistics.median(with_hog) / statistics.median(alone),
                              "slowdown_p95": _percentile(with_hog, 95) / _percentile(alone, 95),
                              "hog_requests_completed": done[0]}
+            row["alone_ms"] = {"median": statistics.median(alone_all) * 1e3, "p95": _percentile(alone_all, 95) * 1e3}
         report["settings"].append(row)
     return report
 
 
 def table(report: dict) -> str:
-    lines = [f"robot: {report['decisions']} greedy {report['mode']} decisions per column; hogs: "
+    lines = [f"robot: {report['decisions']} greedy {report['mode']} decisions per measurement; hogs: "
              f"{report['hog_prompt_tokens']}-token prompts / {report['hog_generate_tokens']}-token generations "
-             "back to back; slowdown = median (p95) latency beside the hog / alone, same server",
+             "back to back; slowdown = median (p95) latency beside the hog / alone just before and after it, same server",
              "| server | alone ms (median) | beside long prompts | beside long generations |",
              "|---|---|---|---|"]
     for row in report["settings"]:
