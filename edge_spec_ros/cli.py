@@ -165,7 +165,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               max_sessions=args.max_sessions, max_sessions_per_client=args.max_sessions_per_client,
                               max_requests=args.max_requests, idle_exit_s=args.idle_exit, curve=curve,
                               limits=limits, emulate_tq_s=args.emulate_tq_s,
-                              prefill_chunk_tokens=args.prefill_chunk_tokens, documents=args.documents or "")
+                              prefill_chunk_tokens=args.prefill_chunk_tokens, documents=args.documents or "",
+                              max_batch=args.max_batch if args.batch else 1)
     except ValueError as exc:
         _log(f"error: {exc}")
         return 2
@@ -563,6 +564,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--prefill-chunk-tokens", type=int, default=PREFILL_CHUNK_TOKENS,
                        help="prompt positions per prefill slice: a long prompt shares the worker with other "
                             f"sessions' rounds between slices (default {PREFILL_CHUNK_TOKENS}; 0: one slice)")
+    serve.add_argument("--batch", action="store_true",
+                       help="batched verification: the pending rounds of up to --max-batch sessions go through the "
+                            "verifier in one forward (docs/fleet.md)")
+    serve.add_argument("--max-batch", type=int, default=8, help="with --batch: sessions per forward (default 8)")
     serve.add_argument("--emulate-tq-s", type=float, default=0.0,
                        help="benchmarks: every verification forward takes at least this long (s; default 0: off)")
     serve.add_argument("--documents", help="DRAGON: the cloud's document folder (*.txt, *.md; one document per "

@@ -33,6 +33,7 @@ from zmq.auth.thread import ThreadAuthenticator
 from edge_spec_ros.cloud.limits import (
     DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits, RequestError, check_draft, check_generate, check_open,
 )
+from edge_spec_ros.cloud.batching import batchable, verify_batch
 from edge_spec_ros.cloud.dragon import DragonService, DragonSession
 from edge_spec_ros.cloud.session import PREFILL_CHUNK_TOKENS, Cancelled, ComputeProfile, VerifySession
 from edge_spec_ros.models.prompt import PromptEncoder
@@ -62,7 +63,9 @@ class ServerConfig:
     use them); limits: what a request may ask for; prefill_chunk_tokens: prompt positions per prefill
     slice (0: one slice; other sessions' work runs between the slices' layers); emulate_tq_s: emulated verification time per
     forward for benchmarks (0: real compute only; a request cannot ask for it); documents: the cloud's
-    document folder for DRAGON decisions (cloud/dragon.py; empty: DRAGON is refused)."""
+    document folder for DRAGON decisions (cloud/dragon.py; empty: DRAGON is refused); max_batch: the
+    most sessions whose pending verification rounds one forward of the verifier takes (1: one round per
+    forward; cloud/batching.py)."""
 
     bind: str = "tcp://127.0.0.1:5555"
     workers: int = 1
@@ -76,14 +79,15 @@ class ServerConfig:
     emulate_tq_s: float = 0.0
     prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
     documents: str = ""
+    max_batch: int = 1
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.emulate_tq_s) and self.emulate_tq_s >= 0):
             raise ValueError(f"emulate_tq_s must be finite and >= 0, got {self.emulate_tq_s}")
         if self.prefill_chunk_tokens < 0:
             raise ValueError(f"prefill_chunk_tokens must be >= 0, got {self.prefill_chunk_tokens}")
-        if self.workers < 1 or self.max_sessions < 1 or self.max_sessions_per_client < 1:
-            raise ValueError("workers, max_sessions and max_sessions_per_client must be >= 1")
+        if self.workers < 1 or self.max_sessions < 1 or self.max_sessions_per_client < 1 or self.max_batch < 1:
+            raise ValueError("workers, max_sessions, max_sessions_per_client and max_batch must be >= 1")
 
 
 Job = Iterator[None]  # a request's work (``VerifySession.handle``): it yields where it may be paused
@@ -341,14 +345,53 @@ class VerifierServer:
                     job, session.on_error = session.jobs.popleft()
                 else:
                     job = None
-            self._step(session, job)
+                batch = self._gather() if self.config.max_batch > 1 and batchable(job) else []
+            if batch:
+                self._step_batch([(session, job), *batch])
+            else:
+                self._step(session, job)
             with self._lock:
-                if (session.current is not None or session.jobs) and not session.closed:
-                    self._ready.append(session)
-                    self._ready_cv.notify()
-                else:
-                    session.scheduled = False
-                    session.current = None
+                for s in (session, *(other for other, _ in batch)):
+                    if (s.current is not None or s.jobs) and not s.closed:
+                        self._ready.append(s)
+                        self._ready_cv.notify()
+                    else:
+                        s.scheduled = False
+                        s.current = None
+
+    def _gather(self) -> list[tuple[_Session, Job]]:
+        """Batching (lock held): take from the ready queue up to ``max_batch - 1`` other sessions whose
+        next job is a whole block's verification, in queue order; the rest keep their places."""
+        taken: list[tuple[_Session, Job]] = []
+        for other in list(self._ready):
+            if len(taken) >= self.config.max_batch - 1:
+                break
+            if other.current is None and other.jobs and not other.closed and batchable(other.jobs[0][0]):
+                self._ready.remove(other)
+                job, other.on_error = other.jobs.popleft()
+                taken.append((other, job))
+        return taken
+
+    def _step_batch(self, entries: list[tuple[_Session, Job]]) -> None:
+        """Several sessions' verification rounds in one forward (``cloud/batching.py``); each session's
+        failure is answered as a solo job's would be."""
+        live = [(s, job) for s, job in entries if not s.closed]
+        for s, _ in entries:
+            if s.closed:
+                self._fail(s, Cancelled())
+        if not live:
+            return
+        try:
+            errors = verify_batch(self.verifier, [job for _, job in live])
+        except Exception as exc:  # the batched forward itself failed: every session in it is told
+            errors = [exc] * len(live)
+        with self._lock:
+            self.counters["batches"] += 1
+            self.counters["batched_rounds"] += len(live)
+        for (s, _), exc in zip(live, errors):
+            s.current = None
+            if exc is not None:
+                self._fail(s, exc)
 
     def _step(self, session: _Session, job: Job | None) -> None:
         try:
@@ -362,15 +405,20 @@ class VerifierServer:
                 except StopIteration:
                     session.current = None
             return
-        except Cancelled:  # closed or expired: nobody waits for a reply
+        except Exception as exc:  # noqa: BLE001 - answered per kind below
+            self._fail(session, exc)
+
+    def _fail(self, session: _Session, exc: BaseException) -> None:
+        """A session's job raised ``exc``: answer it (nothing for a cancelled one), drop the job."""
+        if isinstance(exc, Cancelled):  # closed or expired: nobody waits for a reply
             self._count("jobs_cancelled")
-        except RequestError as exc:
+        elif isinstance(exc, RequestError):
             self._count(f"refused_{exc.code.name.lower()}")
             if exc.code == ErrorCode.BAD_REQUEST:
                 self._count("bad_request")
             self._emit(session, Error(int(exc.code), str(exc)))
-        except Exception as exc:  # the model failed: tell the robot, keep serving others
-            log.exception("verification job failed")
+        else:  # the model failed: tell the robot, keep serving others
+            log.error("verification job failed", exc_info=exc)
             self._count("internal_error")
             self._emit(session, Error(int(ErrorCode.INTERNAL), f"{type(exc).__name__}: {exc}"))
         session.current = None

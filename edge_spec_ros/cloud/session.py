@@ -127,7 +127,7 @@ class VerifySession:
             if message.partial:  # the same round's whole block follows
                 return _whole(lambda: self._prepare(message))
             self._next_round += 1
-            return _whole(lambda: self._verify(message, emit))
+            return VerifyJob(self, message, emit)
         if isinstance(message, Generate):
             return self._generate(message, emit)
         raise RequestError(f"{type(message).__name__} is not a request of an open decision")
@@ -160,11 +160,21 @@ class VerifySession:
     def _verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> None:
         """Verify at every exit, streaming results; the final exit commits its tokens. One block is one
         forward pass, not sliced: the layers run inside one ``torch.inference_mode`` block, which
-        another session's work must not interleave with on the same thread."""
+        another session's work must not interleave with on the same thread. A batching scheduler runs
+        the same three steps for several sessions around one forward (``cloud/batching.py``)."""
+        plan = self.begin_verify(draft, emit)
+        if plan is None:
+            return
+        for out in self._forward(plan):
+            self.verify_exit(plan, out, emit)
+
+    def begin_verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> "VerifyPlan | None":
+        """A whole block's checks and state changes before its forward pass (None: answered already, a
+        stale chained block); the forward then covers ``plan.sequence`` from ``plan.first``."""
         if draft.chained:
             draft = self._unchain(draft, emit)
             if draft is None:
-                return
+                return None
         if self._awaiting_resample != (draft.resampled >= 0):
             raise RequestError("after a DSSD rejection the next draft must carry the resampled token, and only then")
         if draft.resampled >= 0:
@@ -183,24 +193,33 @@ class VerifySession:
             prepared = None  # the whole block does not extend the partial one: start afresh
         if prepared is not None:
             t0 = prepared.started  # the verification began with the partial block
-        if draft.q_draft is not None:
-            self._verify_split(draft, tokens, t0, emit, prepared)
-            return
-        q = self._dense_q(draft)
-        L = self._verifier.num_layers
-        outputs = self._forward(tokens, self._want_exits, prepared)
-        for out in outputs:
-            result = verify_exit(out.layer, out.logits, tokens, q, self._sampling, self._rng, draft.position,
-                                 out.is_final)
-            self._compute.wait_for_layer(t0, out.layer, L, self._cancel)
-            if self._cancel.is_set():
-                raise Cancelled()
+        split = draft.q_draft is not None
+        done = 0 if prepared is None else len(prepared.tokens)
+        return VerifyPlan(draft, tokens, None if split else self._dense_q(draft), t0, prepared,
+                          self._want_exits and not split, split, self._kv, self._committed + tokens,
+                          len(self._committed) - 1 + done)
+
+    def verify_exit(self, plan: "VerifyPlan", out: ExitLogits, emit: Callable[[ExitResult], None]) -> None:
+        """One exit's logits over the block (joined to a prepared partial block's rows): verify, wait
+        for the emulated compute, emit; the final exit commits."""
+        if plan.prepared is not None:
+            out = ExitLogits(out.layer, torch.cat([plan.prepared.logits[out.layer], out.logits]), out.is_final)
+        if plan.split:
             if out.is_final:
-                self._committed.extend(result.verdict.tokens)
-            emit(ExitResult(round=draft.round, layer=out.layer, accepted=result.verdict.accepted,
-                            tokens=np.asarray(result.verdict.tokens, dtype=np.int32),
-                            confidence=result.confidence, is_final=out.is_final,
-                            compute_s=time.perf_counter() - t0))
+                self._verify_split(plan.draft, plan.tokens, plan.t0, emit, out.logits)
+            return
+        draft = plan.draft
+        result = verify_exit(out.layer, out.logits, plan.tokens, plan.q, self._sampling, self._rng, draft.position,
+                             out.is_final)
+        self._compute.wait_for_layer(plan.t0, out.layer, self._verifier.num_layers, self._cancel)
+        if self._cancel.is_set():
+            raise Cancelled()
+        if out.is_final:
+            self._committed.extend(result.verdict.tokens)
+        emit(ExitResult(round=draft.round, layer=out.layer, accepted=result.verdict.accepted,
+                        tokens=np.asarray(result.verdict.tokens, dtype=np.int32),
+                        confidence=result.confidence, is_final=out.is_final,
+                        compute_s=time.perf_counter() - plan.t0))
 
     def _prepare(self, partial: DraftBlock) -> None:
         """PicoSpec's fast verification: run the verifier over the first tokens of the next block as
@@ -220,21 +239,13 @@ class VerifySession:
             logits = {self._verifier.num_layers: self._verifier.logits(self._kv, seq, first)[: len(tokens)]}
         self._prepared = _Prepared(partial.position, tokens, logits, started)
 
-    def _forward(self, tokens: list[int], want_exits: bool, prepared: "_Prepared | None"):
-        """Exit logits (γ+1, V) over the block, layer by layer: all computed now, or the rows after a
-        prepared partial block computed now and joined to the prepared ones."""
-        done = 0 if prepared is None else len(prepared.tokens)
-        seq = self._committed + tokens
-        first = len(self._committed) - 1 + done
-        L = self._verifier.num_layers
-        if want_exits:
-            outputs = self._verifier.exits(self._kv, seq, first)
+    def _forward(self, plan: "VerifyPlan") -> Iterator[ExitLogits]:
+        """Exit logits over the block's rows after a prepared partial block (all γ+1 rows without one),
+        layer by layer; ``verify_exit`` joins them to the prepared rows."""
+        if plan.want_exits:
+            yield from self._verifier.exits(plan.kv, plan.sequence, plan.first)
         else:
-            outputs = iter([ExitLogits(L, self._verifier.logits(self._kv, seq, first), True)])
-        for out in outputs:
-            if prepared is not None:
-                out = ExitLogits(out.layer, torch.cat([prepared.logits[out.layer], out.logits]), out.is_final)
-            yield out
+            yield ExitLogits(self._verifier.num_layers, self._verifier.logits(plan.kv, plan.sequence, plan.first), True)
 
     def _unchain(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> DraftBlock | None:
         """PicoSpec's overlapped round: a block drafted (and sent) before the previous verdict, as if
@@ -260,11 +271,10 @@ class VerifySession:
         return None
 
     def _verify_split(self, draft: DraftBlock, tokens: list[int], t0: float,
-                      emit: Callable[[ExitResult], None], prepared: "_Prepared | None" = None) -> None:
-        """DSSD (Algorithm 2): accept/reject here from q_i(x_i); on a rejection send p_δ down (whole, or
-        pruned to its top K, which is LOSSY) and let the robot resample."""
-        *_, final = self._forward(tokens, False, prepared)
-        logits = final.logits  # (γ+1, V)
+                      emit: Callable[[ExitResult], None], logits: torch.Tensor) -> None:
+        """DSSD (Algorithm 2): accept/reject here from q_i(x_i), given the final exit's logits (γ+1, V);
+        on a rejection send p_δ down (whole, or pruned to its top K, which is LOSSY) and let the robot
+        resample."""
         p = probs_from_logits(logits, self._sampling)
         split = split_verify_server(tokens, p, torch.from_numpy(np.array(draft.q_draft)), self._rng, draft.position)
         self._compute.wait_for_layer(t0, 1, 1, self._cancel)
@@ -313,6 +323,25 @@ class VerifySession:
             yield
 
 
+class VerifyJob:
+    """A whole draft block's work: an iterator that verifies the block whole on its first step, like
+    ``_whole``; a batching scheduler may instead run it beside other sessions' blocks in one forward
+    pass (``cloud/batching.py``), after which it is spent."""
+
+    def __init__(self, session: VerifySession, draft: DraftBlock, emit: Callable[[Message], None]) -> None:
+        self.session, self.draft, self.emit = session, draft, emit
+        self.spent = False
+
+    def __iter__(self) -> "VerifyJob":
+        return self
+
+    def __next__(self) -> None:
+        if not self.spent:
+            self.spent = True
+            self.session._verify(self.draft, self.emit)
+        raise StopIteration
+
+
 def _whole(work: Callable[[], None]) -> Iterator[None]:
     """A request's work that runs whole on its first step."""
     work()
@@ -327,3 +356,21 @@ class _Prepared:
     tokens: tuple[int, ...]
     logits: dict[int, torch.Tensor]
     started: float
+
+
+@dataclass(frozen=True)
+class VerifyPlan:
+    """A whole block admitted for verification (``VerifySession.begin_verify``): the draft, its tokens,
+    the dense q (None for DSSD's split verification), its start time, a prepared partial block, whether
+    early exits are wanted, and what the forward pass covers: ``kv`` over ``sequence`` from ``first``."""
+
+    draft: DraftBlock
+    tokens: list[int]
+    q: torch.Tensor | None
+    t0: float
+    prepared: _Prepared | None
+    want_exits: bool
+    split: bool
+    kv: object
+    sequence: list[int]
+    first: int

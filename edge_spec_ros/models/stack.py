@@ -109,6 +109,58 @@ class DecoderStack:
                 if not done:  # interrupted: drop the partial positions from every layer
                     kv.truncate(start)
 
+    def run_batch(self, items: list[tuple[KVCache, list[int], int]]) -> Iterator[list[LayerOutput]]:
+        """``run`` for several caches at once, in one forward per layer (batched verification across
+        sessions, ``cloud/batching.py``): each ``(kv, sequence, first)`` is rolled back and extended as
+        ``run`` would, and after each layer the list holds, per item, the hidden states (m_i, d) of its
+        positions ``first_i ..``.
+
+        The items' uncached parts (different lengths) are right-padded into one (B, M) batch; each row
+        attends to its own cache (right-padded to the longest, P) and causally to its own new positions,
+        through a (B, 1, M, P + M) mask; M-RoPE positions are each item's own (index + its rope_delta).
+        Each item's new keys and values go back into its own cache after every layer. The arithmetic is
+        the solo one's up to the float rounding of batched kernels (padding is masked, never mixed in):
+        see ``test/cloud/test_batching.py`` for how close."""
+        plans = []
+        for kv, sequence, first in items:
+            if first < kv.floor or first >= len(sequence):
+                raise ValueError(f"position {first} outside [{kv.floor}, {len(sequence)})")
+            start = min(common_prefix(kv.tokens, sequence), first)
+            kv.truncate(start)
+            plans.append((start, sequence[start:], first))
+        B = len(items)
+        M = max(len(new) for _, new, _ in plans)
+        P = max(start for start, _, _ in plans)
+        ids = torch.zeros((B, M), dtype=torch.long)
+        positions = torch.zeros((3, B, M), dtype=torch.long)
+        mask = torch.zeros((B, 1, M, P + M), dtype=torch.bool)
+        causal = torch.ones((M, M), dtype=torch.bool).tril()
+        for b, ((kv, _, _), (start, new, _)) in enumerate(zip(items, plans)):
+            ids[b, : len(new)] = torch.tensor(new, dtype=torch.long)
+            positions[:, b, : len(new)] = torch.arange(start, start + len(new)) + kv.rope_delta
+            mask[b, 0, :, :start] = True
+            mask[b, 0, :, P:] = causal  # padded query rows see only positions of this row: finite, unused
+        caches = [kv for kv, _, _ in items]
+        batch_cache = _BatchCache(caches, [start for start, _, _ in plans], [len(new) for _, new, _ in plans], P)
+        with torch.inference_mode():
+            embeds = self.text.embed_tokens(ids)
+            for (kv, _, _), (_, new, _) in zip(items, plans):
+                kv.tokens.extend(new)
+            done = False
+            try:
+                rotary = self.text.rotary_emb(embeds, positions)
+                h = embeds  # (B, M, d)
+                for i, layer in enumerate(self.text.layers):
+                    h = layer(h, attention_mask=mask, position_embeddings=rotary, past_key_values=batch_cache,
+                              use_cache=True)
+                    yield [LayerOutput(i + 1, h[b, first - start: len(new)])
+                           for b, (start, new, first) in enumerate(plans)]
+                done = True
+            finally:
+                if not done:  # interrupted: drop the partial positions from every layer of every cache
+                    for kv, (start, _, _) in zip(caches, plans):
+                        kv.truncate(start)
+
     def _layers(self, kv: KVCache, embeds: torch.Tensor, positions: torch.Tensor) -> Iterator[LayerOutput]:
         text = self.text
         mask = create_causal_mask(
@@ -166,3 +218,25 @@ class PendingPrefill:
             if self._layers is not None and next(self._layers).layer == self.stack.num_layers:
                 self._layers, self._done = None, self._end
         return self._done >= self.total
+
+
+class _BatchCache:
+    """The cache a batched forward's attention layers see: per layer, every item's cached keys and
+    values right-padded to P positions, then the batch's new ones; each item's new positions are
+    written back to its own ``DynamicCache`` at once (the padding never reaches a session's cache)."""
+
+    def __init__(self, caches: list[KVCache], starts: list[int], lengths: list[int], past: int) -> None:
+        self.caches, self.starts, self.lengths, self.past = caches, starts, lengths, past
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args, **kwargs):
+        B, H, M, D = keys.shape  # (B, heads, M, head dim)
+        past_k = keys.new_zeros((B, H, self.past, D))
+        past_v = values.new_zeros((B, H, self.past, D))
+        for b, (kv, start, m) in enumerate(zip(self.caches, self.starts, self.lengths)):
+            layer = kv.cache.layers[layer_idx]
+            if start:
+                past_k[b, :, :start] = layer.keys[0, :, :start]
+                past_v[b, :, :start] = layer.values[0, :, :start]
+            layer.keys = torch.cat([layer.keys[..., :start, :], keys[b: b + 1, :, :m]], dim=-2)
+            layer.values = torch.cat([layer.values[..., :start, :], values[b: b + 1, :, :m]], dim=-2)
+        return torch.cat([past_k, keys], dim=-2), torch.cat([past_v, values], dim=-2)
