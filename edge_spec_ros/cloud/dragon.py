@@ -15,7 +15,6 @@ decoded (wire/codec.py) on the way, with the bytes counted per direction.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 import uuid
@@ -23,6 +22,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from edge_spec_ros.cloud.limits import RequestError
 from edge_spec_ros.models.prompt import PromptEncoder
@@ -159,21 +160,57 @@ class DragonService:
         return DragonSession(self.stack, self.store, self.prompt_ids, self.decode_text, request, self.config)
 
 
+class DelayedPipe:
+    """One direction of an emulated link: FIFO, each item delivered ``delay_s`` ± ``jitter_s`` (uniform)
+    after it was put, never before the item ahead of it (no reordering, as one TCP connection)."""
+
+    def __init__(self, delay_s: float = 0.0, jitter_s: float = 0.0, seed: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not (0.0 <= jitter_s <= delay_s or delay_s == jitter_s == 0.0):
+            raise ValueError("need 0 <= jitter_s <= delay_s")
+        self.delay_s, self.jitter_s, self.clock = delay_s, jitter_s, clock
+        self._gen = np.random.default_rng(seed)
+        self._items: deque[tuple[float, list[bytes]]] = deque()
+        self._last = 0.0
+        self._cv = threading.Condition()
+
+    def put(self, frames: list[bytes]) -> None:
+        with self._cv:
+            delay = self.delay_s + (self._gen.uniform(-self.jitter_s, self.jitter_s) if self.jitter_s else 0.0)
+            self._last = max(self._last, self.clock() + delay)
+            self._items.append((self._last, frames))
+            self._cv.notify_all()
+
+    def get(self, timeout_s: float) -> list[bytes] | None:
+        """The next item once it is due; None if none is due within ``timeout_s`` (0: do not wait)."""
+        deadline = self.clock() + timeout_s
+        with self._cv:
+            while True:
+                now = self.clock()
+                if self._items and self._items[0][0] <= now:
+                    return self._items.popleft()[1]
+                if now >= deadline:
+                    return None
+                wait = deadline - now if not self._items else min(deadline, self._items[0][0]) - now
+                self._cv.wait(max(wait, 0.0))
+
+
 class LocalDragonLink:
     """The robot's DRAGON link to a cloud session in a thread of this process (no sockets).
 
     Every message is encoded and decoded on the way, and counted in ``log`` (up: robot → cloud).
-    """
+    ``one_way_s`` ± ``jitter_s`` delays each message in each direction (an emulated network; the
+    decision's open is not delayed)."""
 
     def __init__(self, stack: DecoderStack, store: DocumentStore, prompt_ids: PromptIds,
                  decode_text: Callable[[Sequence[int]], str], config: DragonServeConfig = DragonServeConfig(),
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, one_way_s: float = 0.0, jitter_s: float = 0.0, seed: int = 0) -> None:
         self.stack, self.store, self.prompt_ids, self.decode_text = stack, store, prompt_ids, decode_text
         self.config, self.timeout_s = config, timeout_s
         self.session = uuid.uuid4().bytes
         self.log = FrameLog()
-        self._up: queue.Queue[list[bytes]] = queue.Queue()
-        self._down: queue.Queue[list[bytes]] = queue.Queue()
+        self._up = DelayedPipe(one_way_s, jitter_s, seed)
+        self._down = DelayedPipe(one_way_s, jitter_s, seed + 1)
         self._thread: threading.Thread | None = None
         self._closed = threading.Event()
         self.error: BaseException | None = None
@@ -201,9 +238,8 @@ class LocalDragonLink:
                 self._down.put(self._frames("down", m))
 
         def receive(timeout_s: float):
-            try:
-                frames = self._up.get(timeout=timeout_s) if timeout_s > 0 else self._up.get_nowait()
-            except queue.Empty:
+            frames = self._up.get(timeout_s)
+            if frames is None:
                 return None
             msg = decode(frames).message
             if isinstance(msg, Close):
@@ -220,9 +256,8 @@ class LocalDragonLink:
         self._up.put(self._frames("up", msg))
 
     def receive(self, timeout_s: float) -> DragonMessage | None:
-        try:
-            frames = self._down.get(timeout=timeout_s) if timeout_s > 0 else self._down.get_nowait()
-        except queue.Empty:
+        frames = self._down.get(timeout_s)
+        if frames is None:
             if self.error is not None:
                 raise RuntimeError(f"the cloud side failed: {self.error!r}") from self.error
             return None

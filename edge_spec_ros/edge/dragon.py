@@ -72,7 +72,8 @@ class DragonDecision:
     memory_entries: int  # how many entries the robot's LM read (they stayed on the robot)
     prefill_s: float  # the robot's retrieval + per-entry prefill
     cloud_prefill_s: float
-    decode_s: float  # open to the last target token
+    decode_s: float  # from sending the open to the last target token
+    first_token_s: float  # from sending the open to the first target token (+ prefill_s: TTFT)
 
 
 class RobotDragon:
@@ -100,6 +101,7 @@ class RobotDragon:
                           SamplingConfig(c.temperature), c.relevance_scale, c.relevance_every)
         prefill_s = self.clock() - start
         request = self.request(query, stop_tokens)
+        t0 = self.clock()
         opened = link.open(request)
         if opened.vocab_size != self.stack.vocab_size:
             link.close()
@@ -108,7 +110,6 @@ class RobotDragon:
         peer = DragonPeer(ROBOT, side.next_distribution, PeerConfig.from_open(request), self.stack.vocab_size,
                           side.rollback, self.clock)
         self.last_peer, self.last_side = peer, side
-        t0 = self.clock()
 
         def send(messages: list[DragonMessage]) -> None:
             for m in messages:
@@ -119,7 +120,7 @@ class RobotDragon:
         finally:
             link.close()
         return DragonDecision(tuple(peer.tokens), peer.trace(), side.documents, prefill_s, opened.prefill_s,
-                              self.clock() - t0)
+                              self.clock() - t0, peer.commit_times[0] - t0 if peer.commit_times else float("nan"))
 
 
 class DragonLinkError(RuntimeError):

@@ -180,6 +180,7 @@ class DragonPeer:
         self.accept_robot: list[bool] = []
         self.accept_cloud: list[bool] = []
         self.where: list[SideName] = []
+        self.commit_times: list[float] = []  # this side's clock when it learned each x_t
         self.dropped = 0
         self.requests = 0
         self._stamp: tuple[float, float] | None = None  # (target stamp, when received) to echo
@@ -384,6 +385,7 @@ class DragonPeer:
         """x_t is decided: record it, settle this side's front draft (a rejection clears the queue and
         rolls the KV caches back, §4.2 steps 3-4) and count both sides' rejections (epochs)."""
         self.tokens.append(token)
+        self.commit_times.append(self.clock())
         self.accept_robot.append(accept_robot)
         self.accept_cloud.append(accept_cloud)
         self.where.append(aggregator)

@@ -217,3 +217,36 @@ def test_an_empty_memory_and_no_matching_document_still_decode(world, tmp_path):
     link = LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text)
     out = robot.decode("zebra quantum", link)
     assert len(out.tokens) == 6 and out.memory_entries == 0 and link.cloud.side.documents == 0
+
+
+def test_delayed_pipe_keeps_order_and_delay():
+    """cloud/dragon.DelayedPipe: every item arrives no earlier than its delay minus jitter after it was
+    put, and in the order put (jitter never reorders)."""
+    import time
+
+    from edge_spec_ros.cloud.dragon import DelayedPipe
+
+    pipe = DelayedPipe(0.03, 0.01, seed=1)
+    sent = {}
+    for i in range(6):
+        sent[i] = time.monotonic()
+        pipe.put([bytes([i])])
+    assert pipe.get(0.0) is None  # nothing is due yet
+    got = []
+    while len(got) < 6:
+        frames = pipe.get(1.0)
+        assert frames is not None
+        got.append((frames[0][0], time.monotonic()))
+    assert [i for i, _ in got] == list(range(6))
+    assert all(t - sent[i] >= 0.02 for i, t in got)
+
+
+def test_an_emulated_network_delay_changes_no_token(world):
+    """The same greedy decision with 10 ms ± 2 ms each way gives the tokens of the undelayed one."""
+    config = DragonConfig(max_new_tokens=10, seed=4, aggregator=CLOUD, policy="dragon")
+    plain = RobotDragon(world["robot"], world["memory"], world["prompt_ids"], decode_text, config).decode(
+        QUERY, LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text))
+    slow = RobotDragon(world["robot"], world["memory"], world["prompt_ids"], decode_text, config).decode(
+        QUERY, LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text, one_way_s=0.01,
+                               jitter_s=0.002))
+    assert slow.tokens == plain.tokens and slow.decode_s > plain.decode_s and slow.first_token_s >= 0.01
