@@ -184,6 +184,7 @@ class DragonPeer:
         self.dropped = 0
         self.requests = 0
         self._stamp: tuple[float, float] | None = None  # (target stamp, when received) to echo
+        self._answered: set[tuple[int, int, int]] = set()  # (position, epoch, token) of requests answered
 
     # ------------------------------------------------------------------ state
 
@@ -256,6 +257,8 @@ class DragonPeer:
         expected = len(self.tokens) + len(self.remote)
         if msg.position != expected:
             raise DragonProtocolError(f"draft for position {msg.position}, expected {expected}")
+        if len(self.remote) >= self.config.max_queue:  # an honest side never has more in flight
+            raise DragonProtocolError(f"more than max_queue = {self.config.max_queue} drafts ahead")
         self._check_draft(msg)
         if msg.echo_stamp >= 0.0 and _timing(msg.echo_hold_s):
             rtt = self.clock() - msg.echo_stamp - msg.echo_hold_s
@@ -299,6 +302,13 @@ class DragonPeer:
             self.fetched, self.values, self.pending = None, {}, None
 
     def _on_request(self, msg: DragonDistRequest) -> DragonDist:
+        # The aggregator asks only about the next position, at most once per token or in full: anything
+        # else would let a peer make this side send V floats per 57-byte request, again and again.
+        key = (msg.position, msg.epoch, msg.token)
+        if msg.position != len(self.tokens) or key in self._answered:
+            raise DragonProtocolError(f"p^s_t requested for position {msg.position} (next: {len(self.tokens)}) "
+                                      "or asked for twice")
+        self._answered.add(key)
         for entry in self.side.queue:
             if entry.position == msg.position and msg.epoch == self.epochs[self.name]:
                 probs = entry.dist.probs.float().numpy()

@@ -358,3 +358,24 @@ def test_wire_cost_bench_small_vocabulary():
     full, lean = run(v, "full", greedy=False, n=10), run(v, "on_demand", greedy=False, n=10)
     assert full.tokens == lean.tokens == 10
     assert lean.down_bytes_per_token < full.down_bytes_per_token and full.requests_per_token == 0
+
+
+def test_a_peer_bounds_what_the_other_side_can_make_it_hold_or_send():
+    """Drafts beyond max_queue ahead are refused (memory), and a distribution request is answered
+    once, for the next position only (no V floats per small request, again and again)."""
+    v = 4
+    f = table_side(0, v)
+    config = PeerConfig(10, SAMPLED, payload="on_demand", max_queue=2)
+    robot = DragonPeer(ROBOT, f, config, v)  # aggregator
+    for t in range(2):
+        robot.receive(wd.DragonDraft(t, 0, 1, 0.0, p_token=0.5))
+    with pytest.raises(DragonProtocolError, match="max_queue"):
+        robot.receive(wd.DragonDraft(2, 0, 1, 0.0, p_token=0.5))
+    cloud = DragonPeer(CLOUD, f, config, v)
+    cloud.draft()
+    cloud.draft()
+    assert cloud.receive(wd.DragonDistRequest(0, 0, 1))[0].probs.shape == (1,)
+    assert cloud.receive(wd.DragonDistRequest(0, 0))[0].probs.shape == (v,)
+    for bad in (wd.DragonDistRequest(0, 0), wd.DragonDistRequest(1, 0)):
+        with pytest.raises(DragonProtocolError, match="twice"):
+            cloud.receive(bad)
