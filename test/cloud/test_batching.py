@@ -145,3 +145,53 @@ def test_ten_robots_of_mixed_modes_get_their_solo_outputs_from_a_batching_server
     print(f"{stats['batched_rounds']} rounds in {stats['batches']} forwards")
     assert stats["batches"] > 0 and stats["batched_rounds"] / stats["batches"] > 1.5, stats
     assert stats.get("internal_error", 0) == 0
+
+
+def test_a_refused_or_cancelled_session_in_a_batch_leaves_the_others_exact(pair, work):
+    """verify_batch: one session's bad draft (wrong position) is answered with its error and left out
+    of the forward, one cancelled part-way stops receiving results, the others get what they get alone."""
+    import threading as _threading
+
+    from edge_spec_ros.cloud.batching import verify_batch
+    from edge_spec_ros.cloud.limits import RequestError
+    from edge_spec_ros.cloud.session import Cancelled, VerifySession
+    from edge_spec_ros.wire.messages import DraftBlock, Open
+
+    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels))
+
+    def opened(i: int, cancel=None):
+        prompt, jpg = work[i % len(work)]
+        request = Open(input_ids=prompt.input_ids.numpy().astype(np.int32), image=jpg, want_exits=True)
+        session = VerifySession(pair.verifier, encoder, request, cancel=cancel)
+        for _ in session.handle(request, lambda reply: None):
+            pass
+        return session, len(prompt.input_ids)
+
+    def draft(n: int, shift: int = 0) -> DraftBlock:
+        return DraftBlock(round=0, position=n + shift, tokens=np.array([300, 301, 302], np.int32))
+
+    solo = []
+    for i in range(4):
+        session, n = opened(i)
+        replies: list = []
+        for _ in session.handle(draft(n), replies.append):
+            pass
+        solo.append([(r.layer, r.accepted, r.tokens.tolist(), r.is_final) for r in replies])
+
+    cancel = _threading.Event()
+    sessions = [opened(0), opened(1), opened(2), opened(3, cancel)]
+    replies = [[] for _ in sessions]
+    jobs = [s.handle(draft(n, shift=1 if i == 1 else 0), replies[i].append) for i, (s, n) in enumerate(sessions)]
+
+    def emit_and_cancel(reply):  # session 3 is closed after its first exit
+        replies[3].append(reply)
+        cancel.set()
+
+    jobs[3].emit = emit_and_cancel
+    errors = verify_batch(pair.verifier, jobs)
+    assert errors[0] is None and errors[2] is None
+    assert isinstance(errors[1], RequestError) and not replies[1]
+    assert isinstance(errors[3], Cancelled) and len(replies[3]) == 1
+    for i in (0, 2):
+        assert [(r.layer, r.accepted, r.tokens.tolist(), r.is_final) for r in replies[i]] == solo[i]
+    assert replies[0][-1].is_final and len(replies[0]) == pair.verifier.num_layers  # every exit streamed
