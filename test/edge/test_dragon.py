@@ -250,3 +250,15 @@ def test_an_emulated_network_delay_changes_no_token(world):
         QUERY, LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text, one_way_s=0.01,
                                jitter_s=0.002))
     assert slow.tokens == plain.tokens and slow.decode_s > plain.decode_s and slow.first_token_s >= 0.01
+
+
+def test_schedule_bench_replays_sequences_from_the_shipped_pair(capsys):
+    """bench/dragon_schedule (2 sequences of 6 tokens): one result per c_dec setting, every policy."""
+    from edge_spec_ros.bench.dragon_schedule import main
+
+    assert main(["--sequences", "2", "--tokens", "6", "--extra-ms", "0,100", "--c-dec-ms", "measured;60,25"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [r["c_dec_ms"]["measured"] for r in rows] == [True, False]
+    for r in rows:
+        assert set(r["mean_total_s"]) == {"dragon", "robot", "cloud", "random"}
+        assert all(len(v) == 2 and v[1] >= v[0] > 0 for v in r["mean_total_s"].values())
