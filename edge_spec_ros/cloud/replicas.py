@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
 from edge_spec_ros.wire.codec import HEADER, MAGIC, SESSION_BYTES, encode
+from edge_spec_ros.wire.link import CurveKeys
 from edge_spec_ros.wire.messages import Envelope, Error, ErrorCode, MsgType
 
 log = logging.getLogger(__name__)
@@ -121,15 +123,28 @@ class _Replica:
     alive: bool = True
 
 
+def ray_ping(actor) -> None:
+    """A replica actor's health check: its ``ping`` answered within ``PING_TIMEOUT_S``, else raises."""
+    import ray
+
+    ray.get(actor.ping.remote(), timeout=PING_TIMEOUT_S)
+
+
 class Front:
     """The robots' endpoint in front of Ray replicas (see the module docstring). ``start`` binds and
-    returns the endpoint; ``stop`` ends the relay thread."""
+    returns the endpoint; ``stop`` ends the relay thread. ``replicas``: (name, handle, endpoint) each;
+    ``ping(handle)`` raises when a replica is lost (default: the Ray actor's ``ping``); ``curve``: the
+    robots' endpoint under CURVE (the server's pair and its ``authorized/`` robot keys, as ``serve
+    --curve-keys``; the links from the front to the replicas stay inside the cluster)."""
 
     def __init__(self, replicas: list[tuple[str, object, str]], bind: str = "tcp://127.0.0.1:5555",
-                 health_period_s: float = HEALTH_PERIOD_S) -> None:
+                 health_period_s: float = HEALTH_PERIOD_S, ping=ray_ping, curve: CurveKeys | None = None) -> None:
         self.replicas = [_Replica(name, actor, endpoint) for name, actor, endpoint in replicas]
         self.bind = bind
         self.health_period_s = health_period_s
+        self.ping = ping
+        self.curve = curve
+        self._auth: ThreadAuthenticator | None = None
         self.counters: Counter[str] = Counter()
         self.placement: dict[tuple[bytes, bytes], _Replica] = {}
         self._ctx = zmq.Context()
@@ -144,6 +159,13 @@ class Front:
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        if self.curve is not None:
+            self._auth = ThreadAuthenticator(self._ctx)
+            self._auth.start()
+            self._auth.configure_curve(domain="*", location=self.curve.authorized_dir)
+            self._router.curve_server = True
+            self._router.curve_publickey = self.curve.public
+            self._router.curve_secretkey = self.curve.secret
         self._router.bind(self.bind)
         self.endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         self._relay = threading.Thread(target=self._run, name="front-relay", daemon=True)
@@ -156,6 +178,8 @@ class Front:
         self._stop.set()
         self._relay.join(timeout=5)
         self._health.join(timeout=5)
+        if self._auth is not None:
+            self._auth.stop()
         self._ctx.destroy(linger=0)
 
     def load(self) -> dict[str, int]:
@@ -170,12 +194,10 @@ class Front:
 
     # --- health ---------------------------------------------------------------------------------
     def _watch(self) -> None:
-        import ray
-
         while not self._stop.wait(self.health_period_s):
             for replica in [r for r in self.replicas if r.alive]:
                 try:
-                    ray.get(replica.actor.ping.remote(), timeout=PING_TIMEOUT_S)
+                    self.ping(replica.actor)
                 except Exception as exc:  # noqa: BLE001 - any failure to answer: the replica is lost
                     log.warning("replica %s lost (%s): its sessions re-open elsewhere", replica.name,
                                 type(exc).__name__)
@@ -318,15 +340,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per replica")
     parser.add_argument("--batch", type=int, default=1, help="max_batch of each replica (1: off)")
     parser.add_argument("--emulate-tq-s", type=float, default=0.0)
+    parser.add_argument("--curve-keys", help="directory made by `edge-spec-ros keys`: CURVE on the robots' endpoint")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import ray
 
+    from edge_spec_ros.wire.curve import server_keys
+
+    curve = server_keys(Path(args.curve_keys) / "server.key_secret", Path(args.curve_keys) / "authorized") \
+        if args.curve_keys else None
     local_ray(**({"address": args.address} if args.address else {}))
     server_args = {"max_batch": args.batch, "emulate_tq_s": args.emulate_tq_s}
     replicas = start_replicas(args.replicas, args.verifier, server_args, args.threads, num_gpus=args.replica_gpus,
                               device=args.device, dtype=args.dtype)
-    front = Front(replicas, args.bind)
+    front = Front(replicas, args.bind, curve=curve)
     print(f"listening on {front.start()} ({args.replicas} replicas: {', '.join(e for _, _, e in replicas)})",
           flush=True)
     try:
