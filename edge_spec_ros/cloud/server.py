@@ -270,7 +270,8 @@ class VerifierServer:
             state = self.dragon.session(msg)
         except ValueError as exc:
             raise RequestError(f"DRAGON: {exc}") from None
-        session = _Session(key[0], key[1], client, msg, None, "fifo", time.monotonic(), state,  # type: ignore[arg-type]
+        shape = LinkShape(msg.down_delay_s, msg.down_jitter_s, msg.down_bandwidth_bps)  # benches: emulated downlink
+        session = _Session(key[0], key[1], client, msg, shape, "fifo", time.monotonic(), state,  # type: ignore[arg-type]
                            threading.Event())
         self._admit(key, client, session)
         self._submit(session, state.drive(lambda reply: self._emit(session, reply)),

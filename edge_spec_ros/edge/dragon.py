@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -33,6 +34,7 @@ from edge_spec_ros.spec.aggregation import ROBOT
 from edge_spec_ros.spec.sampling import SamplingConfig
 from edge_spec_ros.wire.codec import decode, encode
 from edge_spec_ros.wire.dragon import DragonMessage, DragonOpen, DragonOpened
+from edge_spec_ros.wire.emulator import LinkEmulator, LinkShape
 from edge_spec_ros.wire.link import CurveKeys
 from edge_spec_ros.wire.messages import Close, Envelope, Error
 
@@ -63,6 +65,9 @@ class DragonConfig:
     relevance_scale: float = 1.0
     relevance_every: int = 1
     timeout_s: float = 30.0  # with nothing to do, how long to wait for the cloud
+    down_delay_s: float = 0.0  # benches: the downlink the server emulates for this decision
+    down_jitter_s: float = 0.0
+    down_bandwidth_bps: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,9 @@ class RobotDragon:
         c = self.config
         return DragonOpen(query=query, max_new_tokens=c.max_new_tokens, temperature=c.temperature, seed=c.seed,
                           stop_tokens=tuple(int(t) for t in stop_tokens), top_k=c.cloud_top_k,
-                          aggregator=c.aggregator, policy=c.policy, payload=c.payload, max_queue=c.max_queue)
+                          aggregator=c.aggregator, policy=c.policy, payload=c.payload, max_queue=c.max_queue,
+                          down_delay_s=c.down_delay_s, down_jitter_s=c.down_jitter_s,
+                          down_bandwidth_bps=c.down_bandwidth_bps)
 
     def decode(self, query: str, link: DragonLink, stop_tokens: Sequence[int] = ()) -> DragonDecision:
         c = self.config
@@ -136,10 +143,16 @@ class ZmqDragonLink:
     DEALER socket, one session per decision (a link serves one decision; make one per decision).
     Every frame sent and received is counted in ``log`` (up: robot → cloud)."""
 
-    def __init__(self, endpoint: str, open_timeout_s: float = 60.0, curve: CurveKeys | None = None) -> None:
+    def __init__(self, endpoint: str, open_timeout_s: float = 60.0, curve: CurveKeys | None = None,
+                 uplink: LinkShape | None = None, seed: int = 0) -> None:
         self.open_timeout_s = open_timeout_s
         self.session = uuid.uuid4().bytes
         self.log = FrameLog()
+        # uplink: an emulated robot → cloud link (benches): frames leave when the emulator says they
+        # arrive; they are sent from this thread (a ZeroMQ socket belongs to one thread) whenever the
+        # link is used, and receive() wakes up for them.
+        self._uplink = LinkEmulator(uplink, seed) if uplink is not None and not uplink.ideal else None
+        self._due: deque[tuple[float, list[bytes]]] = deque()
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -152,7 +165,16 @@ class ZmqDragonLink:
     def _send(self, msg) -> None:
         frames = encode(Envelope(self.session, msg))
         self.log.add("up", type(msg).__name__, frames)
-        self._sock.send_multipart(frames, copy=False)
+        if self._uplink is None:
+            self._sock.send_multipart(frames, copy=False)
+            return
+        self._due.append((self._uplink.transmit(sum(len(f) for f in frames), time.monotonic()), frames))
+        self._flush()
+
+    def _flush(self) -> None:
+        now = time.monotonic()
+        while self._due and self._due[0][0] <= now:
+            self._sock.send_multipart(self._due.popleft()[1], copy=False)
 
     def open(self, request: DragonOpen) -> DragonOpened:
         self._send(request)
@@ -169,8 +191,12 @@ class ZmqDragonLink:
     def receive(self, timeout_s: float) -> DragonMessage | None:
         deadline = time.monotonic() + timeout_s
         while True:
-            left = max(0.0, deadline - time.monotonic())
-            if not self._sock.poll(int(left * 1000)):
+            self._flush()
+            now = time.monotonic()
+            wake = min(deadline, self._due[0][0]) if self._due else deadline
+            if not self._sock.poll(int(max(0.0, wake - now) * 1000)):
+                if self._due and time.monotonic() < deadline:
+                    continue  # an uplink frame fell due: send it, keep waiting
                 return None
             frames = self._sock.recv_multipart()
             env = decode(frames)
@@ -184,6 +210,9 @@ class ZmqDragonLink:
     def close(self) -> None:
         try:
             self._send(Close())
+            while self._due:  # the emulated uplink's frames still in flight, Close last
+                time.sleep(max(0.0, self._due[0][0] - time.monotonic()))
+                self._flush()
         finally:
             self._sock.close(linger=200)  # let the Close leave
             self._ctx.term()

@@ -38,6 +38,7 @@ import numpy as np
 DRAGON_PROTOCOL = 1  # DragonOpen.protocol / DragonOpened.protocol: bumped on any incompatible change
 PAYLOADS = ("full", "on_demand")  # how p^s_t travels (see DragonOpen.payload)
 AGGREGATOR_POLICIES = ("dragon", "robot", "cloud")  # eq. 8 scheduler, or a fixed aggregator
+MAX_EMULATED_DELAY_S = 5.0  # the most downlink delay + jitter a robot may ask the server to emulate
 
 
 class DragonType(IntEnum):
@@ -63,6 +64,9 @@ class DragonOpen:
     # in full only when Algorithm 1 cannot finish without it (DragonDistRequest)
     max_queue: int = 4  # drafts a side decodes ahead of the target (the paper's queues are unbounded)
     protocol: int = DRAGON_PROTOCOL
+    down_delay_s: float = 0.0  # emulated downlink (wire.emulator.LinkShape), benches and tests only
+    down_jitter_s: float = 0.0
+    down_bandwidth_bps: float = 0.0
     TYPE = DragonType.DRAGON_OPEN
 
 
@@ -158,6 +162,9 @@ def check_open(msg: DragonOpen, vocab_size: int, max_new_tokens: int, max_top_k:
         raise ValueError(f"payload must be one of {PAYLOADS}")
     if not 1 <= msg.max_queue <= 64:
         raise ValueError("max_queue must be in [1, 64]")
+    shape = (msg.down_delay_s, msg.down_jitter_s, msg.down_bandwidth_bps)
+    if not all(np.isfinite(v) and v >= 0 for v in shape) or msg.down_delay_s + msg.down_jitter_s > MAX_EMULATED_DELAY_S:
+        raise ValueError(f"emulated downlink: finite, >= 0, delay + jitter at most {MAX_EMULATED_DELAY_S} s")
 
 
 def check_probs(probs: np.ndarray | None, vocab_size: int) -> None:

@@ -224,3 +224,22 @@ def test_fuzzed_dragon_frames_never_break_the_server(setup, encoder):
         assert counters.get("internal_error", 0) == 0, counters
         assert counters.get("msg_DragonOpen", 0) > 10 and counters.get("malformed", 0) > 100, counters
         assert counters.get("sessions_opened", 0) > 5 and counters.get("bad_request", 0) > 0, counters
+
+
+def test_an_emulated_link_both_ways_changes_timing_not_tokens(setup, encoder):
+    """DragonOpen's emulated downlink (the server's outbox) and ZmqDragonLink's emulated uplink,
+    15 ms ± 3 ms each way: the tokens of the plain link; the first token waits for the round trip."""
+    import dataclasses
+
+    from edge_spec_ros.wire.emulator import LinkShape
+
+    s = setup
+    config = DragonConfig(max_new_tokens=8, temperature=1.0, seed=3, aggregator="robot", policy="robot")
+    slow = dataclasses.replace(config, down_delay_s=0.015, down_jitter_s=0.003)
+    with server(s["verifier"], encoder, s["root"] / "docs") as endpoint:
+        plain = RobotDragon(s["robot"], s["memory"], s["prompt_ids"], s["decode_text"], config).decode(
+            QUERY, ZmqDragonLink(endpoint))
+        shaped = RobotDragon(s["robot"], s["memory"], s["prompt_ids"], s["decode_text"], slow).decode(
+            QUERY, ZmqDragonLink(endpoint, uplink=LinkShape(0.015, 0.003)))
+    assert shaped.tokens == plain.tokens == reference(s, 8, 1.0, 3).tokens
+    assert shaped.first_token_s >= 0.015 * 2 and shaped.decode_s > plain.decode_s

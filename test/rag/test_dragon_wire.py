@@ -164,7 +164,9 @@ def test_check_open_refuses_bad_requests():
                 dataclasses.replace(ok, temperature=-1.0), dataclasses.replace(ok, stop_tokens=(10,)),
                 dataclasses.replace(ok, aggregator="moon"), dataclasses.replace(ok, payload="zip"),
                 dataclasses.replace(ok, policy="x"), dataclasses.replace(ok, protocol=2),
-                dataclasses.replace(ok, top_k=99), dataclasses.replace(ok, max_queue=0)):
+                dataclasses.replace(ok, top_k=99), dataclasses.replace(ok, max_queue=0),
+                dataclasses.replace(ok, down_delay_s=-1.0), dataclasses.replace(ok, down_delay_s=60.0),
+                dataclasses.replace(ok, down_bandwidth_bps=float("nan"))):
         with pytest.raises(ValueError):
             wd.check_open(bad, vocab_size=10, max_new_tokens=8)
 
