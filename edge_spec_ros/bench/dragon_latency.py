@@ -6,7 +6,9 @@ drafts ahead; DRDG/TW schedule — max_queue = 1: a side decodes x^s_{t+1} only 
 so every token pays the round trip, as token-wise synchronisation does (same messages, same
 tokens); DRAGON — max_queue = 4 with the aggregator on the robot, on the cloud, or moved by eq. 8.
 
-Median of ``--repeats`` decisions per cell. Both sides run in this process (the robot's thread and the cloud's, cloud/dragon.LocalDragonLink),
+With ``--link zmq`` the cloud side is a real VerifierServer (ZeroMQ on 127.0.0.1) that emulates the
+downlink (wire/emulator.LinkShape: rtt/2·0.9 + uniform [0, rtt/5·½]) while ZmqDragonLink emulates the
+uplink the same way. Median of ``--repeats`` decisions per cell. Both sides run in this process (the robot's thread and the cloud's, cloud/dragon.LocalDragonLink),
 every message encoded and decoded; the models are the shipped pair (robot: the drafter, cloud: the
 verifier; assets/sim_pair), each over two retrieved documents of its own (a robot memory and a cloud
 folder written here). Greedy, so every configuration must give the same tokens (checked).
@@ -16,6 +18,7 @@ Run: ``python -m edge_spec_ros.bench.dragon_latency [--tokens N] [--rtts-ms 0,50
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tempfile
 from collections.abc import Sequence
@@ -26,11 +29,13 @@ import numpy as np
 import torch
 
 from edge_spec_ros.cloud.dragon import LocalDragonLink
-from edge_spec_ros.edge.dragon import DragonConfig, RobotDragon
+from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
+from edge_spec_ros.edge.dragon import DragonConfig, RobotDragon, ZmqDragonLink
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
 from edge_spec_ros.rag.document_lm import chat_prompt_ids
 from edge_spec_ros.rag.stores import DocumentStore, RobotMemory
+from edge_spec_ros.wire.emulator import LinkShape
 
 QUERY = "Where did you see the red chair?"
 MEMORY = [("observation", "I see a red chair next to the window, two metres ahead.", (2.0, 0.5, 0.1)),
@@ -65,6 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--rtts-ms", default="0,50,100,200,300")
     parser.add_argument("--repeats", type=int, default=3, help="decisions per cell; the median is reported")
+    parser.add_argument("--link", choices=("local", "zmq"), default="local",
+                        help="local: both sides in threads, delays in the in-process link; zmq: the cloud in a "
+                             "VerifierServer of this process on 127.0.0.1, downlink emulated by the server, "
+                             "uplink by ZmqDragonLink")
+    parser.add_argument("--payload", choices=("full", "on_demand"), default="full")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     pair = load_pair("embedded")
@@ -78,16 +88,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         (Path(tmp) / "docs" / "house.md").write_text(DOCUMENTS)
         store = DocumentStore(Path(tmp) / "docs")
         reference = None
+        server = None
+        endpoint = ""
+        if args.link == "zmq":
+            server = VerifierServer(pair.verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", idle_exit_s=600.0,
+                                                                         documents=str(Path(tmp) / "docs")))
+            endpoint = server.start()
         for rtt_ms in (float(x) for x in args.rtts_ms.split(",")):
             for name, (max_queue, policy) in CONFIGS.items():
                 config = DragonConfig(max_new_tokens=args.tokens, aggregator="cloud" if policy == "cloud" else "robot",
                                       policy=policy, max_queue=max_queue, timeout_s=60.0)
                 runs = []
                 for rep in range(args.repeats):
-                    robot = RobotDragon(pair.drafter.stack, memory, prompt_ids, decode_text, config)
                     one_way = rtt_ms / 2000.0
-                    link = LocalDragonLink(pair.verifier.stack, store, prompt_ids, decode_text, one_way_s=one_way,
-                                           jitter_s=one_way / 5.0, seed=int(rtt_ms) * 100 + rep)
+                    config = dataclasses.replace(config, payload=args.payload)
+                    if args.link == "zmq":
+                        config = dataclasses.replace(config, down_delay_s=one_way * 0.9, down_jitter_s=one_way * 0.2)
+                        link = ZmqDragonLink(endpoint, uplink=LinkShape(one_way * 0.9, one_way * 0.2),
+                                             seed=int(rtt_ms) * 100 + rep)
+                    else:
+                        link = LocalDragonLink(pair.verifier.stack, store, prompt_ids, decode_text, one_way_s=one_way,
+                                               jitter_s=one_way / 5.0, seed=int(rtt_ms) * 100 + rep)
+                    robot = RobotDragon(pair.drafter.stack, memory, prompt_ids, decode_text, config)
                     out = robot.decode(QUERY, link)
                     if reference is None:
                         reference = out.tokens
@@ -101,7 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  float(np.median([1e3 * (r.prefill_s + r.first_token_s) for r in runs])),
                                  sum(out.trace.accept_robot) / n, sum(out.trace.accept_cloud) / n,
                                  sum(a != b for a, b in zip(out.trace.aggregator, out.trace.aggregator[1:])))
-                print(json.dumps(asdict(row)), flush=True)
+                print(json.dumps({**asdict(row), "link": args.link, "payload": args.payload}), flush=True)
+        if server is not None:
+            server.stop()
     return 0
 
 
