@@ -297,6 +297,53 @@ def fleet(config: FleetConfig, progress=lambda line: None) -> dict:
     return report
 
 
+def forward_costs(batches: tuple[int, ...] = (1, 2, 4, 8), repeats: int = 60, gamma: int = 4) -> list[dict]:
+    """The verifier's side alone: time of B sessions' rounds (γ draft tokens each, every exit's logits)
+    as B solo forwards and as one batched forward (``DecoderStack.run_batch``), on the embedded pair
+    with one torch thread: what batching saves per round on this machine."""
+    import torch
+
+    from edge_spec_ros.bench.runner import bench_prompts
+    from edge_spec_ros.models.pairs import load_pair
+    from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
+
+    torch.set_num_threads(1)
+    pair = load_pair("embedded", parts=("verifier",))
+    verifier, stack = pair.verifier, pair.verifier.stack
+    work = bench_prompts(PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels)), max(batches))
+    caches = [stack.prefill(prompt) for prompt, _ in work]
+    draft = list(range(300, 300 + gamma))
+
+    def items(b: int):
+        return [(kv, prompt.input_ids.tolist() + draft, len(prompt.input_ids) - 1)
+                for kv, (prompt, _) in zip(caches[:b], work[:b])]
+
+    def solo(b: int) -> None:
+        for kv, seq, first in items(b):
+            for _ in verifier.exits(kv, seq, first):
+                pass
+
+    def batched(b: int) -> None:
+        for outputs in stack.run_batch(items(b)):
+            for out in outputs:
+                if out.layer == verifier.num_layers:
+                    stack.logits(out.hidden)
+                elif out.layer in verifier.exit_layers:
+                    verifier.exit_logits(out.layer, out.hidden)
+
+    rows = []
+    for b in batches:
+        row = {"sessions": b}
+        for name, run in (("solo_ms", solo), ("batched_ms", batched)):
+            run(b)  # warm
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                run(b)
+            row[name] = (time.perf_counter() - t0) / repeats * 1e3
+        rows.append(row)
+    return rows
+
+
 def table(report: dict) -> str:
     from edge_spec_ros.bench.report import stamp_line
 
@@ -399,7 +446,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     parser.add_argument("--out", default="artifacts/fleet", help="directory for the JSON and PNG")
+    parser.add_argument("--forwards", action="store_true",
+                        help="only time B sessions' rounds as B solo forwards and as one batched forward")
     args = parser.parse_args(argv)
+    if args.forwards:
+        from edge_spec_ros.bench.report import machine_stamp
+
+        print(f"{machine_stamp()}; embedded verifier, γ = {args.gamma}, every exit, 1 torch thread")
+        print("| sessions B | B solo forwards ms | one batched forward ms | saved |")
+        print("|---|---|---|---|")
+        for row in forward_costs(tuple(sorted(set(args.robots) | {1})), gamma=args.gamma):
+            print(f"| {row['sessions']} | {row['solo_ms']:.1f} | {row['batched_ms']:.1f} | "
+                  f"{row['solo_ms'] / row['batched_ms']:.2f}× |")
+        return 0
     report, json_path, png_path = run(config_from(args), args.out)
     print(table(report))
     print(f"wrote {json_path} and {png_path}")
