@@ -206,6 +206,10 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.fleet is not None:  # the fleet load benchmark takes every argument after --fleet
+        from edge_spec_ros.bench import fleet
+
+        return fleet.main(args.fleet)
     from contextlib import nullcontext
 
     from edge_spec_ros.bench import report as bench_report
@@ -604,6 +608,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="zmq,ros: also run every mode through the ROS nodes (RosVerifierLink and a bridge_node "
                             "process) beside the direct ZeroMQ client, interleaved, and report the overhead per round")
     bench.add_argument("--out", default="artifacts/bench", help="directory for the JSON and PNG")
+    bench.add_argument("--fleet", nargs=argparse.REMAINDER, metavar="FLEET_ARGS",
+                       help="the fleet load benchmark instead: N robots against one verifier, batching off and on; "
+                            "every argument after --fleet is its own (python -m edge_spec_ros.bench.fleet --help)")
     bench.set_defaults(func=cmd_bench)
 
     bringup = sub.add_parser("bringup", help="run the robot-side nodes in one process")

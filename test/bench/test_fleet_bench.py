@@ -35,3 +35,11 @@ def test_fleet_settings_are_checked():
     for bad in ("batch1", "on", "batchx"):
         with pytest.raises(ValueError):
             serve_args(bad)
+
+
+def test_bench_fleet_hands_every_following_argument_to_the_fleet_benchmark():
+    from edge_spec_ros.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--fleet", "--robots", "1,2", "--settings", "off,batch8"])
+    assert args.fleet == ["--robots", "1,2", "--settings", "off,batch8"]
+    assert build_parser().parse_args(["bench"]).fleet is None
