@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -195,3 +196,57 @@ def test_a_refused_or_cancelled_session_in_a_batch_leaves_the_others_exact(pair,
     for i in (0, 2):
         assert [(r.layer, r.accepted, r.tokens.tolist(), r.is_final) for r in replies[i]] == solo[i]
     assert replies[0][-1].is_final and len(replies[0]) == pair.verifier.num_layers  # every exit streamed
+
+
+def test_fuzzed_requests_beside_robots_never_reach_a_batch_as_an_internal_error(pair, work):
+    """Mutated requests (wire/fuzz.py) on a few session ids, valid opens and drafts among them, while 4
+    robots decode against a batching server: the robots get the verifier's greedy output, the server
+    answers no INTERNAL error and did batch."""
+    import zmq
+
+    from edge_spec_ros.wire import fuzz
+
+    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels))
+    text = PromptEncoder(pair.tokenizer).encode("stop").input_ids.numpy().astype(np.int32)
+    server = VerifierServer(pair.verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", max_batch=8,
+                                                                 emulate_tq_s=0.02))
+    endpoint = server.start()
+    robots = list(enumerate([("sd", 0.0), ("fsd", 0.0), ("dssd", 0.0), ("pico", 0.0)]))
+    results, errors = {}, []
+    stop = threading.Event()
+
+    def fuzzer() -> None:
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        rng = random.Random(3)
+        sessions = [bytes([i]) * 16 for i in range(1, 4)]
+        for frames in fuzz.cases(5, 600, vocab=pair.verifier.stack.vocab_size, prompt=text, requests_only=True):
+            if stop.is_set():
+                break
+            if len(frames[0]) >= 20:
+                frames[0] = frames[0][:4] + rng.choice(sessions) + frames[0][20:]
+            sock.send_multipart(frames)
+            while sock.poll(0):
+                sock.recv_multipart()
+            time.sleep(0.002)
+        sock.close()
+        ctx.term()
+
+    hostile = threading.Thread(target=fuzzer, daemon=True)
+    try:
+        hostile.start()
+        _decide(endpoint, pair, work, robots, results, errors)
+        stop.set()
+        hostile.join(30)
+        stats = server.stats()
+    finally:
+        server.stop()
+    assert not errors, errors
+    config = DecodeConfig(max_new_tokens=16, gamma=3, stop_tokens=(pair.tokenizer.eos_token_id,))
+    for i, (mode, _) in robots:
+        expected = autoregressive(pair.verifier, work[i % len(work)][0], config).tokens
+        assert results[i] == [expected, expected], mode
+    assert stats.get("internal_error", 0) == 0, stats
+    assert stats["batches"] > 0, stats
