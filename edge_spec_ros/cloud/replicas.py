@@ -46,6 +46,8 @@ REPO = Path(__file__).resolve().parents[2]
 HEALTH_PERIOD_S = 0.5
 PING_TIMEOUT_S = 2.0
 POLL_MS = 50
+DEALER_IDLE_S = 60.0  # a robot's DEALER to a replica holding none of its sessions is closed after this
+RECEIVE_HWM = 100  # as the server's: frame sets buffered per robot connection before reading stops
 OPEN_TYPES = (int(MsgType.OPEN), 32)  # Open, DragonOpen (wire/dragon.py): a session starts
 CLOSE_TYPE = int(MsgType.CLOSE)
 STATS_TYPE = int(MsgType.STATS)
@@ -120,6 +122,7 @@ class _Replica:
     endpoint: str
     sessions: set = field(default_factory=set)  # (robot identity, session id) placed here
     dealers: dict = field(default_factory=dict)  # robot identity -> DEALER with that routing id
+    used: dict = field(default_factory=dict)  # robot identity -> last time its DEALER carried a frame
     alive: bool = True
 
 
@@ -159,6 +162,7 @@ class Front:
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self._router.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
         if self.curve is not None:
             self._auth = ThreadAuthenticator(self._ctx)
             self._auth.start()
@@ -210,8 +214,12 @@ class Front:
         poller = zmq.Poller()
         poller.register(self._router, zmq.POLLIN)
         owners: dict[zmq.Socket, bytes] = {}
+        swept = time.monotonic()
         while not self._stop.is_set():
             self._handle_lost(poller, owners)
+            if time.monotonic() - swept > DEALER_IDLE_S / 4:
+                swept = time.monotonic()
+                self._sweep(poller, owners, swept)
             for sock, _ in poller.poll(POLL_MS):
                 if sock is self._router:
                     self._from_robot(self._router.recv_multipart(), poller, owners)
@@ -263,7 +271,23 @@ class Front:
             replica.dealers[identity] = dealer
             owners[dealer] = identity
             poller.register(dealer, zmq.POLLIN)
+        replica.used[identity] = time.monotonic()
         dealer.send_multipart(body)
+
+    def _sweep(self, poller: zmq.Poller, owners: dict, now: float) -> None:
+        """Close the DEALERs of robots that hold no session on a replica and sent nothing through it
+        for ``DEALER_IDLE_S`` (robots come and go; each connection would otherwise stay)."""
+        with self._lock:
+            busy = {(replica.name, identity) for replica in self.replicas for identity, _ in replica.sessions}
+        for replica in self.replicas:
+            for identity in list(replica.dealers):
+                if (replica.name, identity) not in busy and now - replica.used.get(identity, now) > DEALER_IDLE_S:
+                    dealer = replica.dealers.pop(identity)
+                    replica.used.pop(identity, None)
+                    poller.unregister(dealer)
+                    owners.pop(dealer, None)
+                    dealer.close(linger=0)
+                    self.counters["dealers_closed"] += 1
 
     def _track_reply(self, identity: bytes, frames: list[bytes]) -> None:
         """A session's first reply being an Error (its Open refused: BUSY, QUOTA, ...): the replica
@@ -298,6 +322,7 @@ class Front:
                 owners.pop(dealer, None)
                 dealer.close(linger=0)
             replica.dealers.clear()
+            replica.used.clear()
         for identity, sid in orphans:  # the robot opens the decision again, on a live replica
             self.counters["sessions_orphaned"] += 1
             self._router.send_multipart([identity, *encode(Envelope(sid, Error(

@@ -149,3 +149,27 @@ def test_curve_on_the_front_admits_authorised_robots_only(pair, work, tmp_path):
     finally:
         front.stop()
         replicas.stop()
+
+
+def test_idle_robot_connections_to_replicas_are_closed(pair, monkeypatch):
+    from edge_spec_ros.cloud import replicas as replicas_module
+
+    monkeypatch.setattr(replicas_module, "DEALER_IDLE_S", 0.3)
+    replicas = Replicas(pair, n=1)
+    front = Front(replicas.entries(), "tcp://127.0.0.1:*", ping=replicas.ping)
+    endpoint = front.start()
+    try:
+        with VerifierClient(ClientConfig(endpoint=endpoint)) as c:
+            sid, _ = c.open(Open(input_ids=_text_ids(pair)))
+            time.sleep(0.8)
+            assert front.counters["dealers_closed"] == 0  # it holds a session: kept
+            c.end(sid)
+            deadline = time.monotonic() + 5
+            while front.counters["dealers_closed"] == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert front.counters["dealers_closed"] == 1
+            sid, _ = c.open(Open(input_ids=_text_ids(pair)))  # a new connection when it comes back
+            c.end(sid)
+    finally:
+        front.stop()
+        replicas.stop()
