@@ -88,9 +88,18 @@ class RobotDragon:
                  decode_text: Callable[[Sequence[int]], str], config: DragonConfig = DragonConfig(),
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.stack, self.memory, self.prompt_ids, self.decode_text = stack, memory, prompt_ids, decode_text
+        self._memory_stamp = _file_stamp(memory)
         self.config, self.clock = config, clock
         self.last_peer: DragonPeer | None = None  # the last decision's state (tests, benches)
         self.last_side = None
+
+    def _reload_if_written(self) -> None:
+        """The memory file changed since it was read (another process, e.g. nodes/memory_node, appends
+        to it): read it again, so the decision retrieves what the robot saw until now."""
+        stamp = _file_stamp(self.memory)
+        if stamp != self._memory_stamp and self.memory.directory is not None:
+            self.memory = RobotMemory(self.memory.directory, fsync=self.memory.fsync)
+            self._memory_stamp = _file_stamp(self.memory)
 
     def request(self, query: str, stop_tokens: Sequence[int] = ()) -> DragonOpen:
         c = self.config
@@ -103,6 +112,7 @@ class RobotDragon:
     def decode(self, query: str, link: DragonLink, stop_tokens: Sequence[int] = ()) -> DragonDecision:
         c = self.config
         start = self.clock()
+        self._reload_if_written()
         hits = self.memory.top_k(query, c.robot_top_k)
         side = build_side(self.stack, self.memory, hits, query, self.prompt_ids, self.decode_text,
                           SamplingConfig(c.temperature), c.relevance_scale, c.relevance_every)
@@ -128,6 +138,14 @@ class RobotDragon:
             link.close()
         return DragonDecision(tuple(peer.tokens), peer.trace(), side.documents, prefill_s, opened.prefill_s,
                               self.clock() - t0, peer.commit_times[0] - t0 if peer.commit_times else float("nan"))
+
+
+def _file_stamp(memory: RobotMemory) -> tuple[int, int] | None:
+    path = memory.path
+    if path is None or not path.exists():
+        return None
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
 
 
 class DragonLinkError(RuntimeError):

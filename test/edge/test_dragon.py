@@ -262,3 +262,16 @@ def test_schedule_bench_replays_sequences_from_the_shipped_pair(capsys):
     for r in rows:
         assert set(r["mean_total_s"]) == {"dragon", "robot", "cloud", "random"}
         assert all(len(v) == 2 and v[1] >= v[0] > 0 for v in r["mean_total_s"].values())
+
+
+def test_the_robot_reads_entries_another_process_appended(world, tmp_path):
+    """RobotDragon re-reads its memory file when another writer (nodes/memory_node) appended to it:
+    the next decision retrieves the new entry."""
+    directory = tmp_path / "shared_memory"
+    RobotMemory(directory).add("note", "the lamp is broken", time=1.0)
+    robot = RobotDragon(world["robot"], RobotMemory(directory), world["prompt_ids"], decode_text,
+                        DragonConfig(max_new_tokens=2))
+    RobotMemory(directory).add("observation", "a red chair by the window", (2.0, 1.0, 0.0), time=2.0)  # the writer
+    robot.decode(QUERY, LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text))
+    assert len(robot.memory) == 2 and robot.last_side.documents == 1
+    assert robot.memory.top_k(QUERY, 1)[0].doc_id == "mem-1"
