@@ -119,7 +119,11 @@ class RobotDragon:
         prefill_s = self.clock() - start
         request = self.request(query, stop_tokens)
         t0 = self.clock()
-        opened = link.open(request)
+        try:
+            opened = link.open(request)
+        except BaseException:
+            link.close()  # a refused or timed-out open: free the link (its Close is harmless)
+            raise
         if opened.vocab_size != self.stack.vocab_size:
             link.close()
             raise ValueError(f"the cloud's vocabulary ({opened.vocab_size}) differs from the robot's "
