@@ -381,10 +381,19 @@ def main(argv: list[str] | None = None) -> int:
     front = Front(replicas, args.bind, curve=curve)
     print(f"listening on {front.start()} ({args.replicas} replicas: {', '.join(e for _, _, e in replicas)})",
           flush=True)
+    import signal
+
+    # SIGTERM ends the loop like Ctrl-C: the handler only appends (no lock in a signal handler), and
+    # the finally below shuts Ray down, so no Ray process outlives the command
+    terminated: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: terminated.append(signum))
     try:
-        while True:
-            time.sleep(5)
-            log.info("sessions per replica: %s; %s", front.load(), dict(front.counters))
+        last = time.monotonic()
+        while not terminated:
+            time.sleep(0.2)
+            if time.monotonic() - last >= 5:
+                last = time.monotonic()
+                log.info("sessions per replica: %s; %s", front.load(), dict(front.counters))
     except KeyboardInterrupt:
         pass
     finally:
