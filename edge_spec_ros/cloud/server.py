@@ -7,8 +7,10 @@ state machine (``VerifySession.handle``) admits each request (an out-of-order dr
 once) and returns its work, and that work (decoding the image, prefill, verification, generation)
 runs on worker threads, one job at a time per session, in arrival order. Workers take sessions
 round-robin, and cloud-only generation gives the worker back after every token, so one client's long
-generation only interleaves with the others' rounds. Close and session expiry cancel a session's
-queued work and stop its running work at the next token or emulated layer.
+generation only interleaves with the others' rounds. With ``max_batch`` > 1 (``serve --batch``) a worker
+taking a whole draft block also takes the next ready sessions' whole blocks and runs them in one forward
+of the verifier (``cloud/batching.py``). Close and session expiry cancel a session's queued work and stop
+its running work at the next token or emulated layer.
 
 Results go to a per-session outbox ordered by the session's queue policy (FSD Algorithm 2, SENDER;
 Table 7): the final exit is sent before any early exit still waiting, and early exits of a round
