@@ -242,14 +242,15 @@ def test_delayed_pipe_keeps_order_and_delay():
 
 
 def test_an_emulated_network_delay_changes_no_token(world):
-    """The same greedy decision with 10 ms ± 2 ms each way gives the tokens of the undelayed one."""
+    """The same greedy decision with 10 ms ± 2 ms each way gives the tokens of the undelayed one; its
+    first token (the cloud aggregates) waits for the robot's draft to go up and the target to come down."""
     config = DragonConfig(max_new_tokens=10, seed=4, aggregator=CLOUD, policy="dragon")
     plain = RobotDragon(world["robot"], world["memory"], world["prompt_ids"], decode_text, config).decode(
         QUERY, LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text))
     slow = RobotDragon(world["robot"], world["memory"], world["prompt_ids"], decode_text, config).decode(
         QUERY, LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text, one_way_s=0.01,
                                jitter_s=0.002))
-    assert slow.tokens == plain.tokens and slow.decode_s > plain.decode_s and slow.first_token_s >= 0.01
+    assert slow.tokens == plain.tokens and slow.first_token_s >= 2 * 0.008
 
 
 def test_schedule_bench_replays_sequences_from_the_shipped_pair(capsys):
