@@ -4,15 +4,14 @@ ZeroMQ front, every Ray service on 127.0.0.1.
 - new sessions go to the least-loaded replica and stay there;
 - a replica killed mid-decision: the robot it served re-opens the decision on the other replica and
   finishes with the verifier's own greedy output;
-- no socket of this test's processes (the driver, Ray's services, the replicas) binds or connects to
-  an address outside 127.0.0.0/8.
+- no TCP/UDP socket of this test's processes (the driver, Ray's services, the replicas; read from
+  /proc) binds or connects to an address outside the loopback range.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import subprocess
+import ipaddress
 import threading
 import time
 from pathlib import Path
@@ -65,9 +64,36 @@ def _descendants(root: int) -> set[int]:
     return out
 
 
-def _loopback(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]")
-    return host.startswith(("127.", "::ffff:127.")) or host == "::1"
+def _address(hex_address: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
+    """/proc/net/{tcp,udp}[6] address ``HEX:PORT`` (the IP in host byte order, 32-bit words)."""
+    host, port = hex_address.split(":")
+    raw = bytes.fromhex(host)
+    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    ip = ipaddress.ip_address(raw)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip, int(port, 16)
+
+
+def _sockets(pids: set[int]) -> list[tuple[str, str, tuple, tuple]]:
+    """(protocol, TCP state, local, remote) of every TCP/UDP socket the processes ``pids`` hold."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    out = []
+    for proto in ("tcp", "tcp6", "udp", "udp6"):
+        lines = Path(f"/proc/net/{proto}").read_text().splitlines()[1:]
+        for line in lines:
+            fields = line.split()
+            if fields[9] in inodes:
+                out.append((proto, fields[3], _address(fields[1]), _address(fields[2])))
+    return out
 
 
 def test_sessions_go_to_the_least_loaded_replica_and_a_lost_replica_s_robot_finishes_elsewhere(cluster, pair):
@@ -109,16 +135,12 @@ def test_every_socket_of_ray_and_the_replicas_stays_on_loopback(cluster):
     assert front.endpoint.startswith("tcp://127.0.0.1:")
     pids = _descendants(os.getpid())
     assert len(pids) > 3  # Ray's services and the replica processes are this test's descendants
-    out = subprocess.run(["ss", "-tunapH"], capture_output=True, text=True, check=True).stdout
     checked = 0
-    for line in out.splitlines():
-        users = {int(p) for p in re.findall(r"pid=(\d+)", line)}
-        if not users & pids:
+    for proto, _, (local, local_port), (remote, remote_port) in _sockets(pids):
+        if not local_port:  # created, never bound: it neither listens nor sends
             continue
-        fields = line.split()
-        local, peer = fields[4], fields[5]
         checked += 1
-        assert _loopback(local), line
-        if fields[1] != "LISTEN" and fields[1] != "UNCONN":
-            assert _loopback(peer), line
+        assert local.is_loopback, (proto, str(local), local_port)  # 0.0.0.0 / :: (every interface) fails
+        if remote_port:  # connected: the peer too
+            assert remote.is_loopback, (proto, str(local), str(remote), remote_port)
     assert checked > 5
