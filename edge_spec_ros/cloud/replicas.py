@@ -8,8 +8,8 @@ and relays frames unchanged:
 - a new session (an ``Open`` or ``DragonOpen`` with a session id the front has not placed) goes to
   the replica with the fewest sessions placed on it (least loaded), and stays there: every later
   frame of that session goes to the same replica, and the session is forgotten at its ``Close``;
-- each robot reaches a replica through a DEALER of its own whose routing id is the robot's, so the
-  replica's per-client quotas and its per-session outboxes work as with a direct connection;
+- each robot reaches a replica through a DEALER of its own (one connection per robot and replica), so
+  the replica's per-client quotas and its per-session outboxes work as with a direct connection;
 - the front pings every replica (``ping``) every ``health_period_s``; a replica that fails to answer
   (killed, its node lost) is dropped, and every session placed on it is answered with
   ``UNKNOWN_SESSION``: the robot's decoder opens the decision again (``EdgeDecoder.decode``,
@@ -121,7 +121,7 @@ class _Replica:
     actor: object
     endpoint: str
     sessions: set = field(default_factory=set)  # (robot identity, session id) placed here
-    dealers: dict = field(default_factory=dict)  # robot identity -> DEALER with that routing id
+    dealers: dict = field(default_factory=dict)  # robot identity -> its own DEALER to this replica
     used: dict = field(default_factory=dict)  # robot identity -> last time its DEALER carried a frame
     alive: bool = True
 
@@ -266,7 +266,8 @@ class Front:
         if dealer is None:
             dealer = self._ctx.socket(zmq.DEALER)
             dealer.setsockopt(zmq.LINGER, 0)
-            dealer.setsockopt(zmq.ROUTING_ID, identity)
+            # no routing id of ours: the replica names each connection itself, so a robot's new
+            # connection after a closed one is never taken for a duplicate of it
             dealer.connect(replica.endpoint)
             replica.dealers[identity] = dealer
             owners[dealer] = identity
