@@ -157,9 +157,9 @@ def decode(frames: list[bytes], limits: DecodeLimits = DEFAULT_LIMITS) -> Envelo
 @functools.cache
 def _array_fields(cls: type) -> frozenset[str]:
     """Fields of ``cls`` that may travel as a buffer frame (numpy arrays and bytes)."""
-    hints = typing.get_type_hints(cls)
+    hints, fields = _fields(cls)
     out = set()
-    for f in dataclasses.fields(cls):
+    for f in fields.values():
         options = typing.get_args(hints[f.name]) if isinstance(hints[f.name], types.UnionType) else (hints[f.name],)
         if np.ndarray in options or bytes in options:
             out.add(f.name)
@@ -174,7 +174,7 @@ def _check_descriptor(cls: type, desc: typing.Any, data: bytes, array_fields: fr
     if not isinstance(name, str):
         raise WireError(f"array name {str(name)[:40]!r} not allowed")
     if name not in array_fields:
-        if name in {f.name for f in dataclasses.fields(cls)}:
+        if name in _fields(cls)[1]:
             raise WireError(f"{cls.__name__}.{name}: ndarray does not fit (not an array field)")
         raise WireError(f"{cls.__name__}: unknown fields [{name[:40]!r}] (array not allowed)")
     if not isinstance(dtype, str) or dtype not in ALLOWED_DTYPES:
@@ -213,9 +213,14 @@ def _decode_array(name: str, np_dtype: np.dtype, shape: list[int], codec: str, n
     return np.frombuffer(data, dtype=np_dtype).reshape(shape)
 
 
+@functools.cache
+def _fields(cls: type) -> tuple[dict[str, typing.Any], dict[str, dataclasses.Field]]:
+    """A message class's resolved type hints and fields (resolved once per class: it is costly)."""
+    return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
+
+
 def _build(cls: type, values: dict[str, typing.Any]) -> Message:
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints, fields = _fields(cls)
     unknown = set(values) - set(fields)
     if unknown:
         raise WireError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
