@@ -10,6 +10,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from edge_spec_ros.bags import BagWriter
 from edge_spec_ros.nodes.bag_replay_node import message_class
+from edge_spec_ros.nodes.lifecycle import init
 
 DEFAULT_TOPICS = {
     "/camera/image_raw": "sensor_msgs/msg/Image",
@@ -42,16 +43,16 @@ class BagRecorder(Node):
 
 
 def record(path: str, topics: dict[str, str], duration_s: float, storage: str = "sqlite3") -> int:
-    """Record for ``duration_s`` (0: until Ctrl-C); returns the number of messages written."""
-    rclpy.init()
+    """Record for ``duration_s`` (0: until Ctrl-C or SIGTERM); returns the number of messages written.
+    A signal only sets the stop event (``nodes.lifecycle``): the loop then closes the bag itself."""
+    stop = init()
     node = BagRecorder(path, topics, storage)
     end = time.monotonic() + duration_s if duration_s > 0 else float("inf")
     try:
-        while rclpy.ok() and time.monotonic() < end:
+        while not stop.event.is_set() and rclpy.ok() and time.monotonic() < end:
             rclpy.spin_once(node, timeout_sec=0.1)
-    except KeyboardInterrupt:
-        pass
     finally:
+        stop.restore()
         count = node.count
         node.destroy_node()
         rclpy.try_shutdown()
