@@ -29,6 +29,7 @@ PYTHON_KEYS = {
     "safetensors": "python3-safetensors-pip",
     "rosbags": "python3-rosbags-pip",
     "bm25s": "python3-bm25s-pip",
+    "ray": "python3-ray-pip",
 }
 # ROS packages that are Python modules of the same name
 ROS_MODULES = {"rclpy", "launch", "launch_ros", "ament_index_python"}
