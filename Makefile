@@ -35,8 +35,8 @@ demo: $(STAMP)
 
 # The shipped pair (edge_spec_ros/assets/sim_pair) is made by this one seeded command (resumable).
 sim-pair: $(STAMP)
-	$(BIN)/edge-spec-ros train-sim-pair --out edge_spec_ros/assets/sim_pair --seed 0 --verifier-steps 2500 \
-		--drafter-steps 1000 --exit-steps 300 --threads 1
+	$(BIN)/edge-spec-ros train-sim-pair --out edge_spec_ros/assets/sim_pair --seed 0 --verifier-steps 3000 \
+		--dagger-rounds 0 --max-pixels 37632 --drafter-steps 1000 --exit-steps 300 --threads 1
 
 sim-eval: $(STAMP)
 	$(BIN)/edge-spec-ros sim-eval --episodes 50 --out artifacts/sim_eval

@@ -674,7 +674,8 @@ def build_parser() -> argparse.ArgumentParser:
     pair.add_argument("--out", default="edge_spec_ros/assets/sim_pair", help="output directory")
     pair.add_argument("--seed", type=int, default=0)
     pair.add_argument("--verifier-steps", type=int, default=3000)
-    pair.add_argument("--dagger-rounds", type=int, default=2, help="DAgger rounds after the verifier's first phase")
+    pair.add_argument("--dagger-rounds", type=int, default=0, help="DAgger rounds after the verifier's first phase "
+                      "(the shipped pair uses none)")
     pair.add_argument("--dagger-rooms", type=int, default=200, help="training rooms rolled out per DAgger round")
     pair.add_argument("--dagger-steps", type=int, default=1000, help="fine-tuning steps per DAgger round")
     pair.add_argument("--validation-rooms", type=int, default=50, help="closed-loop validation rooms per stage")

@@ -1,8 +1,9 @@
 """A scripted expert for the simulated room: what a good navigation model should say.
 
 ``expert_text`` looks at the world (not the image) and writes the reasoning + action the trained
-model is meant to produce: turn towards the target when it is off-centre, walk when it is ahead, stop
-when it is reached; distractors are named as such. When the target is not in view the expert always
+model is meant to produce: first the objects in view, left to right ("I see the … and the …"), then
+turn towards the target when it is off-centre, walk when it is ahead, stop when it is reached;
+distractors are named as such. When the target is not in view the expert always
 searches to the left: the side it is hidden on cannot be seen in the image, so a label that named it
 would teach a model to guess, and a guessing model oscillates left-right. ``run_episode`` closes the loop
 through the same action grammar and motion planner as the action node, so it checks that the sim,
@@ -28,24 +29,39 @@ STOP_M = 0.85  # centre to centre: inside World.reached's success distance, so a
 SEARCH_DEG = 45  # < the 70° field of view, so consecutive search views overlap
 
 
+def seen_text(world: World) -> str:
+    """'I see the A, the B and the C. ' for the objects whose centre is in the field of view, left to
+    right ('' when none is): the reply names what the image shows before it compares it with the
+    instruction, so the model learns to read colour and kind before it decides."""
+    half_fov = world.config.fov_rad / 2
+    seen = sorted(((world.relative(o)[1], o.name) for o in world.objects
+                   if abs(world.relative(o)[1]) < half_fov and world.relative(o)[0] > 0.15), reverse=True)
+    names = [f"the {name}" for _, name in seen]
+    if not names:
+        return ""
+    return "I see " + (", ".join(names[:-1]) + " and " if len(names) > 1 else "") + names[-1] + ". "
+
+
 def expert_text(world: World, target: str) -> str:
-    """'Reasoning: … Action: …' for the current pose."""
+    """'Reasoning: … Action: …' for the current pose: what is in view (``seen_text``), then where the
+    target is and the action."""
     obj = world.target(target)
     distance, bearing = world.relative(obj)
+    seen = seen_text(world)
     if distance <= STOP_M and abs(bearing) < world.config.fov_rad / 2:
-        return f"Reasoning: I reached the {target}. Action: stop"
+        return f"Reasoning: {seen}I reached the {target}. Action: stop"
     side = "left" if bearing > 0 else "right"
     if abs(bearing) > world.config.fov_rad / 2:
-        return f"Reasoning: the {target} is not in view. Action: turn left {SEARCH_DEG} degrees"
+        return f"Reasoning: {seen}the {target} is not in view. Action: turn left {SEARCH_DEG} degrees"
     half_fov = world.config.fov_rad / 2
     others = [o.name for o in world.objects if o.name != target and abs(world.relative(o)[1]) < half_fov]
     note = f" The {others[0]} is not the target." if others else ""
     if abs(bearing) > ALIGN_RAD:
         degrees = max(5, min(90, int(round(math.degrees(abs(bearing)) / 5) * 5)))
-        return f"Reasoning: the {target} is to the {side}.{note} Action: turn {side} {degrees} degrees"
+        return f"Reasoning: {seen}the {target} is to the {side}.{note} Action: turn {side} {degrees} degrees"
     gap = distance - STOP_M + 0.1
     cm = max(25, min(MAX_STEP_CM, int(round(gap * 100 / 25)) * 25))
-    return f"Reasoning: the {target} is ahead.{note} Action: move forward {cm} cm"
+    return f"Reasoning: {seen}the {target} is ahead.{note} Action: move forward {cm} cm"
 
 
 @dataclass

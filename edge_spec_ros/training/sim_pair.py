@@ -66,7 +66,7 @@ DAGGER_OFFSET = 10_000_000  # expert-mix sample indices of DAgger round r start 
 class SimPairConfig:
     seed: int = 0
     verifier_steps: int = 3000
-    dagger_rounds: int = 2
+    dagger_rounds: int = 0  # the shipped pair: none (rounds of fine-tuning on its own states lowered validation)
     dagger_rooms: int = 200  # training rooms rolled out per round
     dagger_steps: int = 1000  # fine-tuning steps per round
     dagger_fraction: float = 0.5  # of each DAgger batch: visited states; the rest expert-mix samples
