@@ -227,7 +227,8 @@ class DrafterNode(Node):
             return self._ends.pop(decision)
 
     def close(self) -> None:
-        """End the decision cycle and join its thread (a decode in progress ends at its next reply)."""
+        """End the decision cycle and join its thread (a decode in progress ends at its next reply), then
+        the decoder's pre-draft threads."""
         with self._cv:
             self._closing = True
             self._cv.notify_all()
@@ -236,6 +237,7 @@ class DrafterNode(Node):
         self._worker.join(timeout=WORKER_JOIN_S)
         if self._worker.is_alive():
             self.get_logger().warning(f"the decision thread did not end within {WORKER_JOIN_S:g} s")
+        self.decoder.close()  # the pre-draft threads live as long as the decoder: joined before the node goes
 
 
 def main(args: list[str] | None = None) -> int:
