@@ -41,7 +41,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from edge_spec_ros.models.drafter import Drafter, DrafterConfig
-from edge_spec_ros.models.prompt import PromptConfig
+from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier, VerifierConfig
 
 EMBEDDED = "embedded"
@@ -84,6 +84,11 @@ class ModelPair:
     max_pixels: int = PromptConfig.max_pixels  # the image pixel budget the pair was trained at
     source: str = ""
     location: str = ""
+
+    def prompt_encoder(self) -> PromptEncoder:
+        """The prompt encoder at the pair's own image budget (a prompt encoded at another budget has
+        another number of image tokens than the verifier expects for the same image)."""
+        return PromptEncoder(self.tokenizer, PromptConfig(max_pixels=self.max_pixels))
 
     def parameters(self) -> dict[str, int]:
         """Parameters per part: a loaded part counted (an int8-quantized drafter with its packed

@@ -15,7 +15,7 @@ from edge_spec_ros.edge.client import ClientConfig, VerifierClient
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.embedded import embedded_pair
-from edge_spec_ros.models.prompt import PromptEncoder, decode_image, encode_image
+from edge_spec_ros.models.prompt import decode_image, encode_image
 from edge_spec_ros.spec.sampling import SamplingConfig
 from edge_spec_ros.wire.emulator import LinkShape
 
@@ -26,7 +26,7 @@ def pair():
 
 
 def pair_prompt(pair, instruction, image):
-    return PromptEncoder(pair.tokenizer).encode(instruction, image)
+    return pair.prompt_encoder().encode(instruction, image)
 
 
 @pytest.fixture(scope="module")

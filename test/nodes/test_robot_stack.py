@@ -19,7 +19,7 @@ from edge_spec_ros.bags import read_bag, typestore, write_camera_bag
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
 from edge_spec_ros.models.embedded import embedded_pair
-from edge_spec_ros.models.prompt import PromptEncoder, decode_image, encode_image
+from edge_spec_ros.models.prompt import decode_image, encode_image
 from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nav import NavConfig, parse_action
 from edge_spec_ros.nodes.ros_link import RELIABLE
@@ -27,7 +27,7 @@ from edge_spec_ros.spec.sampling import SamplingConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTRUCTION = "find the silver bottle"
-MAX_NEW_TOKENS = 24
+MAX_NEW_TOKENS = 64  # the replies name what is in view before the action
 STACK_UP_S = 60.0
 
 
@@ -45,7 +45,7 @@ def reference_text(temperature: float = 0.0) -> str:
     """Greedy: the verifier's own output; sampled: the in-process speculative decoder's at seed 0 —
     for the synthetic frame as the verifier sees it (JPEG)."""
     pair = embedded_pair()
-    encoder = PromptEncoder(pair.tokenizer)
+    encoder = pair.prompt_encoder()
     prompt = encoder.encode(INSTRUCTION, decode_image(encode_image(synthetic_camera_image(), quality=90)))
     config = DecodeConfig(max_new_tokens=MAX_NEW_TOKENS, sampling=SamplingConfig(temperature),
                           stop_tokens=(pair.tokenizer.eos_token_id,))
