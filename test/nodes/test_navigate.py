@@ -1,8 +1,8 @@
 """The Navigate action, the Describe service and /diagnostics, with real nodes in separate processes:
 camera (synthetic frame), bridge, drafter and action nodes in one process (as bringup composes them,
 but running until stopped), navigate_node in another, a verifier process on loopback, and the action
-and service clients in the test process. The shipped pair decides "stop" for "find the silver
-bottle" and "move forward 25 cm" for "go to the red chair" on the synthetic frame."""
+and service clients in the test process. The shipped pair decides "stop" for "go to the grey
+cone" and "move forward 100 cm" for "go to the red chair" on the synthetic frame."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from edge_spec_ros.nodes.ros_link import RELIABLE
 from edge_spec_ros.srv import Describe
 
 ROOT = Path(__file__).resolve().parents[2]
-REACH = "find the silver bottle"  # → "... Action: stop"
-MOVE = "go to the red chair"  # → "... Action: move forward 25 cm" (1.7 s at 0.15 m/s)
+REACH = "go to the grey cone"  # the shipped pair, on the synthetic frame → "... Action: stop"
+MOVE = "go to the red chair"  # → "... Action: move forward 100 cm" (6.7 s at 0.15 m/s)
 UP_S = 90.0
 DECIDE_S = 60.0
 STACK = ("import sys\n"
@@ -45,7 +45,7 @@ def stack_params(tmp_path: Path, endpoint: str) -> Path:
     config = yaml.safe_load((ROOT / "config" / "go2_nav.yaml").read_text())
     config["bridge"]["ros__parameters"].update(verifier_endpoint=endpoint, diagnostics_period_s=0.25)
     config["drafter"]["ros__parameters"].update(mode="fsd", predraft_threads=1, torch_threads=1)
-    # timed motions (no odometry without the sim), slow enough to be cancelled on the way: 25 cm take 1.7 s
+    # timed motions (no odometry without the sim), slow enough to be cancelled on the way
     config["action"]["ros__parameters"].update(odom_topic="", cruise_linear_speed=0.15)
     path = tmp_path / "stack.yaml"
     path.write_text(yaml.safe_dump(config))

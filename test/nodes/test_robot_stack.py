@@ -36,6 +36,7 @@ def params_file(tmp_path, endpoint: str, mode: str, temperature: float = 0.0) ->
     config["bridge"]["ros__parameters"]["verifier_endpoint"] = endpoint
     drafter = config["drafter"]["ros__parameters"]
     drafter.update(mode=mode, max_new_tokens=MAX_NEW_TOKENS, predraft_threads=2, temperature=temperature)
+    config["action"]["ros__parameters"]["odom_topic"] = ""  # no odometry without the sim: timed motions
     path = tmp_path / f"params_{mode}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
