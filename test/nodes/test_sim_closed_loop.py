@@ -20,7 +20,8 @@ from rosharness import process
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = (0, 1, 2)
-DECISION = re.compile(r"^\[decision \d+ \w[\w-]*\] '(.*)'$", re.M)
+# not anchored to line ends: another process's log line may land on the same line of the shared log
+DECISION = re.compile(r"\[decision \d+ \w[\w-]*\] '([^']*)'")
 
 
 def bringup(endpoint: str, tmp_path: Path, instruction: str, sim: dict | None = None, name: str = "run") -> str:
