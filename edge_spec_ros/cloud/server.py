@@ -254,7 +254,7 @@ class VerifierServer:
     def _open(self, key: tuple[bytes, bytes], client: bytes, msg: Open) -> None:
         check_open(msg, self.config.limits, self.vocab)
         shape = LinkShape(msg.down_delay_s, msg.down_jitter_s, msg.down_bandwidth_bps, msg.down_loss)
-        compute = self.compute if not msg.compute_tq_s else ComputeProfile(msg.compute_tq_s)
+        compute = self.compute  # the operator's (check_open refused a request asking for emulation)
         max_tokens = self.config.limits.max_prompt_tokens + self.config.limits.max_new_tokens
         cancel = threading.Event()
         state = VerifySession(self.verifier, self.encoder, msg, compute, cancel, max_tokens,
