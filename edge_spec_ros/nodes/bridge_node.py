@@ -115,10 +115,10 @@ class BridgeNode(Node):
         self.results = self.create_publisher(ExitResultMsg, "edge_spec/exit_result", RELIABLE)
         self.status = self.create_publisher(BridgeStatus, "edge_spec/bridge_status", RELIABLE)
         # requests and drafts are served by a thread of their own (one wake-up less than the executor)
-        self._receiver = Receiver(self)
+        self._receiver = Receiver(self, "bridge-receiver")
         self._receiver.subscribe(DecisionRequest, "edge_spec/decision_request", self.on_request, RELIABLE)
         self._receiver.subscribe(DraftBlockMsg, "edge_spec/draft", self.on_draft, RELIABLE)
-        self._receiver.start("bridge-receiver")
+        self._receiver.start()
         self._diagnostics_init()
         self.get_logger().info(f"bridging to the verifier at {c.verifier_endpoint}")
 
