@@ -2,12 +2,11 @@
 
 The robot side is what ``drafter_node`` runs: ``EdgeDecoder`` over a ``nodes.ros_link.RosVerifierLink``
 held by a node of the bench process (its own rclpy context, a single-threaded executor spinning on
-a background thread, as in a drafter node; the link's replies arrive on its own receiver thread,
-not through the executor). The link talks over DDS topics to a ``bridge_node`` in a separate
-process, which owns its own ZeroMQ client to the same verifier process as the direct path. So a
-round on this path pays what a deployment pays on top of direct ZeroMQ: two DDS hops (draft up,
-each exit result down), message conversion on both sides, and the wake-ups of the receiving
-threads of two processes (the bridge's receiver thread for a draft, the link's for each reply).
+a background thread, as a drafter node's decision thread blocks while its executor delivers). The
+link talks over DDS topics to a ``bridge_node`` in a separate process, which owns its own ZeroMQ
+client to the same verifier process as the direct path. So a round on this path pays what a
+deployment pays on top of direct ZeroMQ: two DDS hops (draft up, each exit result down), message
+conversion on both sides, and the executor wake-ups of two processes.
 
 Both nodes live in a namespace of their own (``/edge_spec_bench_<pid>``), so a bench never talks
 to another bench's or a robot's bridge in the same ROS domain. rclpy is imported only here

@@ -10,14 +10,8 @@ from __future__ import annotations
 import array
 import queue
 import threading
-import traceback
-from collections.abc import Callable
-from contextlib import ExitStack
 
 import numpy as np
-from rclpy.callback_groups import CallbackGroup
-from rclpy.exceptions import InvalidHandle
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy
 
@@ -30,89 +24,6 @@ from edge_spec_ros.wire.verifier_link import Traffic, VerifierError, VerifierTim
 
 # Drafts and results must not be dropped or reordered.
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
-RECEIVER_WAIT_S = 1.0  # longest sleep of a Receiver with nothing arriving (closing wakes it at once)
-
-
-class _OwnThread(CallbackGroup):
-    """The group of a Receiver's entities: no executor waits on them or runs them."""
-
-    def can_execute(self, entity) -> bool:
-        return False
-
-    def beginning_execution(self, entity) -> bool:
-        return False
-
-    def ending_execution(self, entity) -> None:
-        pass
-
-
-class Receiver:
-    """Subscriptions served by a thread of their own instead of the node's executor.
-
-    The thread blocks in a wait set on just these subscriptions, takes every message ready and calls
-    its callback at once, in the order each topic delivers. Messages so reach their consumer with one
-    wake-up less and without the executor's per-message work (rebuilding its wait set in Python), and
-    without queueing behind the node's other callbacks (camera frames, timers). ``close()`` stops and
-    joins the thread; the subscriptions stay on the node (destroyed with it)."""
-
-    def __init__(self, node: Node, name: str) -> None:
-        self.node = node
-        self._group = _OwnThread()
-        self._subs: list = []
-        self._closed = False
-        self._wake = node.create_guard_condition(lambda: None, callback_group=self._group)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def subscribe(self, msg_type, topic: str, callback: Callable, qos: QoSProfile):
-        """Before ``start()``: a subscription whose messages go to ``callback`` on the receiver thread."""
-        sub = self.node.create_subscription(msg_type, topic, callback, qos, callback_group=self._group)
-        self._subs.append(sub)
-        return sub
-
-    def start(self) -> None:
-        self.node.context.on_shutdown(self.close)
-        self._thread.start()
-
-    def close(self) -> None:
-        """Stop the thread (after its current callback) and join it."""
-        self._closed = True
-        try:
-            self._wake.trigger()
-        except Exception:  # noqa: BLE001 - the node or the context is gone already: the wait ends by itself
-            pass
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2 * RECEIVER_WAIT_S)
-
-    def _run(self) -> None:
-        try:
-            wait_set = _rclpy.WaitSet(len(self._subs), 1, 0, 0, 0, 0, self.node.context.handle)
-            timeout_ns = int(RECEIVER_WAIT_S * 1e9)
-            while not self._closed:
-                with ExitStack() as in_use:  # as the executors do: nothing is destroyed under the wait
-                    try:
-                        for entity in (*self._subs, self._wake):
-                            in_use.enter_context(entity.handle)
-                    except InvalidHandle:  # the node is being destroyed
-                        return
-                    wait_set.clear_entities()
-                    for sub in self._subs:
-                        wait_set.add_subscription(sub.handle)
-                    wait_set.add_guard_condition(self._wake.handle)
-                    wait_set.wait(timeout_ns)
-                    ready = set(wait_set.get_ready_entities("subscription"))
-                    for sub in self._subs:
-                        while not self._closed and sub.handle.pointer in ready:
-                            taken = sub.handle.take_message(sub.msg_type, sub.raw)
-                            if taken is None:
-                                break
-                            try:
-                                sub.callback(taken[0])
-                            except Exception:  # noqa: BLE001 - one bad message must not end the receiver
-                                self.node.get_logger().error(
-                                    f"error in a callback of {sub.topic_name}:\n{traceback.format_exc()}")
-        except Exception as exc:  # noqa: BLE001 - the context was shut down under the thread
-            if not self._closed:
-                self.node.get_logger().error(f"receiver thread {self._thread.name} ended: {exc!r}")
 
 
 def f32(values) -> array.array:
@@ -147,11 +58,8 @@ class RosVerifierLink:
         self._closed = False
         self._requests = node.create_publisher(DecisionRequest, "edge_spec/decision_request", RELIABLE)
         self._drafts = node.create_publisher(DraftBlockMsg, "edge_spec/draft", RELIABLE)
-        # the replies reach the decision thread from a receiver thread of the link's own, not the executor
-        self._receiver = Receiver(node, "verifier-link-receiver")
-        self._receiver.subscribe(ExitResultMsg, "edge_spec/exit_result", self._on_exit, RELIABLE)
-        self._receiver.subscribe(BridgeStatus, "edge_spec/bridge_status", self._on_status, RELIABLE)
-        self._receiver.start()
+        node.create_subscription(ExitResultMsg, "edge_spec/exit_result", self._on_exit, RELIABLE)
+        node.create_subscription(BridgeStatus, "edge_spec/bridge_status", self._on_status, RELIABLE)
 
     @property
     def next_decision(self) -> int:
@@ -165,7 +73,6 @@ class RosVerifierLink:
             boxes = list(self._inbox.values())
         for box in boxes:
             box.put(Error(int(ErrorCode.INTERNAL), "the drafter is shutting down"))
-        self._receiver.close()
 
     def open(self, request: Open) -> tuple[bytes, Opened]:
         with self._lock:
@@ -187,8 +94,8 @@ class RosVerifierLink:
         msg.want_exits = bool(request.want_exits)
         msg.queue_policy = request.queue_policy
         msg.p_top_k = int(request.p_top_k)
-        self._requests.publish(msg)
         self._count(sid, request)
+        self._requests.publish(msg)
         reply = self.receive(sid, self.open_timeout_s)
         if not isinstance(reply, Opened):
             raise VerifierError(int(ErrorCode.INTERNAL), f"expected Opened, got {type(reply).__name__}")
@@ -217,8 +124,8 @@ class RosVerifierLink:
             msg.resampled = message.resampled
         else:
             raise TypeError(f"the bridge link carries drafts and generation requests, not {type(message).__name__}")
+        self._count(sid, message)
         self._drafts.publish(msg)
-        self._count(sid, message)  # after publishing: the bridge relays while this counts
 
     def receive(self, sid: bytes, timeout_s: float | None = None) -> Message:
         timeout_s = self.reply_timeout_s if timeout_s is None else timeout_s
