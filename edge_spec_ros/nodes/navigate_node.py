@@ -46,7 +46,9 @@ from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE
 
 CHECK_PERIOD_S = 0.5  # how often the progress timeout is checked (steady clock)
-MATCH_TIMEOUT_S = 2.0  # a goal waits this long for the subscribers of `instruction` to be matched
+MATCH_TIMEOUT_S = 10.0  # a goal waits up to this long for the subscribers of `instruction` to be matched
+# (discovery on a loaded computer can take seconds; a message published before matching is lost)
+NOBODY_TIMEOUT_S = 2.0  # ... and this long when the graph shows no subscriber but its own
 MATCH_POLL_S = 0.05
 FEEDBACK_FLUSH_S = 0.1  # between a goal's last feedback and its result (see execute)
 EARLY_IDS = 16  # statistics / actions of decisions not seen yet are kept for this many decision ids
@@ -233,9 +235,14 @@ class NavigateNode(Node):
         """Publish the goal's instruction once every subscriber the graph knows of is matched (as
         ``ros2 topic pub -w`` waits): a volatile message sent to a subscriber being discovered is lost."""
         topic = self.instruction.topic_name
-        deadline = time.monotonic() + MATCH_TIMEOUT_S
-        while not run.over and time.monotonic() < deadline and (
-                self.instruction.get_subscription_count() < max(2, self.count_subscribers(topic))):
+        start = time.monotonic()
+        while not run.over:
+            known = self.count_subscribers(topic)  # what the graph knows of, our own subscription included
+            if self.instruction.get_subscription_count() >= max(2, known):
+                break
+            # a subscriber the graph knows of is being matched: wait for it; nobody else at all: not long
+            if time.monotonic() - start >= (MATCH_TIMEOUT_S if known >= 2 else NOBODY_TIMEOUT_S):
+                break
             await self._sleep(MATCH_POLL_S)
         if run.over:  # cancelled or superseded meanwhile
             return
