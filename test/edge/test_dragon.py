@@ -28,6 +28,7 @@ from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 from edge_spec_ros.wire.codec import HEADER
 from edge_spec_ros.wire.dragon import DragonOpen
 
+from dragon_controls import StaleDraftsAggregator
 from small_vocab import SMALL, VOCAB, aggregated_two_token_joint
 
 SPEC = dataclasses.replace(SMALL, init_std=0.5)  # peakier, more context-dependent next-token distributions
@@ -137,27 +138,6 @@ def test_no_document_text_id_or_score_crosses_the_link(world):
                 assert all(abs(v - s) > 1e-12 for v in numbers), (meta, s)
         assert {"DragonOpen", "DragonOpened", "DragonDraft", "DragonTarget", "Close"} <= set(link.log.by_type)
     assert frames_seen > 40
-
-
-class StaleDraftsAggregator(DragonPeer):
-    """Negative control: the aggregator keeps the other side's drafts decoded before their rejection."""
-
-    def _drop_remote_queue(self):
-        pass
-
-    def _on_draft(self, msg):
-        if not self.is_aggregator or self.done or msg.position != len(self.tokens) + len(self.remote):
-            self.dropped += 1
-            return
-        self.remote.append(msg)
-
-    def _on_target(self, msg):
-        import dataclasses
-
-        while not self.side.queue:
-            self.side.draft()
-        own = self.side.queue[0].token == msg.token
-        super()._on_target(dataclasses.replace(msg, **{"accept_robot" if self.name == ROBOT else "accept_cloud": own}))
 
 
 def test_sampled_pairs_with_models_follow_the_aggregated_target_and_stale_drafts_fail(world):

@@ -40,6 +40,7 @@ from edge_spec_ros.wire import dragon as wd
 from edge_spec_ros.wire.codec import WireError, decode, encode
 from edge_spec_ros.wire.messages import Envelope, ErrorCode
 
+from dragon_controls import StaleDraftsAggregator
 from small_vocab import aggregated_two_token_joint
 
 GREEDY, SAMPLED = SamplingConfig(0.0), SamplingConfig(1.0)
@@ -248,30 +249,6 @@ def _two_token_counts(fr, fc, v, n, peer_class=DragonPeer, payload="full"):
         robot, _ = run_pair(fr, fc, v, config, seed=seed, peer_class=peer_class)
         counts[robot.tokens[0] * v + robot.tokens[1]] += 1
     return counts
-
-
-class StaleDraftsAggregator(DragonPeer):
-    """Negative control: an aggregator that neither clears the other side's queued drafts after
-    rejecting it nor drops drafts of an old epoch still in flight (it only skips misplaced ones). Both
-    sides run it (it is the aggregator in half of the seeds)."""
-
-    def _drop_remote_queue(self):
-        pass
-
-    def _on_draft(self, msg):
-        if not self.is_aggregator or self.done or msg.position != len(self.tokens) + len(self.remote):
-            self.dropped += 1
-            return
-        self.remote.append(msg)
-
-    def _on_target(self, msg):
-        # the buggy aggregator may decide x_t from a stale draft before this side re-drafted t, and its
-        # flag for this side describes the stale draft: draft t now and judge the flag here
-        while not self.side.queue:
-            self.side.draft()
-        own = self.side.queue[0].token == msg.token
-        field = "accept_robot" if self.name == ROBOT else "accept_cloud"
-        super()._on_target(dataclasses.replace(msg, **{field: own}))
 
 
 @pytest.mark.parametrize("payload", ["full", "on_demand"])
