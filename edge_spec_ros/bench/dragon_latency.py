@@ -32,7 +32,6 @@ from edge_spec_ros.cloud.dragon import LocalDragonLink
 from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
 from edge_spec_ros.edge.dragon import DragonConfig, RobotDragon, ZmqDragonLink
 from edge_spec_ros.models.pairs import load_pair
-from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
 from edge_spec_ros.rag.document_lm import chat_prompt_ids
 from edge_spec_ros.rag.stores import DocumentStore, RobotMemory
 from edge_spec_ros.wire.emulator import LinkShape
@@ -45,6 +44,19 @@ MEMORY = [("observation", "I see a red chair next to the window, two metres ahea
 DOCUMENTS = ("A chair is a seat for one person. Red chairs are common in kitchens.\n\n"
              "Windows let light into a room; furniture is often placed next to them.\n\n"
              "Doors connect rooms. A robot should stop in front of a closed door.")
+
+
+def write_world(directory: Path) -> tuple[RobotMemory, DocumentStore]:
+    """The benches' two sides' documents under ``directory``: the robot's memory (``MEMORY``) and the
+    cloud's folder ``docs/`` (``DOCUMENTS``)."""
+    memory = RobotMemory(directory / "memory")
+    for i, (kind, text, pose) in enumerate(MEMORY):
+        memory.add(kind, text, pose, time=float(i))
+    (directory / "docs").mkdir()
+    (directory / "docs" / "house.md").write_text(DOCUMENTS)
+    return memory, DocumentStore(directory / "docs")
+
+
 CONFIGS = {  # name → (max_queue, policy)
     "DRDG/TW schedule": (1, "robot"),
     "DRAGON robot aggregates": (4, "robot"),
@@ -78,15 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     pair = load_pair("embedded")
-    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels))
+    encoder = pair.prompt_encoder()
     prompt_ids, decode_text = chat_prompt_ids(encoder), pair.tokenizer.decode
     with tempfile.TemporaryDirectory() as tmp:
-        memory = RobotMemory(Path(tmp) / "memory")
-        for i, (kind, text, pose) in enumerate(MEMORY):
-            memory.add(kind, text, pose, time=float(i))
-        (Path(tmp) / "docs").mkdir()
-        (Path(tmp) / "docs" / "house.md").write_text(DOCUMENTS)
-        store = DocumentStore(Path(tmp) / "docs")
+        memory, store = write_world(Path(tmp))
         reference = None
         server = None
         endpoint = ""

@@ -25,12 +25,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edge_spec_ros.bench.dragon_latency import DOCUMENTS, MEMORY, QUERY
+from edge_spec_ros.bench.dragon_latency import QUERY, write_world
 from edge_spec_ros.models.pairs import load_pair
-from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
 from edge_spec_ros.rag.document_lm import build_side, chat_prompt_ids
 from edge_spec_ros.rag.dragon_peer import wire_precision
-from edge_spec_ros.rag.stores import DocumentStore, RobotMemory
 from edge_spec_ros.spec.aggregation import drdg_tw
 from edge_spec_ros.spec.dragon_scheduler import compare_policies
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
@@ -59,16 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     pair = load_pair("embedded")
-    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels))
+    encoder = pair.prompt_encoder()
     prompt_ids, decode_text = chat_prompt_ids(encoder), pair.tokenizer.decode
     sampling = SamplingConfig(1.0)
     with tempfile.TemporaryDirectory() as tmp:
-        memory = RobotMemory(Path(tmp) / "memory")
-        for i, (kind, text, pose) in enumerate(MEMORY):
-            memory.add(kind, text, pose, time=float(i))
-        (Path(tmp) / "docs").mkdir()
-        (Path(tmp) / "docs" / "house.md").write_text(DOCUMENTS)
-        store = DocumentStore(Path(tmp) / "docs")
+        memory, store = write_world(Path(tmp))
         robot = build_side(pair.drafter.stack, memory, memory.top_k(QUERY, 2), QUERY, prompt_ids, decode_text,
                            sampling)
         cloud = build_side(pair.verifier.stack, store, store.top_k(QUERY, 2), QUERY, prompt_ids, decode_text,
