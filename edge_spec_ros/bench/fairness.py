@@ -95,11 +95,11 @@ def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog
     from edge_spec_ros.edge.client import ClientConfig, VerifierClient
     from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
     from edge_spec_ros.models.pairs import load_pair
-    from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
+    from edge_spec_ros.models.prompt import decode_image, encode_image
     from edge_spec_ros.server_process import verifier_server
 
     pair = load_pair("embedded")
-    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels))
+    encoder = pair.prompt_encoder()
     config = DecodeConfig(max_new_tokens=max_new_tokens, stop_tokens=(pair.tokenizer.eos_token_id,))
     jpg = encode_image(synthetic_camera_image())
     prompt = encoder.encode("find the silver bottle", decode_image(jpg))

@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -87,13 +87,12 @@ class _Robots:
         from edge_spec_ros.decoding.reference import DecodeConfig
         from edge_spec_ros.edge.modes import EdgeConfig
         from edge_spec_ros.models.pairs import load_pair
-        from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
         from edge_spec_ros.spec.sampling import SamplingConfig
 
         self.config = config
         self.pair = load_pair("embedded")
         self.profile = PROFILES[config.profile]
-        self.work = bench_prompts(PromptEncoder(self.pair.tokenizer, PromptConfig(max_pixels=self.pair.max_pixels)),
+        self.work = bench_prompts(self.pair.prompt_encoder(),
                                   config.prompts)
         decode = DecodeConfig(max_new_tokens=config.max_new_tokens, gamma=config.gamma,
                               sampling=SamplingConfig(config.temperature), seed=config.seed,
@@ -305,12 +304,11 @@ def forward_costs(batches: tuple[int, ...] = (1, 2, 4, 8), repeats: int = 60, ga
 
     from edge_spec_ros.bench.runner import bench_prompts
     from edge_spec_ros.models.pairs import load_pair
-    from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
 
     torch.set_num_threads(1)
     pair = load_pair("embedded", parts=("verifier",))
     verifier, stack = pair.verifier, pair.verifier.stack
-    work = bench_prompts(PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels)), max(batches))
+    work = bench_prompts(pair.prompt_encoder(), max(batches))
     caches = [stack.prefill(prompt) for prompt, _ in work]
     draft = list(range(300, 300 + gamma))
 

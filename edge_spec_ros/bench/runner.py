@@ -30,7 +30,7 @@ from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
 from edge_spec_ros.edge.modes import EXIT_MODES, LOSSY_MODES, MODES, PIPELINED_MODES, EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.drafter import Drafter
-from edge_spec_ros.models.prompt import EncodedPrompt, PromptConfig, PromptEncoder, decode_image, encode_image
+from edge_spec_ros.models.prompt import EncodedPrompt, PromptEncoder, decode_image, encode_image
 from edge_spec_ros.sim.samples import SimDataConfig, sim_sample
 from edge_spec_ros.spec.pipeline import PipelineTimes, async_cycle, async_throughput, expected_length
 from edge_spec_ros.spec.sampling import SamplingConfig
@@ -139,7 +139,7 @@ class Bench:
             self.prompts = [(t.prompt, b"") for t in text]  # no image: the Open carries none
             self.labels = [t.task for t in text]
         else:
-            self.prompts = bench_prompts(PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels)),
+            self.prompts = bench_prompts(pair.prompt_encoder(),
                                          config.prompts)
             self.labels = ["camera"] * len(self.prompts)
 

@@ -93,14 +93,12 @@ def replica_class():
 
             from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
             from edge_spec_ros.models.pairs import load_pair
-            from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
 
             torch.set_num_threads(threads)
             pair = load_pair(source, parts=("verifier",), device=device, dtype=dtype)
             host = ray.util.get_node_ip_address()
             config = ServerConfig(bind=f"tcp://{host}:*", **(server_args or {}))
-            self.server = VerifierServer(pair.verifier, PromptEncoder(pair.tokenizer,
-                                                                      PromptConfig(max_pixels=pair.max_pixels)), config)
+            self.server = VerifierServer(pair.verifier, pair.prompt_encoder(), config)
             self.endpoint = self.server.start()
 
         def address(self) -> str:

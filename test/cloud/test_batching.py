@@ -24,7 +24,7 @@ from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.pairs import load_pair
-from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
+from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.spec.sampling import SamplingConfig
 
 HIDDEN_TOL = 1e-4  # measured about 6e-6 on the embedded pair (float32, CPU)
@@ -40,7 +40,7 @@ def pair():
 
 @pytest.fixture(scope="module")
 def work(pair):
-    return bench_prompts(PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels)), 3)
+    return bench_prompts(pair.prompt_encoder(), 3)
 
 
 def _items(stack, prompts, rng):
@@ -109,7 +109,7 @@ def _decide(endpoint, pair, work, robots, results, errors):
 
 
 def test_ten_robots_of_mixed_modes_get_their_solo_outputs_from_a_batching_server(pair, work):
-    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels))
+    encoder = pair.prompt_encoder()
     robots = list(enumerate(ROBOTS))
     solo: dict[int, list[list[int]]] = {}
     errors: list[str] = []
@@ -158,7 +158,7 @@ def test_a_refused_or_cancelled_session_in_a_batch_leaves_the_others_exact(pair,
     from edge_spec_ros.cloud.session import Cancelled, VerifySession
     from edge_spec_ros.wire.messages import DraftBlock, Open
 
-    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels))
+    encoder = pair.prompt_encoder()
 
     def opened(i: int, cancel=None):
         prompt, jpg = work[i % len(work)]
@@ -206,7 +206,7 @@ def test_fuzzed_requests_beside_robots_never_reach_a_batch_as_an_internal_error(
 
     from edge_spec_ros.wire import fuzz
 
-    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels))
+    encoder = pair.prompt_encoder()
     text = PromptEncoder(pair.tokenizer).encode("stop").input_ids.numpy().astype(np.int32)
     server = VerifierServer(pair.verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", max_batch=8,
                                                                  emulate_tq_s=0.02))

@@ -144,7 +144,6 @@ def test_serve_documents_option(start_server, tmp_path):
     import sys
 
     from edge_spec_ros.models.pairs import load_pair
-    from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -153,7 +152,7 @@ def test_serve_documents_option(start_server, tmp_path):
     memory.add("observation", "a red chair two metres ahead", (0.5, 0.0, 0.0), time=3.0)
     memory.add("instruction", "go to the red chair", (0.0, 0.0, 0.0), time=1.0)
     pair = load_pair("embedded")
-    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels))
+    encoder = pair.prompt_encoder()
     s = {"root": tmp_path, "memory": memory, "verifier": pair.verifier, "robot": pair.drafter.stack,
          "prompt_ids": chat_prompt_ids(encoder), "decode_text": pair.tokenizer.decode}
     n = 8

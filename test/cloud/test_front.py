@@ -18,7 +18,7 @@ from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
 from edge_spec_ros.edge.client import ClientConfig, VerifierAuthError, VerifierClient
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.pairs import load_pair
-from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
+from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.wire.curve import client_keys, make_keys, server_keys
 from edge_spec_ros.wire.messages import Open
 
@@ -32,12 +32,12 @@ def pair():
 
 @pytest.fixture(scope="module")
 def work(pair):
-    return bench_prompts(PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels)), 2)
+    return bench_prompts(pair.prompt_encoder(), 2)
 
 
 class Replicas:
     def __init__(self, pair, n: int = 2, **server) -> None:
-        encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels))
+        encoder = pair.prompt_encoder()
         self.servers = [VerifierServer(pair.verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", **server))
                         for _ in range(n)]
         self.endpoints = [s.start() for s in self.servers]

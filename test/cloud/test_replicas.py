@@ -26,7 +26,6 @@ from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive  # noq
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient  # noqa: E402
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder  # noqa: E402
 from edge_spec_ros.models.pairs import load_pair  # noqa: E402
-from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 TQ_S = 0.25  # emulated verification per round: a decision lasts long enough to lose its replica mid-way
@@ -98,7 +97,7 @@ def _sockets(pids: set[int]) -> list[tuple[str, str, tuple, tuple]]:
 
 def test_sessions_go_to_the_least_loaded_replica_and_a_lost_replica_s_robot_finishes_elsewhere(cluster, pair):
     front, replicas = cluster
-    work = bench_prompts(PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels)), 2)
+    work = bench_prompts(pair.prompt_encoder(), 2)
     config = DecodeConfig(max_new_tokens=24, gamma=2, stop_tokens=(pair.tokenizer.eos_token_id,))
     expected = [autoregressive(pair.verifier, prompt, config).tokens for prompt, _ in work]
     results: dict[int, list[int]] = {}

@@ -17,7 +17,7 @@ from edge_spec_ros.edge.client import ClientConfig, VerifierClient, VerifierErro
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.edge.registry import MODES
 from edge_spec_ros.models.embedded import embedded_pair
-from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
+from edge_spec_ros.models.prompt import decode_image, encode_image
 
 TQ_S = "0.3"  # emulated verification time: a decision lasts long enough to be cut in the middle
 KILL_AFTER_S = 0.8
@@ -35,7 +35,7 @@ def pair():
 def decision(pair):
     """(prompt, JPEG, the verifier's own greedy tokens) of one camera frame."""
     jpg = encode_image(synthetic_camera_image(), quality=90)
-    prompt = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels)).encode(
+    prompt = pair.prompt_encoder().encode(
         "find the silver bottle", decode_image(jpg))
     config = DecodeConfig(max_new_tokens=24, gamma=3, stop_tokens=(pair.tokenizer.eos_token_id,))
     return prompt, jpg, config, autoregressive(pair.verifier, prompt, config).tokens

@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from edge_spec_ros.models.embedded import embedded_pair
-from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
 from edge_spec_ros.sim.closed_loop import ModelPolicy, evaluate
 from edge_spec_ros.sim.tasks import Task, episode_world
 from rosharness import process
@@ -54,7 +53,7 @@ def test_ros_and_in_process_loops_take_the_same_decisions(server_endpoint, tmp_p
     frames, the action node executing) equal the in-process loop's, decision for decision, and both
     end in the same state."""
     pair = embedded_pair()
-    policy = ModelPolicy(pair.verifier, PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels)))
+    policy = ModelPolicy(pair.verifier, pair.prompt_encoder())
     for seed in SEEDS:
         texts: list[str] = []
 

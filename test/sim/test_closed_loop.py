@@ -7,7 +7,7 @@ import pytest
 
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
 from edge_spec_ros.models.embedded import embedded_pair, random_pair
-from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
+from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.sim.closed_loop import ModelPolicy, episode_world, evaluate, plot_trajectory
 from edge_spec_ros.sim.expert import run_episode
 from edge_spec_ros.sim.samples import SimDataConfig, sim_sample
@@ -26,7 +26,7 @@ def test_the_trained_model_finds_the_target_among_distractors(pair):
     (12 of these 16 on the reference machine, 85 of 140 over seeds 100-239, motions ended on odometry
     as the action node does), and the untrained pair — the negative control, same loop — in none."""
     seeds = list(range(100, 100 + EPISODES))
-    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels))  # the budget it was trained at
+    encoder = pair.prompt_encoder()  # the budget it was trained at
     trained = evaluate(ModelPolicy(pair.verifier, encoder), seeds)
     assert sum(e.reached for e in trained.episodes) >= 6, trained.episodes
     assert all(e.decisions >= 1 for e in trained.episodes)
@@ -38,7 +38,7 @@ def test_the_trained_model_finds_the_target_among_distractors(pair):
 def test_speculative_decoding_keeps_the_trained_verifier_output(pair):
     """Exactness on trained weights, where the drafter is right often: identical greedy tokens, and
     more than two tokens per verification round on average."""
-    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=pair.max_pixels))
+    encoder = pair.prompt_encoder()
     config = DecodeConfig(max_new_tokens=48, gamma=4, stop_tokens=(pair.tokenizer.eos_token_id,))
     rounds = tokens = 0
     for i in range(4):
