@@ -30,7 +30,7 @@ def payload_table(vocab: int = QWEN2_VOCAB, gamma: int = 4, tkslt_k: int = 20, l
     """One row per mode: bytes up per round, bytes down per round with and without a rejection."""
     g = torch.Generator().manual_seed(seed)
     q = torch.softmax(torch.randn(gamma, vocab, generator=g) * 4, -1)  # (γ, V)
-    tokens = np.arange(gamma, dtype=np.int32)
+    tokens = np.arange(vocab - gamma, vocab, dtype=np.int32)  # the largest ids: the longest varints (wire/compact.py)
     base = dict(round=7, position=1234, tokens=tokens)
     verdict = ExitResult(round=7, layer=layers, accepted=2, tokens=np.arange(3, dtype=np.int32), confidence=0.9,
                          is_final=True, compute_s=0.6)

@@ -26,8 +26,9 @@ from collections.abc import Mapping
 import lz4.block
 import numpy as np
 
+from edge_spec_ros.wire import compact
 from edge_spec_ros.wire.dragon import DRAGON_FIELD_DTYPES, DRAGON_TYPES
-from edge_spec_ros.wire.messages import MESSAGE_TYPES, Envelope, ErrorCode, Message
+from edge_spec_ros.wire.messages import MESSAGE_TYPES, DraftBlock, Envelope, ErrorCode, Message
 
 MAGIC = b"ES"
 VERSION = 1
@@ -70,11 +71,15 @@ class WireError(ValueError):
         self.code = code
 
 
-def encode(envelope: Envelope) -> list[bytes]:
-    """Envelope → frames."""
+def encode(envelope: Envelope, compact_drafts: bool = True) -> list[bytes]:
+    """Envelope → frames. A draft block without dense or sparse q travels as one compact frame
+    (``wire/compact.py``) unless ``compact_drafts`` is False (the described form, which every receiver
+    also accepts)."""
     msg = envelope.message
     if len(envelope.session) != SESSION_BYTES:
         raise ValueError(f"session ids are {SESSION_BYTES} bytes, got {len(envelope.session)}")
+    if compact_drafts and isinstance(msg, DraftBlock) and compact.fits(msg):
+        return [HEADER.pack(MAGIC, VERSION, compact.COMPACT_DRAFT, envelope.session) + compact.encode_body(msg)]
     meta: dict[str, typing.Any] = {}
     arrays: list[list] = []
     buffers: list[bytes] = []
@@ -121,6 +126,8 @@ def decode(frames: list[bytes], limits: DecodeLimits = DEFAULT_LIMITS) -> Envelo
     if version != VERSION:
         raise WireError(f"unsupported protocol version {version} (this side speaks {VERSION})",
                         ErrorCode.UNSUPPORTED_VERSION)
+    if mtype == compact.COMPACT_DRAFT:
+        return Envelope(session, _decode_compact(frames, limits))
     cls = FRAME_TYPES.get(mtype)
     if cls is None:
         raise WireError(f"unknown message type {mtype}")
@@ -152,6 +159,18 @@ def decode(frames: list[bytes], limits: DecodeLimits = DEFAULT_LIMITS) -> Envelo
     for name, np_dtype, shape, codec, nbytes, data in checked:
         values[name] = _decode_array(name, np_dtype, shape, codec, nbytes, data)
     return Envelope(session, _build(cls, values))
+
+
+def _decode_compact(frames: list[bytes], limits: DecodeLimits) -> DraftBlock:
+    if len(frames) != 1:
+        raise WireError(f"a compact draft is one frame, got {len(frames)}")
+    max_tokens = min(compact.MAX_TOKENS, limits.for_field("tokens") // 4, limits.for_field("q_draft") // 4)
+    try:
+        return compact.decode_body(frames[0][HEADER.size:], max_tokens)
+    except compact.CompactTooLarge as exc:
+        raise WireError(str(exc), ErrorCode.TOO_LARGE) from None
+    except compact.CompactError as exc:
+        raise WireError(str(exc)) from None
 
 
 @functools.cache

@@ -148,9 +148,10 @@ def test_arrays_travel_as_buffer_frames_and_scalars_in_metadata():
     assert [d[0] for d in meta["arrays"]] == ["input_ids", "image"]
     assert len(frames) == 3
     assert meta["temperature"] == 0.7 and meta["want_exits"] is False and "input_ids" not in meta
-    greedy = encode(Envelope(SESSION, DraftBlock(round=0, position=0, tokens=np.array([1], dtype=np.int32))))
-    assert "q" not in meta_of(greedy) and "resampled" not in meta_of(greedy) and len(greedy) == 2
-    assert decode(greedy).message.q is None and decode(greedy).message.resampled == -1
+    exit_ = encode(Envelope(SESSION, ExitResult(round=0, layer=1, accepted=0, tokens=np.array([1], dtype=np.int32),
+                                                confidence=1.0, is_final=True)))
+    assert "p" not in meta_of(exit_) and "resample" not in meta_of(exit_) and len(exit_) == 2
+    assert decode(exit_).message.p is None and decode(exit_).message.resample is False
     assert meta_of(encode(Envelope(SESSION, SAMPLES[Opened])))["exit_layers"] == [7, 14, 21, 28]
 
 
@@ -302,9 +303,9 @@ def test_decode_unknown_version(version):
     assert str(VERSION) in str(err)
 
 
-@pytest.mark.parametrize("mtype", [0, max(MsgType) + 1, 255])
+@pytest.mark.parametrize("mtype", [0, max(MsgType) + 2, 31, 38, 255])
 def test_decode_unknown_message_type(mtype):
-    """A type byte outside MsgType is MALFORMED."""
+    """A type byte outside MsgType, the compact draft (11) and DRAGON's (32-37) is MALFORMED."""
     expect_wire_error([header(mtype) + b'{"arrays":[]}'], f"unknown message type {mtype}")
 
 
