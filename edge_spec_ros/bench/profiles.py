@@ -9,7 +9,9 @@ link of about 120 ms round trip.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from edge_spec_ros.wire.emulator import LinkShape
 
@@ -55,3 +57,23 @@ PROFILES = {
     "go2-paper": Profile("go2-paper", GO2_PAPER_LINK, GO2_PAPER_LINK, tp_s=0.288 / 4, tq_s=0.620,
                          description="the FSD paper's Go2 conditions (Table 8) on the real code paths"),
 }
+
+
+def profile_named(name: str) -> Profile:
+    """A profile of ``PROFILES``, or ``measured`` from a JSON file written by ``bench.gpu_timing``
+    (a path ending in ``.json``): that hardware's T_p and T_q emulated over ``go2-paper``'s link."""
+    if name in PROFILES:
+        return PROFILES[name]
+    if not name.endswith(".json"):
+        raise ValueError(f"unknown profile {name!r}: choose one of {sorted(PROFILES)} or give a bench.gpu_timing "
+                         "JSON file")
+    try:
+        figures = json.loads(Path(name).read_text())
+        tp_s, tq_s = float(figures["tp_s"]), float(figures["tq_s"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"profile {name!r}: not a bench.gpu_timing result ({type(exc).__name__}: {exc})") from None
+    if not (tp_s > 0 and tq_s > 0):
+        raise ValueError(f"profile {name!r}: T_p and T_q must be > 0, got {tp_s} and {tq_s}")
+    where = figures.get("stamp", {}).get("machine", "unknown machine")
+    return Profile("measured", GO2_PAPER_LINK, GO2_PAPER_LINK, tp_s=tp_s, tq_s=tq_s,
+                   description=f"T_p and T_q measured by bench.gpu_timing ({name}: {where}) over go2-paper's link")

@@ -23,7 +23,7 @@ from transformers import PreTrainedTokenizerBase
 
 from edge_spec_ros.bench.payload import payload_table
 from edge_spec_ros.bench.report import stamp
-from edge_spec_ros.bench.profiles import PROFILES, Profile
+from edge_spec_ros.bench.profiles import Profile, profile_named
 from edge_spec_ros.bench.tasks import TASK_KINDS, task_prompts, text_encoder
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig
@@ -63,8 +63,7 @@ class BenchConfig:
     paths: tuple[str, ...] = ("zmq",)
 
     def __post_init__(self) -> None:
-        if self.profile not in PROFILES:
-            raise ValueError(f"unknown profile {self.profile!r}; choose one of {sorted(PROFILES)}")
+        profile_named(self.profile)  # a known name or a readable gpu_timing result, else ValueError
         unknown = set(self.modes) - set(MODES)
         if unknown:
             raise ValueError(f"unknown modes {sorted(unknown)}; choose from {MODES}")
@@ -132,7 +131,7 @@ class Bench:
         self.pair = pair
         self.endpoint = endpoint
         self.config = config
-        self.profile: Profile = PROFILES[config.profile]
+        self.profile: Profile = profile_named(config.profile)
         self.progress = progress
         if config.task_set == "text":
             text = task_prompts(text_encoder(pair.tokenizer), config.prompts, tasks=config.tasks)

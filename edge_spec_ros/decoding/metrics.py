@@ -10,6 +10,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from edge_spec_ros.spec.pipeline import latency_immunity_bound
+
 
 @dataclass
 class DecodeStats:
@@ -59,6 +61,14 @@ class DecodeStats:
         return self.wall_s / self.tokens if self.tokens else 0.0
 
     @property
+    def bound_per_token_s(self) -> float:
+        """PicoSpec's latency-immunity bound T_q / τ(α, γ) at this decode's own T_q, per-token α and
+        mean γ (``spec.pipeline.latency_immunity_bound``); 0 without rounds."""
+        if not self.rounds:
+            return 0.0
+        return latency_immunity_bound(self.tq_s, self.alpha_mle, self.drafted / self.rounds)
+
+    @property
     def miss_rate(self) -> float:
         n = self.cache_hits + self.cache_misses
         return self.cache_misses / n if n else 0.0
@@ -95,7 +105,8 @@ class DecodeStats:
     def overhead_median_s(self) -> float:
         return statistics.median(self.round_overheads_s) if self.round_overheads_s else 0.0
 
-    DERIVED = ("overhead_median_s", "mean_tv", "tau", "alpha", "alpha_mle", "per_token_s", "miss_rate", "avg_hit_exit", "tp_s", "tq_s", "tc_s",
+    DERIVED = ("overhead_median_s", "mean_tv", "tau", "alpha", "alpha_mle", "per_token_s", "bound_per_token_s",
+               "miss_rate", "avg_hit_exit", "tp_s", "tq_s", "tc_s",
                "bytes_up_per_round", "bytes_down_per_round")
 
     def as_dict(self) -> dict:

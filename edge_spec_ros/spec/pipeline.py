@@ -49,6 +49,21 @@ def async_cycle(alpha: float, gamma: int, times: PipelineTimes) -> float:
     return hit * times.overlapped_cycle + (1 - hit) * times.sync_cycle
 
 
+def expected_round_tokens(alpha: float, gamma: float) -> float:
+    """τ(α, γ) = (1 − α^(γ+1)) / (1 − α): tokens a round yields, the target's own token included (EL of
+    eq. 5 at γ + 1); γ + 1 at α = 1. γ may be a mean over rounds (fractional)."""
+    if not 0 <= alpha <= 1 or gamma < 0:
+        raise ValueError(f"need 0 <= α <= 1 and γ >= 0, got α={alpha}, γ={gamma}")
+    return gamma + 1.0 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def latency_immunity_bound(t_verify: float, alpha: float, gamma: float) -> float:
+    """Seconds per token when the pipeline hides drafting and the network entirely ("latency
+    immunity", Sec. 3.4) and only the verifier's occupancy remains: T_verify / τ(α, γ). No pipelined
+    schedule with one verification per round beats it."""
+    return t_verify / expected_round_tokens(alpha, gamma)
+
+
 def async_throughput(alpha: float, gamma: int, times: PipelineTimes) -> float:
     """R_async = EL / E[T_async]."""
     return expected_length(alpha, gamma) / async_cycle(alpha, gamma, times)

@@ -1,0 +1,15 @@
+"""Derived figures of DecodeStats."""
+
+from __future__ import annotations
+
+import math
+
+from edge_spec_ros.decoding.metrics import DecodeStats
+from edge_spec_ros.spec.pipeline import expected_round_tokens
+
+
+def test_decode_stats_report_their_own_bound():
+    stats = DecodeStats("sd", tokens=30, rounds=10, drafted=40, accepted=20, full_rounds=2, server_s=1.0)
+    alpha = 20 / (20 + 10 - 2)
+    assert math.isclose(stats.bound_per_token_s, 0.1 / expected_round_tokens(alpha, 4))
+    assert DecodeStats("ar").bound_per_token_s == 0.0 and "bound_per_token_s" in stats.as_dict()
