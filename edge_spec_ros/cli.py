@@ -165,7 +165,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               max_sessions=args.max_sessions, max_sessions_per_client=args.max_sessions_per_client,
                               max_requests=args.max_requests, idle_exit_s=args.idle_exit, curve=curve,
                               limits=limits, emulate_tq_s=args.emulate_tq_s,
-                              prefill_chunk_tokens=args.prefill_chunk_tokens, documents=args.documents or "",
+                              prefill_chunk_tokens=args.prefill_chunk_tokens,
+                              prefill_chunk_cells=args.prefill_chunk_cells, documents=args.documents or "",
                               max_batch=args.max_batch if args.batch else 1)
     except ValueError as exc:
         _log(f"error: {exc}")
@@ -205,6 +206,17 @@ def _ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _profile(text: str) -> str:
+    """A bench profile: a known name or a bench.gpu_timing JSON file (``profiles.profile_named``)."""
+    from edge_spec_ros.bench.profiles import profile_named
+
+    try:
+        profile_named(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.fleet is not None:  # the fleet load benchmark takes every argument after --fleet
         from edge_spec_ros.bench import fleet
@@ -213,7 +225,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
     from edge_spec_ros.bench import report as bench_report
-    from edge_spec_ros.bench.profiles import PROFILES
+    from edge_spec_ros.bench.profiles import profile_named
     from edge_spec_ros.bench.runner import Bench, BenchConfig
     from edge_spec_ros.server_process import verifier_process
 
@@ -232,7 +244,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     pair, serve_args = _bench_pair(args)
     extra = ("--adapters", args.adapters) if args.adapters else ()
     server = nullcontext(args.endpoint) if args.endpoint else \
-        verifier_process("--threads", str(threads), *serve_args, *extra, *PROFILES[config.profile].serve_args())
+        verifier_process("--threads", str(threads), *serve_args, *extra, *profile_named(config.profile).serve_args())
     with server as endpoint:
         _log(f"verifier at {endpoint}; profile {config.profile}")
         report = Bench(pair, endpoint, config, progress=lambda s: _log(f"  {s}")).run()
@@ -395,7 +407,8 @@ def cmd_train_sim_pair(args: argparse.Namespace) -> int:
                            dagger_rooms=args.dagger_rooms, dagger_steps=args.dagger_steps,
                            drafter_steps=args.drafter_steps, exit_steps=args.exit_steps, batch_size=args.batch_size,
                            eval_samples=args.eval_samples, validation_rooms=args.validation_rooms,
-                           max_pixels=args.max_pixels)
+                           max_pixels=args.max_pixels, labels=args.labels, init_from=args.init_from,
+                           dagger_lr=args.dagger_lr, dagger_final_fraction=args.dagger_final_fraction)
     bars: dict[str, tqdm] = {}
 
     def progress(phase: str, step: int, total: int, loss: float) -> None:
@@ -510,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
         DEFAULT_MAX_GAMMA, DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_NEW_TOKENS,
         DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_SESSIONS_PER_CLIENT, MAX_GAMMA,
     )
-    from edge_spec_ros.cloud.session import PREFILL_CHUNK_TOKENS
+    from edge_spec_ros.cloud.session import PREFILL_CHUNK_CELLS, PREFILL_CHUNK_TOKENS
 
     parser = argparse.ArgumentParser(prog="edge-spec-ros", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -568,6 +581,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--prefill-chunk-tokens", type=int, default=PREFILL_CHUNK_TOKENS,
                        help="prompt positions per prefill slice: a long prompt shares the worker with other "
                             f"sessions' rounds between slices (default {PREFILL_CHUNK_TOKENS}; 0: one slice)")
+    serve.add_argument("--prefill-chunk-cells", type=int, default=PREFILL_CHUNK_CELLS,
+                       help="query-key pairs per prefill slice (s positions after c cached: s*(c+s)), so slices "
+                            f"shorten as a long prompt's cache grows (default {PREFILL_CHUNK_CELLS}; 0: no bound)")
     serve.add_argument("--batch", action="store_true",
                        help="batched verification: the pending rounds of up to --max-batch sessions go through the "
                             "verifier in one forward (docs/fleet.md)")
@@ -579,7 +595,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
 
     bench = sub.add_parser("bench", help="AR, SD and FSD side by side over an emulated link")
-    bench.add_argument("--profile", default="loopback", choices=["loopback", "wifi", "go2-paper"])
+    bench.add_argument("--profile", default="loopback", type=_profile,
+                       help="loopback, wifi, go2-paper, or a JSON file of bench.gpu_timing (its T_p and T_q "
+                            "emulated over go2-paper's link)")
     bench.add_argument("--modes", default="ar,sd,fsd",
                        help=f"comma-separated, of: {', '.join(MODES)}")
     bench.add_argument("--adaptive-gamma", action="store_true", help="γ by ODLD, cloud fallback by AS² (TK-SLT)")
@@ -685,6 +703,14 @@ def build_parser() -> argparse.ArgumentParser:
     pair.add_argument("--batch-size", type=int, default=32)
     pair.add_argument("--eval-samples", type=int, default=200, help="held-out samples scored at the end")
     pair.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    pair.add_argument("--labels", choices=("compare", "seen"), default="compare",
+                      help="the expert's replies: 'compare' (the nearest object in view compared with the instruction) "
+                      "or 'seen' (the earlier replies, the shipped pair's base stage)")
+    pair.add_argument("--init-from", default="", help="a train-sim-pair directory to fine-tune: its verifier, drafter "
+                      "and exits are the starting weights (--verifier-steps then counts fine-tuning steps)")
+    pair.add_argument("--dagger-lr", type=float, default=1e-3, help="peak learning rate of the DAgger rounds")
+    pair.add_argument("--dagger-final-fraction", type=float, default=0.0,
+                      help="of the visited states a DAgger batch draws: episodes' final states (where it stopped)")
     pair.set_defaults(func=cmd_train_sim_pair)
 
     sim_eval = sub.add_parser("sim-eval", help="closed loop: the model drives the simulated robot")

@@ -11,8 +11,9 @@ decision, repeated) side by side:
 - while a hog client runs cloud-only generations back to back (``--hog-generate-tokens`` each,
   generation yields after every token).
 
-The settings are the server's ``--prefill-chunk-tokens`` (0: one slice of the whole prompt) and
-``--workers``. Reported per setting and hog: the robot's median and p95 decision latency, the ratio to
+The settings are the server's ``--prefill-chunk-tokens`` (0: no bound in positions),
+``--prefill-chunk-cells`` (query-key pairs per slice, 0: no bound; both 0: one slice of the whole
+prompt) and ``--workers``. Reported per setting and hog: the robot's median and p95 decision latency, the ratio to
 "alone" in the same server, the hog's completed requests, and whether every decision was the
 verifier's own greedy output. Exit status 1 if a decision differed or failed.
 """
@@ -39,14 +40,18 @@ HOG_POLL_S = 0.2
 
 @dataclass(frozen=True)
 class Setting:
-    """A server setting: prefill slice length (0: unsliced) and verification worker threads."""
+    """A server setting: prefill slices' bounds in positions and in attention cells (0: none; both 0:
+    unsliced) and verification worker threads."""
 
     prefill_chunk_tokens: int
     workers: int
+    prefill_chunk_cells: int = 0
 
     @property
     def label(self) -> str:
-        chunk = f"prefill slices of {self.prefill_chunk_tokens}" if self.prefill_chunk_tokens else "unsliced prefill"
+        bounds = ([f"{self.prefill_chunk_tokens} positions"] if self.prefill_chunk_tokens else []) \
+            + ([f"{self.prefill_chunk_cells} cells"] if self.prefill_chunk_cells else [])
+        chunk = f"prefill slices of {' / '.join(bounds)}" if bounds else "unsliced prefill"
         return f"{chunk}, {self.workers} worker{'s' if self.workers > 1 else ''}"
 
 
@@ -109,14 +114,15 @@ def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog
     short_ids = long_ids[:64]
     report: dict = {"mode": mode, "decisions": decisions, "hog_prompt_tokens": hog_prompt_tokens,
                     "hog_generate_tokens": hog_generate_tokens, "settings": [], "exact": True,
-                    "hog_errors": []}
+                    "hog_errors": [], "mismatches": []}
 
     for setting in settings:
         args = ["--threads", "1", "--workers", str(setting.workers),
                 "--prefill-chunk-tokens", str(setting.prefill_chunk_tokens),
+                "--prefill-chunk-cells", str(setting.prefill_chunk_cells),
                 "--max-prompt-tokens", str(hog_prompt_tokens), "--max-new-tokens", str(hog_generate_tokens)]
         row: dict = {"setting": setting.label, "prefill_chunk_tokens": setting.prefill_chunk_tokens,
-                     "workers": setting.workers}
+                     "prefill_chunk_cells": setting.prefill_chunk_cells, "workers": setting.workers}
         with verifier_server(*args) as server, \
                 VerifierClient(ClientConfig(endpoint=server.endpoint, reply_timeout_s=REPLY_S)) as client, \
                 EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config, threads=1)) as decoder:
@@ -129,6 +135,8 @@ def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog
                     latencies.append(time.perf_counter() - t0)
                     if tokens != expected:
                         report["exact"] = False
+                        report["mismatches"].append({"setting": setting.label, "measurement": label,
+                                                     "tokens": tokens, "expected": expected})
                 progress(f"{setting.label}, {label}: median {statistics.median(latencies) * 1e3:.0f} ms")
                 return latencies
 
@@ -189,11 +197,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="sd")
     parser.add_argument("--hog-prompt-tokens", type=int, default=16384)
     parser.add_argument("--hog-generate-tokens", type=int, default=1000)
-    parser.add_argument("--chunks", default="256,0", help="server --prefill-chunk-tokens values (0: unsliced)")
+    parser.add_argument("--chunks", default="256,0", help="server --prefill-chunk-tokens values (0: no bound)")
+    parser.add_argument("--cells", default="262144", help="server --prefill-chunk-cells values (0: no bound)")
     parser.add_argument("--workers", default="1", help="server --workers values")
     parser.add_argument("--out", default="artifacts/fairness.json")
     args = parser.parse_args(argv)
-    settings = [Setting(int(c), int(w)) for w in args.workers.split(",") for c in args.chunks.split(",")]
+    if Path(args.out).is_dir():  # found before the run, not after it
+        parser.error(f"--out {args.out} is a directory: give the JSON file's path")
+    settings = [Setting(int(c), int(w), int(k)) for w in args.workers.split(",") for c in args.chunks.split(",")
+                for k in args.cells.split(",")]
     report = fairness(settings, args.decisions, args.mode, args.hog_prompt_tokens, args.hog_generate_tokens,
                       progress=lambda line: print(line, flush=True))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

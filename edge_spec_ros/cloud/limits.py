@@ -67,11 +67,13 @@ class Limits:
             raise ValueError(f"max_gamma must be <= {MAX_GAMMA}")
 
     def decode_limits(self, vocab: int) -> DecodeLimits:
-        """Per-field byte caps for the codec, checked before any decompression."""
+        """Per-field byte caps for the codec, checked before any decompression. DRAGON's ``probs``
+        (wire/dragon.py: one side's p^s_t, (V,) float32, or its (1,) value at a token) is at most one
+        distribution over the session's vocabulary."""
         block = self.max_gamma * vocab * 4  # a dense (γ, V) float32 q
         fields = {"input_ids": self.max_prompt_tokens * 4, "image": self.max_image_bytes,
                   "tokens": self.max_gamma * 4, "q": block, "q_ids": block, "q_values": block,
-                  "q_draft": self.max_gamma * 4}
+                  "q_draft": self.max_gamma * 4, "probs": vocab * 4}
         total = fields["input_ids"] + fields["image"] + max(block * 2, fields["tokens"])
         return DecodeLimits(field_bytes=fields, max_total_bytes=total)
 

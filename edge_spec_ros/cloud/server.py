@@ -5,9 +5,12 @@ checked before anything is decompressed), validates every field of the request, 
 refusal itself with an ``Error`` carrying a code and a reason. Nothing slow runs there: the session's
 state machine (``VerifySession.handle``) admits each request (an out-of-order draft is refused at
 once) and returns its work, and that work (decoding the image, prefill, verification, generation)
-runs on worker threads, one job at a time per session, in arrival order. Workers take sessions
-round-robin, and cloud-only generation gives the worker back after every token, so one client's long
-generation only interleaves with the others' rounds. With ``max_batch`` > 1 (``serve --batch``) a worker
+runs on worker threads, one job at a time per session, in arrival order. A job gives its worker back
+where it may pause (a prefill after each layer of each slice, a slice bounded in positions and in
+attention cost; cloud-only generation after every token), and workers take the ready session with
+the least compute used (start-time fair queuing on measured compute time, ``FairQueue``): a session
+whose robot has been waiting on the robot's side, drafting, comes back with a bounded credit, so a
+short round runs before a long job's next step, and a long job still gets its share. With ``max_batch`` > 1 (``serve --batch``) a worker
 taking a whole draft block also takes the next ready sessions' whole blocks and runs them in one forward
 of the verifier (``cloud/batching.py``). Close and session expiry cancel a session's queued work and stop
 its running work at the next token or emulated layer.
@@ -19,6 +22,7 @@ whose final result has left are dropped, since the robot no longer needs them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -37,7 +41,9 @@ from edge_spec_ros.cloud.limits import (
 )
 from edge_spec_ros.cloud.batching import batchable, verify_batch
 from edge_spec_ros.cloud.dragon import DragonService, DragonSession
-from edge_spec_ros.cloud.session import PREFILL_CHUNK_TOKENS, Cancelled, ComputeProfile, VerifySession
+from edge_spec_ros.cloud.session import (
+    PREFILL_CHUNK_CELLS, PREFILL_CHUNK_TOKENS, Cancelled, ComputeProfile, VerifySession,
+)
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.wire.codec import SESSION_BYTES, WireError, decode, encode
@@ -51,6 +57,7 @@ from edge_spec_ros.wire.messages import (
 log = logging.getLogger(__name__)
 
 HOUSEKEEPING_PERIOD_S = 0.5
+FAIR_CREDIT_S = 0.1  # compute a session coming back from idle may use ahead of the sessions already waiting
 WORKER_JOIN_S = 0.2  # how long stop() waits for the workers (a forward pass in flight is not interrupted)
 RECEIVE_HWM = 100  # frame sets ZeroMQ buffers per connection before it stops reading that peer
 DRAGON_STEPS = (DragonDraft, DragonTarget, DragonDistRequest, DragonDist)  # a DRAGON decision's traffic
@@ -63,7 +70,11 @@ class ServerConfig:
     max_sessions_per_client: per CURVE key (without CURVE: per connection); max_requests /
     idle_exit_s: stop after that many requests / that long without one (0 = never; tests and benches
     use them); limits: what a request may ask for; prefill_chunk_tokens: prompt positions per prefill
-    slice (0: one slice; other sessions' work runs between the slices' layers); emulate_tq_s: emulated verification time per
+    slice (0: no bound; other sessions' work runs between the slices' layers); prefill_chunk_cells:
+    query-key pairs per prefill slice (a slice of s positions after c cached has s·(c + s); 0: no
+    bound), so a slice's layer costs about the same at any depth of a long prompt; fair_credit_s: the
+    compute time a session coming back from idle may use before the sessions already waiting (the
+    scheduler's credit; ``FairQueue``); emulate_tq_s: emulated verification time per
     forward for benchmarks (0: real compute only; a request cannot ask for it); documents: the cloud's
     document folder for DRAGON decisions (cloud/dragon.py; empty: DRAGON is refused); max_batch: the
     most sessions whose pending verification rounds one forward of the verifier takes (1: one round per
@@ -80,14 +91,19 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     emulate_tq_s: float = 0.0
     prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
+    prefill_chunk_cells: int = PREFILL_CHUNK_CELLS
+    fair_credit_s: float = FAIR_CREDIT_S
     documents: str = ""
     max_batch: int = 1
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.emulate_tq_s) and self.emulate_tq_s >= 0):
             raise ValueError(f"emulate_tq_s must be finite and >= 0, got {self.emulate_tq_s}")
-        if self.prefill_chunk_tokens < 0:
-            raise ValueError(f"prefill_chunk_tokens must be >= 0, got {self.prefill_chunk_tokens}")
+        if self.prefill_chunk_tokens < 0 or self.prefill_chunk_cells < 0:
+            raise ValueError(f"prefill_chunk_tokens and prefill_chunk_cells must be >= 0, got "
+                             f"{self.prefill_chunk_tokens} and {self.prefill_chunk_cells}")
+        if not (math.isfinite(self.fair_credit_s) and self.fair_credit_s >= 0):
+            raise ValueError(f"fair_credit_s must be finite and >= 0, got {self.fair_credit_s}")
         if self.workers < 1 or self.max_sessions < 1 or self.max_sessions_per_client < 1 or self.max_batch < 1:
             raise ValueError("workers, max_sessions, max_sessions_per_client and max_batch must be >= 1")
 
@@ -95,7 +111,7 @@ class ServerConfig:
 Job = Iterator[None]  # a request's work (``VerifySession.handle``): it yields where it may be paused
 
 
-@dataclass
+@dataclass(eq=False)  # sessions are compared by identity (the ready queue removes them; fields hold arrays)
 class _Session:
     identity: bytes
     sid: bytes
@@ -111,6 +127,60 @@ class _Session:
     on_error: Callable[[], None] | None = None  # of the job in progress
     scheduled: bool = False  # in the ready queue or running on a worker
     closed: bool = False
+    tag: float = -math.inf  # fair queuing: the session's virtual start time (``FairQueue``)
+    order: int = 0  # when it was queued: ties go first come, first served
+    weight: float = 1.0  # its share of the compute beside other waiting sessions
+
+
+class FairQueue:
+    """Ready sessions, served by start-time fair queuing on measured compute time (lock held by the
+    caller for every call).
+
+    Each session carries a virtual start tag S; a worker takes the ready session of least S (first
+    queued among equals), the virtual clock V is the greatest S taken so far, and a session that ran
+    for t seconds advances S by t/weight. A session that becomes ready after idling (its robot was
+    drafting, or it is new) starts at max(S, V − credit): it may use up to ``credit`` of compute before
+    the sessions already waiting get their next step, so a short round goes ahead of a long job's next
+    step, and beyond that credit the sessions that wait share the workers in proportion to their
+    weights. Bounds: a session that is waiting is overtaken by each other session for at most
+    credit + one step (on one worker: it waits at most Σ_others (credit + step) of compute before its
+    next step), and over time it gets at least weight/Σ weights of the compute of the sessions that
+    keep the workers busy; a short round waits at most for the steps in progress when it arrives."""
+
+    def __init__(self, credit_s: float = FAIR_CREDIT_S) -> None:
+        self.credit_s = credit_s
+        self.clock = 0.0
+        self._sessions: list[_Session] = []
+        self._order = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __iter__(self):
+        """The ready sessions in the order they would be served."""
+        return iter(sorted(self._sessions, key=lambda s: (s.tag, s.order)))
+
+    def push(self, session: _Session, fresh: bool) -> None:
+        """Queue a session: ``fresh`` if it was idle (no work queued or running) until now."""
+        if fresh:
+            session.tag = max(session.tag, self.clock - self.credit_s)
+        session.order = next(self._order)
+        self._sessions.append(session)
+
+    def pop(self) -> _Session:
+        session = min(self._sessions, key=lambda s: (s.tag, s.order))
+        self.take(session)
+        return session
+
+    def take(self, session: _Session) -> None:
+        """Take ``session`` out of the queue to run it."""
+        self._sessions.remove(session)
+        self.clock = max(self.clock, session.tag)
+
+    @staticmethod
+    def charge(session: _Session, seconds: float) -> None:
+        """``session`` ran for ``seconds``."""
+        session.tag += seconds / session.weight
 
 
 class VerifierServer:
@@ -128,7 +198,7 @@ class VerifierServer:
         self._per_client: Counter[bytes] = Counter()
         self._lock = threading.Lock()  # sessions, jobs, the ready queue, counters
         self._ready_cv = threading.Condition(self._lock)
-        self._ready: deque[_Session] = deque()
+        self._ready = FairQueue(config.fair_credit_s)
         self._workers: list[threading.Thread] = []
         self._ctx = zmq.Context()
         self._auth: ThreadAuthenticator | None = None
@@ -258,7 +328,7 @@ class VerifierServer:
         max_tokens = self.config.limits.max_prompt_tokens + self.config.limits.max_new_tokens
         cancel = threading.Event()
         state = VerifySession(self.verifier, self.encoder, msg, compute, cancel, max_tokens,
-                              self.config.prefill_chunk_tokens)
+                              self.config.prefill_chunk_tokens, self.config.prefill_chunk_cells)
         session = _Session(key[0], key[1], client, msg, shape, msg.queue_policy, time.monotonic(), state, cancel)
         work = state.handle(msg, lambda reply: self._emit_reply(session, reply))  # on a worker: the image, prefill
         self._admit(key, client, session)
@@ -331,32 +401,35 @@ class VerifierServer:
             session.jobs.append((job, on_error))
             if not session.scheduled:
                 session.scheduled = True
-                self._ready.append(session)
+                self._ready.push(session, fresh=True)
                 self._ready_cv.notify()
 
     def _work(self) -> None:
-        """A worker: run one step of the next ready session's work, then put the session back at the
-        end of the queue if it has more (round-robin between sessions)."""
+        """A worker: run one step of the ready session that has used the least compute (``FairQueue``),
+        charge it the step's time, and queue it again if it has more work."""
         while True:
             with self._lock:
                 while not self._ready and not self._done.is_set():
                     self._ready_cv.wait()
                 if self._done.is_set():
                     return
-                session = self._ready.popleft()
+                session = self._ready.pop()
                 if session.current is None and session.jobs and not session.closed:
                     job, session.on_error = session.jobs.popleft()
                 else:
                     job = None
                 batch = self._gather() if self.config.max_batch > 1 and batchable(job) else []
+            t0 = time.perf_counter()
             if batch:
                 self._step_batch([(session, job), *batch])
             else:
                 self._step(session, job)
+            elapsed = (time.perf_counter() - t0) / (1 + len(batch))  # a batch's sessions share its time
             with self._lock:
                 for s in (session, *(other for other, _ in batch)):
+                    self._ready.charge(s, elapsed)
                     if (s.current is not None or s.jobs) and not s.closed:
-                        self._ready.append(s)
+                        self._ready.push(s, fresh=False)
                         self._ready_cv.notify()
                     else:
                         s.scheduled = False
@@ -364,13 +437,13 @@ class VerifierServer:
 
     def _gather(self) -> list[tuple[_Session, Job]]:
         """Batching (lock held): take from the ready queue up to ``max_batch - 1`` other sessions whose
-        next job is a whole block's verification, in queue order; the rest keep their places."""
+        next job is a whole block's verification, in serving order; the rest keep their places."""
         taken: list[tuple[_Session, Job]] = []
         for other in list(self._ready):
             if len(taken) >= self.config.max_batch - 1:
                 break
             if other.current is None and other.jobs and not other.closed and batchable(other.jobs[0][0]):
-                self._ready.remove(other)
+                self._ready.take(other)
                 job, other.on_error = other.jobs.popleft()
                 taken.append((other, job))
         return taken

@@ -34,6 +34,9 @@ from edge_spec_ros.wire.messages import (
 
 PREFILL_CHUNK_TOKENS = 256  # prompt positions per prefill slice (serve --prefill-chunk-tokens); shorter
 # prompts are one slice, computed exactly as an unsliced prefill
+PREFILL_CHUNK_CELLS = 256 * 1024  # query-key pairs per prefill slice (serve --prefill-chunk-cells): slices of
+# 256 positions up to 1,024 cached, then shorter (16 positions at 16k), so one layer of one slice costs
+# about as much at any depth
 
 
 class Cancelled(Exception):
@@ -67,11 +70,13 @@ class VerifySession:
     own ``compute_tq_s``, which only the in-process link honours; the server always passes its
     operator's profile); ``cancel``: set by the owner when the session is closed or expired, its work
     then stops with ``Cancelled`` at the next layer or token; ``max_tokens``: the longest committed
-    sequence (prompt + decoded) the session may reach."""
+    sequence (prompt + decoded) the session may reach; ``prefill_chunk_tokens`` / ``prefill_chunk_cells``:
+    the prefill's slices (``DecoderStack.begin_prefill``)."""
 
     def __init__(self, verifier: EarlyExitVerifier, encoder: PromptEncoder, request: Open,
                  compute: ComputeProfile | None = None, cancel: threading.Event | None = None,
-                 max_tokens: int = 1 << 30, prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS) -> None:
+                 max_tokens: int = 1 << 30, prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS,
+                 prefill_chunk_cells: int = 0) -> None:
         self._verifier = verifier
         self._encoder = encoder
         self._request = request
@@ -82,6 +87,7 @@ class VerifySession:
         self._cancel = cancel if cancel is not None else threading.Event()
         self._max_tokens = max_tokens
         self._prefill_chunk = prefill_chunk_tokens
+        self._prefill_cells = prefill_chunk_cells
         self._p_top_k = request.p_top_k
         # admission: touched by ``handle`` itself, on the caller's thread, in arrival order
         self._opened = False
@@ -149,7 +155,7 @@ class VerifySession:
             raise Cancelled()
         self._committed = prompt.input_ids.tolist()
         t0 = time.perf_counter()
-        pending = self._verifier.begin_prefill(prompt, self._prefill_chunk)
+        pending = self._verifier.begin_prefill(prompt, self._prefill_chunk, self._prefill_cells)
         while not pending.step():
             yield
             if self._cancel.is_set():

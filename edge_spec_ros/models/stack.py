@@ -11,11 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import torch
-from transformers import DynamicCache, Qwen2VLForConditionalGeneration
-from transformers.masking_utils import create_causal_mask
+import math
+import time
 
-from edge_spec_ros.models.kv_cache import KVCache, common_prefix
+import torch
+from transformers import AttentionInterface, Qwen2VLForConditionalGeneration
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from edge_spec_ros.models.kv_cache import GROW_MIN, KVCache, KVLayer, common_prefix
 from edge_spec_ros.models.prompt import EncodedPrompt
 
 
@@ -30,12 +34,41 @@ class LayerOutput:
     hidden: torch.Tensor
 
 
+SDPA_GQA = "edge_spec_ros_sdpa"
+
+
+def sdpa_gqa_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                               attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                               **kwargs) -> tuple[torch.Tensor, None]:
+    """HF's SDPA attention, but on CPU with a mask and grouped-query heads SDPA reads the H_kv key and
+    value heads itself (``enable_gqa``) instead of HF copying them H/H_kv times per layer (the copy of
+    the whole cache per layer cost a third of a prefill slice's time at 16k cached positions). The
+    result is the same to the bit (checked in ``test/models/test_stack.py``)."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    if attention_mask is None or groups == 1 or query.shape[2] == 1 or query.device.type != "cpu" \
+            or kwargs.get("position_bias") is not None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    if attention_mask.dtype == torch.bool:
+        attention_mask = torch.zeros(attention_mask.shape, dtype=query.dtype).masked_fill_(~attention_mask,
+                                                                                        float("-inf"))
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                           dropout_p=dropout, scale=scaling, enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(SDPA_GQA, sdpa_gqa_attention_forward)
+AttentionMaskInterface.register(SDPA_GQA, sdpa_mask)  # HF's own forward builds the masks it builds for SDPA
+
+
 class DecoderStack:
     """Runs a ``Qwen2VLForConditionalGeneration`` one decoder layer at a time."""
 
     def __init__(self, model: Qwen2VLForConditionalGeneration) -> None:
         self.model = model.eval()
         self.text = model.model.language_model
+        if self.text.config._attn_implementation == "sdpa":  # the same arithmetic, without copying the cache
+            self.text.config._attn_implementation = SDPA_GQA
         self.num_layers = len(self.text.layers)
         self.vocab_size = model.config.text_config.vocab_size
 
@@ -55,11 +88,15 @@ class DecoderStack:
         return pending.kv
 
     @torch.inference_mode()
-    def begin_prefill(self, prompt: EncodedPrompt, chunk_tokens: int = 0) -> "PendingPrefill":
-        """``prefill`` cut into slices of ``chunk_tokens`` positions (0: one slice), so that a server can
-        run other sessions' work between them (chunked prefill). The image is encoded here, at once
-        (its size is bounded by the server's pixel limit); each ``step`` runs every layer over the next
-        slice with the slices before it in the cache, which is the same causal computation."""
+    def begin_prefill(self, prompt: EncodedPrompt, chunk_tokens: int = 0, chunk_cells: int = 0) -> "PendingPrefill":
+        """``prefill`` cut into slices of at most ``chunk_tokens`` positions (0: no bound), so that a
+        server can run other sessions' work between them (chunked prefill), and, with ``chunk_cells``
+        > 0, of at most that many attention cells: a slice of s positions after c cached ones has
+        s·(c + s) query-key pairs, so the slices shorten as the cache grows and one layer of one slice
+        costs about the same at any depth (at least one position a slice). The slicing depends on the
+        prompt's length only. The image is encoded here, at once (its size is bounded by the server's
+        pixel limit); each ``step`` runs one layer over the current slice with the slices before it in
+        the cache, which is the same causal computation."""
         ids = prompt.input_ids[None, :]  # (1, n)
         if prompt.pixel_values is not None:
             positions, delta = self.model.model.get_rope_index(
@@ -80,8 +117,9 @@ class DecoderStack:
             positions = positions[:, :, :n]
         else:
             positions = torch.arange(n)[None, None, :].expand(3, 1, n)
-        kv = KVCache(DynamicCache(config=self.text.config), ids[0, :n].tolist(), rope_delta, floor=n)
-        return PendingPrefill(self, kv, embeds, positions, chunk_tokens if chunk_tokens > 0 else max(n, 1))
+        kv = KVCache(None, ids[0, :n].tolist(), rope_delta, floor=n, reserve=n + GROW_MIN)
+        return PendingPrefill(self, kv, embeds, positions, chunk_tokens if chunk_tokens > 0 else max(n, 1),
+                              chunk_cells)
 
     def run(self, kv: KVCache, sequence: list[int], first: int) -> Iterator[LayerOutput]:
         """Make ``kv`` cover ``sequence`` and yield, after each layer, hidden states of positions
@@ -163,13 +201,11 @@ class DecoderStack:
 
     def _layers(self, kv: KVCache, embeds: torch.Tensor, positions: torch.Tensor) -> Iterator[LayerOutput]:
         text = self.text
-        mask = create_causal_mask(
-            config=text.config, inputs_embeds=embeds, attention_mask=None, past_key_values=kv.cache
-        )
+        mask = causal_mask(kv.past_length(0), embeds.shape[1], embeds.dtype, embeds.device)
         rotary = text.rotary_emb(embeds, positions)
         h = embeds  # (1, m, d)
         for i, layer in enumerate(text.layers):
-            h = layer(h, attention_mask=mask, position_embeddings=rotary, past_key_values=kv.cache, use_cache=True)
+            h = layer(h, attention_mask=mask, position_embeddings=rotary, past_key_values=kv, use_cache=True)
             yield LayerOutput(i + 1, h[0])
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -183,6 +219,29 @@ class DecoderStack:
         return self.logits(last.hidden)
 
 
+def causal_mask(past: int, m: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor | None:
+    """The attention mask of m new positions after ``past`` cached ones, as HF's ``create_causal_mask``
+    gives it for SDPA without padding: None where SDPA's own rule is exact (one query: it sees every
+    key; no cache: SDPA's causal flag), else (1, 1, m, past + m) with 0 where query i may see key j
+    (j ≤ past + i) and -inf elsewhere. Built once per forward as an additive float mask: SDPA turns a
+    boolean mask into exactly this in every layer, which cost a pass over the mask per layer."""
+    if m == 1 or past == 0:
+        return None
+    visible = torch.arange(past + m, device=device)[None, :] <= torch.arange(past, past + m, device=device)[:, None]
+    return torch.zeros((1, 1, m, past + m), dtype=dtype, device=device).masked_fill_(~visible, float("-inf"))
+
+
+def slice_length(done: int, remaining: int, chunk_tokens: int, chunk_cells: int) -> int:
+    """Positions in the next prefill slice after ``done`` cached: at most ``chunk_tokens`` and, with
+    ``chunk_cells`` > 0, the most s with s·(done + s) ≤ chunk_cells (at least 1)."""
+    s = min(chunk_tokens, remaining)
+    if chunk_cells > 0 and s * (done + s) > chunk_cells:
+        s = max(1, int((math.sqrt(done * done + 4 * chunk_cells) - done) / 2))
+        while s > 1 and s * (done + s) > chunk_cells:  # float rounding
+            s -= 1
+    return s
+
+
 class PendingPrefill:
     """A prefill in progress, advanced one decoder layer of one slice per ``step``: ``kv`` ends up
     covering the prompt but its last position.
@@ -190,10 +249,11 @@ class PendingPrefill:
     embeds: (1, n, d) prompt embeddings with the image's features in place; positions: (3, 1, n)."""
 
     def __init__(self, stack: DecoderStack, kv: KVCache, embeds: torch.Tensor, positions: torch.Tensor,
-                 chunk_tokens: int) -> None:
+                 chunk_tokens: int, chunk_cells: int = 0) -> None:
         self.stack, self.kv = stack, kv
         self._embeds, self._positions = embeds, positions
         self._chunk = chunk_tokens
+        self._cells = chunk_cells
         self._done = 0  # positions cached in every layer
         self._layers: Iterator[LayerOutput] | None = None  # the slice in progress
         self._end = 0
@@ -207,23 +267,30 @@ class PendingPrefill:
         """Prompt positions cached (in every layer) so far."""
         return self._done
 
-    def step(self) -> bool:
+    def step(self, budget_s: float = 0.0) -> bool:
         """Run one decoder layer over the current slice (starting the next slice if none is in
-        progress); True once the whole prompt is cached."""
+        progress), and further layers and slices while less than ``budget_s`` seconds have passed
+        (0: one layer); True once the whole prompt is cached. Where a step stops changes nothing in
+        the arithmetic: the slices are fixed by the prompt's length."""
+        t0 = time.perf_counter()
         with torch.inference_mode():  # per step: other sessions' work may run between steps
-            if self._layers is None and self._done < self.total:
-                self._end = min(self._done + self._chunk, self.total)
-                self._layers = self.stack._layers(self.kv, self._embeds[:, self._done:self._end],
-                                                  self._positions[:, :, self._done:self._end])
-            if self._layers is not None and next(self._layers).layer == self.stack.num_layers:
-                self._layers, self._done = None, self._end
+            while True:
+                if self._layers is None and self._done < self.total:
+                    self._end = self._done + slice_length(self._done, self.total - self._done, self._chunk,
+                                                          self._cells)
+                    self._layers = self.stack._layers(self.kv, self._embeds[:, self._done:self._end],
+                                                      self._positions[:, :, self._done:self._end])
+                if self._layers is not None and next(self._layers).layer == self.stack.num_layers:
+                    self._layers, self._done = None, self._end
+                if self._done >= self.total or time.perf_counter() - t0 >= budget_s:
+                    break
         return self._done >= self.total
 
 
 class _BatchCache:
     """The cache a batched forward's attention layers see: per layer, every item's cached keys and
     values right-padded to P positions, then the batch's new ones; each item's new positions are
-    written back to its own ``DynamicCache`` at once (the padding never reaches a session's cache)."""
+    written back to its own ``KVCache`` at once (the padding never reaches a session's cache)."""
 
     def __init__(self, caches: list[KVCache], starts: list[int], lengths: list[int], past: int) -> None:
         self.caches, self.starts, self.lengths, self.past = caches, starts, lengths, past
@@ -233,10 +300,10 @@ class _BatchCache:
         past_k = keys.new_zeros((B, H, self.past, D))
         past_v = values.new_zeros((B, H, self.past, D))
         for b, (kv, start, m) in enumerate(zip(self.caches, self.starts, self.lengths)):
-            layer = kv.cache.layers[layer_idx]
+            layer: KVLayer = kv.layer(layer_idx)
             if start:
                 past_k[b, :, :start] = layer.keys[0, :, :start]
                 past_v[b, :, :start] = layer.values[0, :, :start]
-            layer.keys = torch.cat([layer.keys[..., :start, :], keys[b: b + 1, :, :m]], dim=-2)
-            layer.values = torch.cat([layer.values[..., :start, :], values[b: b + 1, :, :m]], dim=-2)
+            layer.truncate(start)
+            layer.append(keys[b: b + 1, :, :m], values[b: b + 1, :, :m])
         return torch.cat([past_k, keys], dim=-2), torch.cat([past_v, values], dim=-2)

@@ -71,9 +71,10 @@ class EarlyExitVerifier:
         """Prefill image + prompt once per decision."""
         return self.stack.prefill(prompt)
 
-    def begin_prefill(self, prompt: EncodedPrompt, chunk_tokens: int = 0) -> PendingPrefill:
-        """``start`` in slices of ``chunk_tokens`` positions (``DecoderStack.begin_prefill``)."""
-        return self.stack.begin_prefill(prompt, chunk_tokens)
+    def begin_prefill(self, prompt: EncodedPrompt, chunk_tokens: int = 0, chunk_cells: int = 0) -> PendingPrefill:
+        """``start`` in slices of at most ``chunk_tokens`` positions and ``chunk_cells`` attention cells
+        (``DecoderStack.begin_prefill``)."""
+        return self.stack.begin_prefill(prompt, chunk_tokens, chunk_cells)
 
     def exit_logits(self, layer: int, hidden: torch.Tensor) -> torch.Tensor:
         """z^(l) = LMHead(Norm(Adapter_l(h^(l)))): (m, d) → (m, V)."""

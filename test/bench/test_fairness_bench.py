@@ -9,7 +9,8 @@ from edge_spec_ros.bench.fairness import Setting, fairness, table
 
 
 def test_fairness_bench_reports_slowdowns_beside_each_hog():
-    report = fairness([Setting(prefill_chunk_tokens=64, workers=1)], decisions=1, hog_prompt_tokens=600,
+    report = fairness([Setting(prefill_chunk_tokens=64, workers=1, prefill_chunk_cells=20000)], decisions=1,
+                      hog_prompt_tokens=600,
                       hog_generate_tokens=40, max_new_tokens=8)
     assert report["exact"] and not report["hog_errors"]
     (row,) = report["settings"]
@@ -17,4 +18,4 @@ def test_fairness_bench_reports_slowdowns_beside_each_hog():
     for hog in ("long_prompts", "long_generations"):
         assert math.isfinite(row[hog]["slowdown_median"]) and row[hog]["hog_requests_completed"] >= 1, (hog, row)
     text = table(report)
-    assert "prefill slices of 64, 1 worker" in text and "every decision equal" in text
+    assert "prefill slices of 64 positions / 20000 cells, 1 worker" in text and "every decision equal" in text

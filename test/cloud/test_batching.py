@@ -72,7 +72,7 @@ def test_batched_forward_equals_each_solo_forward(pair, work):
         assert torch.equal(a.argmax(-1), s.argmax(-1))
     for (kv_s, _, _), (kv_b, _, _) in zip(solo_items, batch_items):
         assert kv_s.tokens == kv_b.tokens
-        for ls, lb in zip(kv_s.cache.layers, kv_b.cache.layers):
+        for ls, lb in zip(kv_s.layers, kv_b.layers):
             assert ls.keys.shape == lb.keys.shape and torch.allclose(ls.keys, lb.keys, atol=HIDDEN_TOL)
             assert torch.allclose(ls.values, lb.values, atol=HIDDEN_TOL)
 
@@ -80,13 +80,13 @@ def test_batched_forward_equals_each_solo_forward(pair, work):
 def test_an_interrupted_batched_forward_leaves_every_cache_as_before(pair, work):
     stack = pair.verifier.stack
     items = _items(stack, [p for p, _ in work], random.Random(1))
-    before = [(list(kv.tokens), [layer.keys.shape[-2] for layer in kv.cache.layers]) for kv, _, _ in items]
+    before = [(list(kv.tokens), [layer.keys.shape[-2] for layer in kv.layers]) for kv, _, _ in items]
     run = stack.run_batch([(kv, seq, first) for kv, seq, first in items])
     next(run), next(run)
     run.close()  # the consumer stopped after two layers
     for (kv, seq, first), (tokens, lengths) in zip(items, before):
         assert kv.length == min(len(tokens), first) and all(layer.keys.shape[-2] == kv.length
-                                                             for layer in kv.cache.layers)
+                                                             for layer in kv.layers)
 
 
 def _decide(endpoint, pair, work, robots, results, errors):

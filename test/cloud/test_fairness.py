@@ -84,3 +84,54 @@ def test_expiry_cancels_running_work(server, text_prompt):
                 break
             assert time.monotonic() - t0 < 3 + CANCEL_BOUND_S + 1.0
             time.sleep(0.1)
+
+
+def _queued(name: str):
+    from edge_spec_ros.cloud.server import _Session
+
+    return _Session(name.encode(), bytes(16), b"c", None, None, "fifo", 0.0, None, None)
+
+
+def test_fair_queue_serves_a_returning_short_round_first_and_bounds_its_lead():
+    """Start-time fair queuing on compute time: a session back from idle goes ahead of a long job that
+    keeps the worker busy, by at most the credit; beyond it they alternate (no starvation)."""
+    from edge_spec_ros.cloud.server import FairQueue
+
+    queue = FairQueue(credit_s=0.1)
+    hog, robot = _queued("hog"), _queued("robot")
+    queue.push(hog, fresh=True)
+    for _ in range(50):  # the hog alone: 50 steps of 10 ms
+        assert queue.pop() is hog
+        queue.charge(hog, 0.01)
+        queue.push(hog, fresh=False)
+    queue.push(robot, fresh=True)  # the robot's round arrives
+    served = []
+    for _ in range(40):  # both busy from now on: the robot runs 30 ms jobs
+        s = queue.pop()
+        served.append(s.identity.decode())
+        queue.charge(s, 0.01 if s is hog else 0.03)
+        queue.push(s, fresh=False)
+    assert served[0] == "robot"
+    robot_time = 0.03 * served.count("robot")
+    hog_time = 0.01 * served.count("hog")
+    # the robot's lead is bounded by the credit and one job; then the compute is shared evenly
+    first_hog = served.index("hog")
+    assert 0.03 * first_hog <= 0.1 + 0.03
+    assert abs(robot_time - hog_time) <= 0.1 + 0.03 + 0.01
+
+
+def test_fair_queue_weights_share_the_compute():
+    from edge_spec_ros.cloud.server import FairQueue
+
+    queue = FairQueue(credit_s=0.0)
+    a, b = _queued("a"), _queued("b")
+    b.weight = 3.0
+    queue.push(a, fresh=True)
+    queue.push(b, fresh=True)
+    used = {"a": 0.0, "b": 0.0}
+    for _ in range(400):
+        s = queue.pop()
+        used[s.identity.decode()] += 0.01
+        queue.charge(s, 0.01)
+        queue.push(s, fresh=False)
+    assert abs(used["b"] / used["a"] - 3.0) < 0.1

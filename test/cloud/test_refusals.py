@@ -38,7 +38,7 @@ class Peer(RawPeer):
     def request(self, sid: bytes, msg, raw_meta: dict | None = None):
         """Send ``msg``, its header metadata updated with ``raw_meta`` (values no dataclass would
         hold), and return the reply."""
-        frames = encode(Envelope(sid, msg))
+        frames = encode(Envelope(sid, msg), compact_drafts=not raw_meta)  # JSON metadata to edit
         if raw_meta:
             meta = json.loads(frames[0][HEADER.size:])
             meta.update(raw_meta)
@@ -142,7 +142,7 @@ def draft_cases(n: int) -> list[tuple[str, str, dict, ErrorCode, str]]:
         ("position", "greedy", dict(round=0, position=-1, tokens=tok(20, 21)), B, "DraftBlock.position"),
         ("position", "greedy", dict(round=0, position=n + 3, tokens=tok(20, 21)), B, "committed prefix"),
         ("tokens", "greedy", dict(round=0, position=n, tokens=tok()), B, "DraftBlock.tokens"),
-        ("tokens", "greedy", dict(round=0, position=n, tokens=np.ones(65, np.int32)), T, "'tokens': 260 bytes"),
+        ("tokens", "greedy", dict(round=0, position=n, tokens=np.ones(65, np.int32)), T, "65 tokens exceed the limit of 64"),
         ("tokens", "greedy", dict(round=0, position=n, tokens=tok(20, V)), B, "DraftBlock.tokens"),
         ("tokens", "greedy", dict(round=0, position=n, tokens=np.ones((2, 2), np.int32)), B, "DraftBlock.tokens"),
         ("q", "sampled", dict(round=0, position=n, tokens=tok(20, 21)), B, "needs exactly one of q"),
