@@ -11,7 +11,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in the suite may reach a
 os.environ["FASTDDS_BUILTIN_TRANSPORTS"] = "SHM"
 os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE",
                       str(Path(__file__).resolve().parents[1] / "config" / "fastdds_local.xml"))
-os.environ["ROS_DOMAIN_ID"] = str(100 + os.getpid() % 100)
+
+
+def ros_domain_id() -> int:
+    """A DDS domain (100-199) of this test process's own. The workers of one pytest-xdist run share a
+    run id and take consecutive domains from it, so no two of them ever share one (a domain per
+    process id alone would, for one pair of workers in a hundred)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... in a worker of `pytest -n N`
+    if worker is None:
+        return 100 + os.getpid() % 100
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    run = int(os.environ.get("PYTEST_XDIST_TESTRUNUID", "0") or "0", 16)
+    return 100 + ((run % max(1, 100 // count)) * count + int(worker.removeprefix("gw"))) % 100
+
+
+os.environ["ROS_DOMAIN_ID"] = str(ros_domain_id())
 
 import numpy as np
 import pytest
@@ -26,6 +40,54 @@ from edge_spec_ros.models.tokenizer import load_tokenizer
 INSTRUCTIONS = ("find the silver bottle", "go to the red chair", "turn left at the door", "stop")
 
 torch.set_num_threads(1)  # deterministic kernels, and the suite is sized for 2 cores
+
+
+# pytest-xdist (pytest.ini: -n auto --dist loadfile): a test module runs whole on one worker, in
+# order, so that its module- and session-scoped fixtures (a model, a verifier process, a colcon build)
+# are built once. The tests of the modules below are long, independent and need only cheap module
+# fixtures: each goes to whichever worker is free.
+SPREAD_MODULES = (
+    "test/decoding/test_exactness.py",
+    "test/edge/test_network_modes.py",
+    "test/edge/test_protocol_distributions.py",
+    "test/edge/test_reconnect.py",
+)
+# Started first, so that no long module starts last while the other workers have run out of work.
+LONG_MODULES = (
+    "test/packaging/test_colcon.py",
+    "test/models/test_smollm2.py",
+    "test/nodes/test_robot_stack.py",
+    "test/nodes/test_navigate.py",
+    "test/edge/test_network_modes.py",
+    "test/edge/test_reconnect.py",
+    "test/decoding/test_exactness.py",
+    "test/edge/test_protocol_distributions.py",
+)
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile``, with the tests of SPREAD_MODULES as work units of their own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if _module(nodeid) in SPREAD_MODULES else _module(nodeid)
+
+    return ModuleScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """In an xdist worker, LONG_MODULES first (the collection the scheduler hands out in order)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        rank = {module: i for i, module in enumerate(LONG_MODULES)}
+        items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))  # stable
 
 
 @pytest.fixture(scope="session")
