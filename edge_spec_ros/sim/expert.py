@@ -29,25 +29,46 @@ STOP_M = 0.85  # centre to centre: inside World.reached's success distance, so a
 SEARCH_DEG = 45  # < the 70° field of view, so consecutive search views overlap
 
 
+def _in_view(world: World) -> list[tuple[float, float, str]]:
+    """(bearing, distance, name) of the objects whose centre is in the field of view (and not under
+    the robot)."""
+    half_fov = world.config.fov_rad / 2
+    return [(bearing, distance, o.name) for o in world.objects
+            for distance, bearing in [world.relative(o)] if abs(bearing) < half_fov and distance > 0.15]
+
+
 def seen_text(world: World) -> str:
     """'I see the A, the B and the C. ' for the objects whose centre is in the field of view, left to
     right ('' when none is): the reply names what the image shows before it compares it with the
     instruction, so the model learns to read colour and kind before it decides."""
-    half_fov = world.config.fov_rad / 2
-    seen = sorted(((world.relative(o)[1], o.name) for o in world.objects
-                   if abs(world.relative(o)[1]) < half_fov and world.relative(o)[0] > 0.15), reverse=True)
-    names = [f"the {name}" for _, name in seen]
+    names = [f"the {name}" for _, _, name in sorted(_in_view(world), reverse=True)]
     if not names:
         return ""
     return "I see " + (", ".join(names[:-1]) + " and " if len(names) > 1 else "") + names[-1] + ". "
 
 
-def expert_text(world: World, target: str) -> str:
-    """'Reasoning: … Action: …' for the current pose: what is in view (``seen_text``), then where the
-    target is and the action."""
+def compare_text(world: World, target: str) -> str:
+    """The nearest object in view compared with the instruction, before the decision: 'the orange ball
+    is the target. ' or 'the silver ball is not the orange ball. ' ('' when nothing is in view). The
+    nearest object is the one a stop would be about, so the reply states whether it is the target
+    right after naming it, and the decision follows from that statement."""
+    seen = _in_view(world)
+    if not seen:
+        return ""
+    nearest = min(seen, key=lambda s: s[1])[2]
+    return f"the {target} is the target. " if nearest == target else f"the {nearest} is not the {target}. "
+
+
+def expert_text(world: World, target: str, compare: bool = True) -> str:
+    """'Reasoning: … Action: …' for the current pose: what is in view (``seen_text``), the nearest object
+    in view compared with the instruction (``compare_text``), then where the target is and the action.
+
+    ``compare=False``: the earlier labels (no comparison; a look-alike in view while the target is
+    off-centre or ahead is named after the target's position: "The blue bottle is not the target."),
+    which the base stage of the shipped pair is trained on."""
     obj = world.target(target)
     distance, bearing = world.relative(obj)
-    seen = seen_text(world)
+    seen = seen_text(world) + (compare_text(world, target) if compare else "")
     if distance <= STOP_M and abs(bearing) < world.config.fov_rad / 2:
         return f"Reasoning: {seen}I reached the {target}. Action: stop"
     side = "left" if bearing > 0 else "right"
@@ -55,7 +76,7 @@ def expert_text(world: World, target: str) -> str:
         return f"Reasoning: {seen}the {target} is not in view. Action: turn left {SEARCH_DEG} degrees"
     half_fov = world.config.fov_rad / 2
     others = [o.name for o in world.objects if o.name != target and abs(world.relative(o)[1]) < half_fov]
-    note = f" The {others[0]} is not the target." if others else ""
+    note = f" The {others[0]} is not the target." if others and not compare else ""
     if abs(bearing) > ALIGN_RAD:
         degrees = max(5, min(90, int(round(math.degrees(abs(bearing)) / 5) * 5)))
         return f"Reasoning: {seen}the {target} is to the {side}.{note} Action: turn {side} {degrees} degrees"

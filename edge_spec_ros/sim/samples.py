@@ -50,6 +50,8 @@ class SimDataConfig:
     detour_fraction: float = 0.2  # the rest are states on the expert's way
     detour_noise: float = 0.3
     jpeg_quality: int = JPEG_QUALITY  # 0: raw frames
+    compare: bool = True  # the expert's reply compares the nearest object in view with the instruction
+    # (``expert_text``); False: the earlier labels, the shipped pair's base stage
 
     def __post_init__(self) -> None:
         fractions = (self.random_pose_fraction, self.lookalike_fraction, self.detour_fraction, self.detour_noise)
@@ -120,4 +122,4 @@ def sim_sample(config: SimDataConfig, index: int) -> SimSample:
     image = world.render()
     if config.jpeg_quality:
         image = decode_image(encode_image(image, quality=config.jpeg_quality))
-    return SimSample(image, f"{rng.choice(INSTRUCTION_VERBS)} {target}", expert_text(world, target))
+    return SimSample(image, f"{rng.choice(INSTRUCTION_VERBS)} {target}", expert_text(world, target, config.compare))

@@ -41,6 +41,7 @@ class VisitedState:
     y: float
     theta: float
     verb: str
+    final: bool = False  # the episode's last pose: where the policy stopped (or ran out of decisions)
 
     def world(self) -> tuple[World, str]:
         world = World.random(self.room_seed, distractors=self.distractors)
@@ -60,7 +61,9 @@ def rollout_states(make_policy: Callable[[str], Policy], seed: int, rooms: int, 
         world = World.random(room_seed, distractors=distractors)
         episode = run_episode(world, world.objects[0].name, max_decisions, keep_images=False,
                               policy=make_policy(verb))
-        states += [VisitedState(room_seed, distractors, p.x, p.y, p.theta, verb) for p in episode.poses]
+        last = len(episode.poses) - 1
+        states += [VisitedState(room_seed, distractors, p.x, p.y, p.theta, verb, final=j == last)
+                   for j, p in enumerate(episode.poses)]
         progress(i + 1, rooms)
     return states
 
@@ -75,11 +78,18 @@ def load_states(directory: Path) -> list[VisitedState] | None:
     return [VisitedState(**s) for s in json.loads(path.read_text())] if path.is_file() else None
 
 
-def dagger_sample(states: list[VisitedState], seed: int, index: int, jpeg_quality: int) -> SimSample:
-    """Sample ``index``: a visited state drawn by (seed, index), rendered, labelled by the expert."""
-    state = states[random.Random(seed * 1_000_003 + index).randrange(len(states))]
+def dagger_sample(states: list[VisitedState], seed: int, index: int, jpeg_quality: int,
+                  compare: bool = True, final_fraction: float = 0.0) -> SimSample:
+    """Sample ``index``: a visited state drawn by (seed, index), rendered, labelled by the expert
+    (``expert_text(..., compare)``). With probability ``final_fraction`` the state is drawn among the
+    episodes' final states: where the policy stopped, right or wrong (a stop in front of a look-alike
+    is one state of a whole episode, the one that decides it)."""
+    rng = random.Random(seed * 1_000_003 + index)
+    finals = [s for s in states if s.final] if final_fraction > 0 else []
+    pool = finals if finals and rng.random() < final_fraction else states
+    state = pool[rng.randrange(len(pool))]
     world, target = state.world()
     image = world.render()
     if jpeg_quality:
         image = decode_image(encode_image(image, quality=jpeg_quality))
-    return SimSample(image, f"{state.verb} {target}", expert_text(world, target))
+    return SimSample(image, f"{state.verb} {target}", expert_text(world, target, compare))

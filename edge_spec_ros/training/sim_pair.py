@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 HELD_OUT_SEED_OFFSET = 1000  # held-out samples come from data seed + this, never trained on
 VALIDATION_ROOMS_FROM = 100_000  # closed-loop validation rooms during training: evaluation seeds, but far
 # from the 0-99 that sim-eval reports, so choosing nothing on them touches the reported figure
+LABELS = {"compare": True, "seen": False}  # labels → SimDataConfig.compare
 DAGGER_OFFSET = 10_000_000  # expert-mix sample indices of DAgger round r start at r × this
 
 
@@ -70,6 +71,7 @@ class SimPairConfig:
     dagger_rooms: int = 200  # training rooms rolled out per round
     dagger_steps: int = 1000  # fine-tuning steps per round
     dagger_fraction: float = 0.5  # of each DAgger batch: visited states; the rest expert-mix samples
+    dagger_final_fraction: float = 0.0  # of the visited states drawn: episodes' final states (its stops)
     drafter_steps: int = 1000
     exit_steps: int = 300
     batch_size: int = 32
@@ -79,6 +81,16 @@ class SimPairConfig:
     eval_samples: int = 200
     validation_rooms: int = 50
     max_pixels: int = 224 * 168  # the camera's full frame: 8 × 6 = 48 image tokens
+    labels: str = "compare"  # the expert's replies: "compare" (the nearest object in view compared with the
+    # instruction before the decision) or "seen" (the earlier replies, the shipped pair's base stage)
+    init_from: str = ""  # a train-sim-pair directory: the verifier, drafter and exits start from its weights
+    # (a fine-tuning stage: verifier_steps more steps, then the DAgger rounds, the drafter and exits)
+
+    def __post_init__(self) -> None:
+        if self.labels not in LABELS:
+            raise ValueError(f"labels must be one of {sorted(LABELS)}, got {self.labels!r}")
+        if self.init_from and not (Path(self.init_from) / "verifier" / "config.json").is_file():
+            raise ValueError(f"init_from {self.init_from!r} is not a train-sim-pair directory (no verifier/config.json)")
 
 
 @dataclass(frozen=True)
@@ -135,8 +147,10 @@ def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
     torch.manual_seed(config.seed)  # the exit adapters' initialisation
     tokenizer = load_tokenizer()
     encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=config.max_pixels))
-    data = SimDataConfig(seed=config.seed)
-    held_out = SimDataConfig(seed=config.seed + HELD_OUT_SEED_OFFSET)
+    compare = LABELS[config.labels]
+    data = SimDataConfig(seed=config.seed, compare=compare)
+    held_out = SimDataConfig(seed=config.seed + HELD_OUT_SEED_OFFSET, compare=compare)
+    init = Path(config.init_from) if config.init_from else None
     report_path = work / "report.json"  # the report so far: survives an interruption
     report: dict = json.loads(report_path.read_text()) if report_path.is_file() else {}
     report["config"] = asdict(config)
@@ -157,7 +171,10 @@ def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
 
     models = {}
     if not (out / "verifier" / "config.json").is_file():
-        model = build_tiny_qwen2vl(SIM_VERIFIER_SPEC, tokenizer, seed=config.seed)
+        if init is not None:
+            model = load_qwen2vl(str(init / "verifier"))
+        else:
+            model = build_tiny_qwen2vl(SIM_VERIFIER_SPEC, tokenizer, seed=config.seed)
         with cpu("verifier"):
             train_lm(model, batch, lm(config.verifier_steps, config.lr), work / "verifier", None,
                      lambda s, loss: progress("verifier", s, config.verifier_steps, loss))
@@ -183,7 +200,8 @@ def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
 
             def dagger_batch(step: int, pool=pool, r=r):
                 n = config.batch_size
-                own = [dagger_sample(pool, config.seed * 100 + r, step * n + i, data.jpeg_quality) for i in range(k)]
+                own = [dagger_sample(pool, config.seed * 100 + r, step * n + i, data.jpeg_quality, compare,
+                                     config.dagger_final_fraction) for i in range(k)]
                 mix = [sim_sample(data, r * DAGGER_OFFSET + step * n + i) for i in range(n - k)]
                 return samples_batch(own + mix)
 
@@ -198,7 +216,10 @@ def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
         save_model(model, out / "verifier", tokenizer)
     if not (out / "drafter" / "config.json").is_file():
         teacher = load_qwen2vl(str(out / "verifier"))  # distil from what ships: the float16 weights
-        model = build_tiny_qwen2vl(SIM_DRAFTER_SPEC, tokenizer, seed=config.seed + 1)
+        if init is not None:
+            model = load_qwen2vl(str(init / "drafter"))
+        else:
+            model = build_tiny_qwen2vl(SIM_DRAFTER_SPEC, tokenizer, seed=config.seed + 1)
         with cpu("drafter"):
             train_lm(model, batch, lm(config.drafter_steps, config.lr), work / "drafter", teacher,
                      lambda s, loss: progress("drafter", s, config.drafter_steps, loss))
@@ -222,6 +243,8 @@ def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
     if (out / "exits" / "exit_adapters.json").is_file():
         adapters = ExitAdapters.load(out / "exits")
     else:
+        if init is not None and (init / "exits" / "exit_adapters.json").is_file():
+            adapters = ExitAdapters.load(init / "exits")
         with cpu("exits"):
             train_exits(verifier, adapters, lambda k: batch(k).token_batch(), exits_cfg, work / "exits",
                         lambda s, loss: progress("exits", s, config.exit_steps, loss))

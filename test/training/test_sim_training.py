@@ -101,6 +101,30 @@ def test_the_one_command_pipeline_writes_a_loadable_pair_and_resumes(tmp_path):
     assert phases == []  # every phase's output exists: nothing is trained again
 
 
+def test_a_fine_tuning_stage_starts_from_a_trained_pair(tmp_path):
+    base = SimPairConfig(verifier_steps=1, drafter_steps=1, exit_steps=1, batch_size=2, eval_samples=1,
+                         validation_rooms=0, max_pixels=112 * 84, labels="seen")
+    train_sim_pair(tmp_path / "base", base)
+    with pytest.raises(ValueError, match="not a train-sim-pair directory"):
+        SimPairConfig(init_from=str(tmp_path / "none"))
+    with pytest.raises(ValueError, match="labels"):
+        SimPairConfig(labels="other")
+    tune = SimPairConfig(**{**base.__dict__, "verifier_steps": 0, "drafter_steps": 0, "exit_steps": 0,
+                            "labels": "compare", "init_from": str(tmp_path / "base")})
+    report = train_sim_pair(tmp_path / "tuned", tune)
+    assert report["config"]["init_from"] == str(tmp_path / "base") and report["config"]["labels"] == "compare"
+    for part in ("verifier", "drafter"):  # no steps: what the stage ships is the pair it started from
+        a, b = load_qwen2vl(str(tmp_path / "base" / part)), load_qwen2vl(str(tmp_path / "tuned" / part))
+        for k, v in a.state_dict().items():
+            assert torch.equal(b.state_dict()[k], v), (part, k)
+    a, b = load_pair(tmp_path / "base"), load_pair(tmp_path / "tuned")
+    assert b.verifier.exit_layers == a.verifier.exit_layers
+    tuned = SimPairConfig(**{**tune.__dict__, "verifier_steps": 1})
+    train_sim_pair(tmp_path / "tuned1", tuned)
+    changed = load_qwen2vl(str(tmp_path / "tuned1" / "verifier")).state_dict()
+    assert any(not torch.equal(changed[k], v) for k, v in load_qwen2vl(str(tmp_path / "base" / "verifier")).state_dict().items())
+
+
 def test_a_missing_pair_says_how_to_make_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="train-sim-pair"):
         load_pair(tmp_path)
@@ -122,3 +146,7 @@ def test_dagger_states_are_labelled_by_the_expert_and_stored(tmp_path):
     assert np.array_equal(s.image, again.image) and s.text == again.text
     picked = [st for st in states if st.world()[1] in s.instruction and f"{st.verb} " in s.instruction]
     assert any(expert_text(*st.world()) == s.text for st in picked)  # the expert's label of that state
+    assert [st.final for st in states] == [False] * 4 + [True] + [False] * 4 + [True] + [False] * 4 + [True]
+    finals = [dagger_sample(states, seed=1, index=i, jpeg_quality=0, final_fraction=1.0) for i in range(3)]
+    final_texts = {expert_text(*st.world()) for st in states if st.final}
+    assert all(f.text in final_texts for f in finals)  # drawn among the episodes' last states only
