@@ -10,7 +10,7 @@ setup(
     packages=find_packages(include=[package_name, f"{package_name}.*"]),
     package_data={package_name: ["assets/tokenizer/*.json", "assets/sim_pair/*.json", "assets/sim_pair/*/*.json",
                                  "assets/sim_pair/*/*.jinja", "assets/sim_pair/*/*.safetensors",
-                                 "assets/sim_pair/*/*.png"]},
+                                 "assets/sim_pair/*/*.png", "bench/data/*.json"]},
     python_requires=">=3.10",
     zip_safe=False,
     maintainer="edge_spec_ros maintainers",
@@ -27,6 +27,7 @@ setup(
             "bag_replay_node = edge_spec_ros.nodes.bag_replay_node:main",
             "sim_node = edge_spec_ros.nodes.sim_node:main",
             "navigate_node = edge_spec_ros.nodes.navigate_node:main",
+            "memory_node = edge_spec_ros.nodes.memory_node:main",
         ],
     },
 )

@@ -1,10 +1,12 @@
 """One-process bringup: the robot-side nodes with the same YAML as the launch file.
 
 Where no ``ros2 launch`` exists (this project's virtual environment), ``edge-spec-ros bringup``
-composes camera (or simulated room, or bag replay), bridge, drafter and action nodes in one process
-with one single-threaded executor on the main thread (see ``nodes/lifecycle.py``), optionally starts
-a verifier on loopback, publishes an instruction and prints what the stack does: decisions
-(reasoning + action), parsed actions, /cmd_vel changes and decode statistics.
+composes camera (or simulated room, or bag replay), bridge, drafter, action and memory nodes in one
+process with one single-threaded executor on the main thread (see ``nodes/lifecycle.py``), optionally
+starts a verifier on loopback, publishes an instruction and prints what the stack does: decisions
+(reasoning + action), parsed actions, /cmd_vel changes, decode statistics and, with the drafter in
+mode dragon, the answer to a question (edge_spec/answer; the episode ends with it). The memory node
+(``nodes/memory_node.py``) records decisions, instructions and notes into the YAML's ``memory_dir``.
 
 An episode is budgeted by decisions: it ends when the drafter's cycle ends (a stop or invalid action,
 or ``max_decisions`` decisions whose motions are over). ``timeout_s`` is only a safety net. With the
@@ -28,7 +30,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Bool, String
 
-from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
+from edge_spec_ros.msg import Answer as AnswerMsg, Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
 from edge_spec_ros.nodes.sim_node import LATCHED
 from edge_spec_ros.sim.closed_loop import plot_trajectory
@@ -54,6 +56,8 @@ class BringupConfig:
     bag_rate: float = 1.0  # with bag: playback speed factor (0: as fast as possible)
     sim: bool = False  # the simulated room (sim_node) instead of the camera node
     trajectory: str = ""  # with sim: write a top-down picture of the robot's path here
+    memory: bool = True  # run the memory node (the robot's memory, which the drafter's mode dragon reads)
+    documents: str = ""  # with serve: the verifier's DRAGON document folder (serve --documents DIR)
 
 
 class Monitor(Node):
@@ -67,6 +71,7 @@ class Monitor(Node):
         self.instruction = self.create_publisher(String, "instruction", RELIABLE)
         self.done = threading.Event()
         self.decisions: list[Decision] = []
+        self.answers: list[AnswerMsg] = []
         self.actions: list[NavActionMsg] = []
         self.twists: list[tuple[float, float]] = []
         self._last_twist = None
@@ -74,6 +79,7 @@ class Monitor(Node):
         self.decision_poses: list[Pose] = []  # its pose when each decision was published
         self.goal_reached = False
         self.create_subscription(Decision, "edge_spec/decision", self.on_decision, RELIABLE)
+        self.create_subscription(AnswerMsg, "edge_spec/answer", self.on_answer, RELIABLE)
         self.create_subscription(NavActionMsg, "edge_spec/action", self.on_action, RELIABLE)
         self.create_subscription(DecodeStatsMsg, "edge_spec/stats", self.on_stats, RELIABLE)
         self.create_subscription(Twist, "cmd_vel", self.on_twist, 10)
@@ -87,6 +93,15 @@ class Monitor(Node):
         self.print(f"[decision {msg.decision} {msg.mode}] {msg.text!r}")
         if not msg.text:  # the decision failed (the drafter logged why): the cycle is over
             self.done.set()
+
+    def on_answer(self, msg: AnswerMsg) -> None:  # mode dragon: the question's answer ends the episode
+        self.answers.append(msg)
+        if msg.error:
+            self.print(f"[answer {msg.answer}] {msg.question!r}: failed: {msg.error}")
+        else:
+            self.print(f"[answer {msg.answer}] {msg.question!r} -> {msg.text!r} ({msg.tokens} tokens, "
+                       f"{msg.memory_entries} memory entries, {msg.wall_s * 1e3:.0f} ms)")
+        self.done.set()
 
     def on_action(self, msg: NavActionMsg) -> None:
         if msg.status != NavActionMsg.STARTED:
@@ -148,11 +163,13 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
 
     budget = cpu_budget()
     set_torch_threads(budget.torch_threads)
-    server = verifier_process("--threads", str(budget.torch_threads)) if config.serve else nullcontext(None)
+    documents = ("--documents", config.documents) if config.documents else ()
+    server = verifier_process("--threads", str(budget.torch_threads), *documents) if config.serve \
+        else nullcontext(None)
     with server as endpoint:
         args = ["--ros-args", "--params-file", config.params_file]
-        if endpoint:
-            args += ["-p", f"bridge:verifier_endpoint:={endpoint}"]
+        if endpoint:  # the bridge's verifier, and the drafter's in mode dragon
+            args += ["-p", f"bridge:verifier_endpoint:={endpoint}", "-p", f"drafter:verifier_endpoint:={endpoint}"]
         if config.camera_source:
             args += ["-p", f"camera:source:={config.camera_source}"]
         if config.bag:
@@ -178,6 +195,12 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
         try:
             # the drafter first: it closes (and joins its decision thread) before the others go
             nodes += [DrafterNode(), BridgeNode(), ActionNode()]
+            listeners = 2  # of the instruction topic: the drafter and action nodes (and the memory node)
+            if config.memory:
+                from edge_spec_ros.nodes.memory_node import MemoryNode
+
+                nodes.append(MemoryNode())
+                listeners += nodes[-1].config.record_instructions
             if config.bag:
                 from edge_spec_ros.nodes.bag_replay_node import BagReplayNode
 
@@ -196,7 +219,7 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
                 executor.add_node(node)
             if config.instruction:
                 deadline = time.monotonic() + DISCOVERY_TIMEOUT_S
-                spin_until(executor, lambda: monitor.instruction.get_subscription_count() >= 2
+                spin_until(executor, lambda: monitor.instruction.get_subscription_count() >= listeners
                            or time.monotonic() > deadline or stop.event.is_set())
                 print_fn(f"[instruction] {config.instruction!r}")
                 monitor.instruction.publish(String(data=config.instruction))

@@ -3,11 +3,14 @@
     ros2 launch edge_spec_ros go2_nav.launch.py verifier_endpoint:=tcp://10.0.0.5:5555
     ros2 topic pub --once -w 1 /instruction std_msgs/msg/String "data: 'find the silver bottle'"
     ros2 action send_goal --feedback /navigate edge_spec_ros/action/Navigate "{instruction: 'find the silver bottle'}"
+    ros2 launch edge_spec_ros go2_nav.launch.py mode:=dragon   # questions answered on /edge_spec/answer
+    ros2 service call /memory/add_note edge_spec_ros/srv/AddNote "{text: 'the charger is behind the sofa'}"
 
 Every node reads its parameters from ``params_file`` (config/go2_nav.yaml); an argument given on the
 command line overrides the one parameter (or topic) it names, and an argument left at its empty
 default changes nothing, so the YAML decides. The verifier runs in the cloud:
-``edge-spec-ros serve --verifier Qwen/Qwen2-VL-7B-Instruct ...``.
+``edge-spec-ros serve --verifier Qwen/Qwen2-VL-7B-Instruct ...`` (``--documents DIR`` for mode dragon).
+memory_node writes the robot's memory (what it saw, was told, and notes), which mode dragon reads.
 """
 
 import os
@@ -42,9 +45,15 @@ def arguments():
         ("camera_source", "", "camera_node source: device index (0), /dev/video0, video file, image folder or "
                               "synthetic; empty: the YAML's", None),
         ("verifier_endpoint", "", "ZeroMQ endpoint of the cloud verifier (edge-spec-ros serve), e.g. "
-                                  "tcp://10.0.0.5:5555; empty: the YAML's", None),
-        ("mode", "", "decoding mode of the drafter, e.g. fsd, sd or ar (the drafter names the valid ones when "
-                     "it refuses one); empty: the YAML's", None),
+                                  "tcp://10.0.0.5:5555, for the bridge and (mode dragon) the drafter; empty: the "
+                                  "YAML's", None),
+        ("mode", "", "decoding mode of the drafter, e.g. fsd, sd or ar, or dragon (questions answered from the "
+                     "memory and the cloud's documents; the drafter names the valid ones when it refuses one); "
+                     "empty: the YAML's", None),
+        ("use_memory", "true", "false: no memory_node (nothing records the robot's memory, which mode dragon "
+                               "reads)", BOOLEANS),
+        ("memory_dir", "", "directory of the robot's memory (memory.jsonl), for memory_node and the drafter; "
+                           "empty: the YAML's", None),
         ("cmd_vel_topic", "", "where velocity commands go (e.g. a twist_mux input); empty: cmd_vel", None),
         ("log_level", "", "log level of every node (debug | info | warn | error | fatal); empty: info",
          ("", *LOG_LEVELS)),
@@ -98,15 +107,21 @@ def launch_nodes(context, *args, **kwargs):
         camera = {"source": ParameterValue(source, value_type=str)} if source else {}
         nodes.append(Node(executable="camera_node", name="camera", parameters=parameters(**camera),
                           remappings=image_remaps, on_exit=[Shutdown(reason="the camera node exited")], **common))
+    endpoint, memory_dir = arg("verifier_endpoint"), arg("memory_dir")
     nodes += [
         Node(executable="bridge_node", name="bridge",
-             parameters=parameters(**overrides_of(verifier_endpoint=arg("verifier_endpoint"))), **common),
-        Node(executable="drafter_node", name="drafter", parameters=parameters(**overrides_of(mode=arg("mode"))),
+             parameters=parameters(**overrides_of(verifier_endpoint=endpoint)), **common),
+        Node(executable="drafter_node", name="drafter",
+             parameters=parameters(**overrides_of(mode=arg("mode"), verifier_endpoint=endpoint,
+                                                  memory_dir=memory_dir)),
              remappings=image_remaps, **common),
         Node(executable="action_node", name="action", parameters=parameters(), remappings=cmd_vel_remaps, **common),
         # the Navigate action beside the instruction topic (cancel: "stop" on instruction)
         Node(executable="navigate_node", name="navigate", parameters=parameters(), **common),
     ]
+    if arg("use_memory").lower() == "true":  # the robot's memory: decisions, instructions, notes with their pose
+        nodes.append(Node(executable="memory_node", name="memory",
+                          parameters=parameters(**overrides_of(memory_dir=memory_dir)), **common))
     return nodes
 
 

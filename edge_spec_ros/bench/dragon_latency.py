@@ -1,18 +1,28 @@
-"""DRAGON's per-token latency and TTFT under an emulated network (issue 13 item 5, Figs. 6-7 in small).
+"""DRAGON's per-token latency and TTFT under an emulated network, beside the paper's baselines in the
+same run (Liu et al. 2025, Figs. 6-7 in small).
 
 Legend: rtt — the extra round trip added by the emulated link (each direction delays rtt/2 ± rtt/10,
-uniform, no reordering: jitter 1/5 of the latency as the issue asks); max_queue — how far a side
-drafts ahead; DRDG/TW schedule — max_queue = 1: a side decodes x^s_{t+1} only after x_t arrived,
-so every token pays the round trip, as token-wise synchronisation does (same messages, same
-tokens); DRAGON — max_queue = 4 with the aggregator on the robot, on the cloud, or moved by eq. 8.
+uniform, no reordering: jitter 1/5 of the latency); max_queue — how far a side drafts ahead; DRDG/TW
+schedule — max_queue = 1: a side decodes x^s_{t+1} only after x_t arrived, so every token pays the
+round trip, as token-wise synchronisation does (same messages, same tokens); DRAGON — max_queue = 4
+with the aggregator on the robot, on the cloud, or moved by eq. 8, and max_queue = 64 (the paper's
+queues are unbounded; 64 is the protocol's limit, more than the tokens decoded here); payload ``full`` (the paper's: p^s_t
+with every draft) and ``on_demand`` (exact, fewer bytes; rag/dragon_peer.partial_aggregate).
+Baselines (bench/dragon_baselines): CRCG per side, DRCG/Text, DRCG/KV, DRDG/SW — their compute
+measured here, their transfers timed over the same emulated link with their real byte counts.
+
+Figures: TTFT — from the query (before the robot's retrieval) to the first token known at the robot;
+per-token — mean time between later tokens, (t_n − t_1)/(n − 1) (DRDG/SW delivers all tokens at once:
+its decoding span / n); total — the query to the last token.
 
 With ``--link zmq`` the cloud side is a real VerifierServer (ZeroMQ on 127.0.0.1) that emulates the
 downlink (wire/emulator.LinkShape: rtt/2·0.9 + uniform [0, rtt/5·½]) while ZmqDragonLink emulates the
 uplink the same way. Median of ``--repeats`` decisions per cell. Both sides run in this process (the robot's thread and the cloud's, cloud/dragon.LocalDragonLink),
 every message encoded and decoded; the models are the shipped pair (robot: the drafter, cloud: the
 verifier; assets/sim_pair), each over two retrieved documents of its own (a robot memory and a cloud
-folder written here). Greedy, so every configuration must give the same tokens (checked).
-Run: ``python -m edge_spec_ros.bench.dragon_latency [--tokens N] [--rtts-ms 0,50,...]``.
+folder written here). Greedy, so every DRAGON and DRDG/TW configuration must give the same tokens
+(checked). Run: ``python -m edge_spec_ros.bench.dragon_latency [--link zmq] [--tokens N] [--rtts-ms 0,50,...]
+[--payloads full,on_demand] [--bandwidth-mbps B]``; one JSON line per cell, progress on stderr.
 """
 
 from __future__ import annotations
@@ -20,21 +30,30 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from edge_spec_ros.bench.dragon_baselines import (
+    emulators,
+    kv_bytes_formula,
+    link_shape,
+    measure_centralised,
+    measure_fetched,
+    measure_sequence_wise,
+    median,
+)
 from edge_spec_ros.cloud.dragon import LocalDragonLink
 from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
 from edge_spec_ros.edge.dragon import DragonConfig, RobotDragon, ZmqDragonLink
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.rag.document_lm import chat_prompt_ids
 from edge_spec_ros.rag.stores import DocumentStore, RobotMemory
-from edge_spec_ros.wire.emulator import LinkShape
 
 QUERY = "Where did you see the red chair?"
 MEMORY = [("observation", "I see a red chair next to the window, two metres ahead.", (2.0, 0.5, 0.1)),
@@ -62,19 +81,77 @@ CONFIGS = {  # name → (max_queue, policy)
     "DRAGON robot aggregates": (4, "robot"),
     "DRAGON cloud aggregates": (4, "cloud"),
     "DRAGON eq. 8": (4, "dragon"),
+    "DRAGON robot aggregates (queue 64)": (64, "robot"),  # ~ the paper's unbounded queues at these lengths
+    "DRAGON eq. 8 (queue 64)": (64, "dragon"),
 }
 
 
 @dataclass(frozen=True)
 class LatencyRow:
     config: str
+    payload: str  # full | on_demand (DRAGON, DRDG/TW); "-" for the baselines
     rtt_ms: float
     tokens: int
-    per_token_ms: float
-    ttft_ms: float  # robot retrieval + prefill, open (cloud retrieval + prefill) and the first token
-    accept_robot: float
-    accept_cloud: float
-    aggregator_switches: int
+    per_token_ms: float  # (t_n - t_1) / (n - 1); DRDG/SW: decoding span / n
+    ttft_ms: float  # the query (before the robot's retrieval) to the first token at the robot
+    total_ms: float  # the query to the last token
+    up_bytes: float
+    down_bytes: float
+    accept_robot: float = float("nan")
+    accept_cloud: float = float("nan")
+    aggregator_switches: int = 0
+    same_tokens_as_dragon: bool = True
+    measured: str = "wall clock"  # or: compute measured + emulated link
+
+
+def progress(message: str) -> None:
+    print(f"[dragon_latency {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def measure_baselines(pair, memory, store, prompt_ids, decode_text, n: int, repeats: int) -> dict[str, list]:
+    """Each baseline's compute, ``repeats`` times (the link is added per rtt)."""
+    robot, cloud = pair.drafter.stack, pair.verifier.stack
+    out: dict[str, list] = {"CRCG/robot": [], "CRCG/cloud": [], "DRCG/Text": [], "DRCG/KV": [], "DRDG/SW": []}
+    for rep in range(repeats):
+        progress(f"baselines' compute, repeat {rep + 1}/{repeats}")
+        out["CRCG/robot"].append(measure_centralised("robot", robot, memory, QUERY, prompt_ids, n))
+        out["CRCG/cloud"].append(measure_centralised("cloud", cloud, store, QUERY, prompt_ids, n))
+        fetched = measure_fetched(robot, memory, store, QUERY, prompt_ids, n, robot_model="the robot's (drafter)")
+        out["DRCG/Text"].append(fetched.text)
+        out["DRCG/KV"].append(fetched.kv)
+        out["DRDG/SW"].append(measure_sequence_wise(robot, memory, cloud, store, QUERY, prompt_ids, decode_text, n))
+    text = pair.drafter.stack.text.config
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv = out["DRCG/KV"][0]
+    print(json.dumps({"drcg_kv": {"model": "the robot's (drafter)", "bytes": kv.payload_bytes,
+                                  "tokens": fetched.kv_tokens,
+                                  "formula_bytes": kv_bytes_formula(text.num_hidden_layers, text.num_key_value_heads,
+                                                                    head_dim, fetched.kv_tokens, 4),
+                                  "layers": text.num_hidden_layers, "kv_heads": text.num_key_value_heads,
+                                  "head_dim": head_dim, "dtype_bytes": 4},
+                      "drcg_text_bytes": out["DRCG/Text"][0].payload_bytes,
+                      "drdg_sw_chosen": out["DRDG/SW"][0].chosen}), flush=True)
+    return out
+
+
+def baseline_rows(measured: dict[str, list], rtt_ms: float, bandwidth_bps: float, reference,
+                  paper_vocab: int = 0) -> list[LatencyRow]:
+    """The baselines' rows at one rtt; with ``paper_vocab`` also DRDG/SW sending distributions of that
+    vocabulary (its one large message is the bytes that scale with V)."""
+    rows = []
+    items = list(measured.items())
+    if paper_vocab and "DRDG/SW" in measured:
+        items.append((f"DRDG/SW, V = {paper_vocab:,} bytes",
+                      [dataclasses.replace(m, vocab=paper_vocab) for m in measured["DRDG/SW"]]))
+    for name, runs in items:
+        lines = [m.timeline(*emulators(rtt_ms / 1e3, bandwidth_bps, int(rtt_ms) * 100 + rep))
+                 for rep, m in enumerate(runs)]
+        rows.append(LatencyRow(name, "-", rtt_ms, len(lines[0].tokens), median(1e3 * t.per_token_s for t in lines),
+                               median(1e3 * t.ttft_s for t in lines), median(1e3 * t.total_s for t in lines),
+                               lines[0].up_bytes, lines[0].down_bytes,
+                               same_tokens_as_dragon=reference is not None and lines[0].tokens == reference,
+                               measured="compute measured, link emulated (wire/emulator.LinkEmulator)"))
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,53 +163,83 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="local: both sides in threads, delays in the in-process link; zmq: the cloud in a "
                              "VerifierServer of this process on 127.0.0.1, downlink emulated by the server, "
                              "uplink by ZmqDragonLink")
-    parser.add_argument("--payload", choices=("full", "on_demand"), default="full")
+    parser.add_argument("--payloads", default="full,on_demand", help="DRAGON's payloads to run (full, on_demand)")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="which of the DRAGON/TW configurations")
+    parser.add_argument("--bandwidth-mbps", type=float, default=0.0,
+                        help="cap each direction (0: unlimited); needs --link zmq for DRAGON's runs")
+    parser.add_argument("--no-baselines", action="store_true", help="DRAGON and the DRDG/TW schedule only")
+    parser.add_argument("--paper-vocab", type=int, default=151_657,
+                        help="also time DRDG/SW's distributions at this vocabulary (0: no); Qwen2's by default")
     args = parser.parse_args(argv)
+    payloads = args.payloads.split(",")
+    configs = args.configs.split(",")
+    if set(payloads) - {"full", "on_demand"} or set(configs) - set(CONFIGS):
+        parser.error(f"payloads from full,on_demand; configs from {','.join(CONFIGS)}")
+    if args.bandwidth_mbps and args.link == "local":
+        parser.error("--bandwidth-mbps needs --link zmq (the in-process link emulates delay and jitter only)")
+    bandwidth = args.bandwidth_mbps * 1e6
     torch.set_num_threads(1)
     pair = load_pair("embedded")
     encoder = pair.prompt_encoder()
     prompt_ids, decode_text = chat_prompt_ids(encoder), pair.tokenizer.decode
+    started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         memory, store = write_world(Path(tmp))
         reference = None
         server = None
         endpoint = ""
+        baselines = {} if args.no_baselines else measure_baselines(pair, memory, store, prompt_ids, decode_text,
+                                                                    args.tokens, args.repeats)
         if args.link == "zmq":
             server = VerifierServer(pair.verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", idle_exit_s=600.0,
                                                                          documents=str(Path(tmp) / "docs")))
             endpoint = server.start()
-        for rtt_ms in (float(x) for x in args.rtts_ms.split(",")):
-            for name, (max_queue, policy) in CONFIGS.items():
-                config = DragonConfig(max_new_tokens=args.tokens, aggregator="cloud" if policy == "cloud" else "robot",
-                                      policy=policy, max_queue=max_queue, timeout_s=60.0)
-                runs = []
-                for rep in range(args.repeats):
-                    one_way = rtt_ms / 2000.0
-                    config = dataclasses.replace(config, payload=args.payload)
-                    if args.link == "zmq":
-                        config = dataclasses.replace(config, down_delay_s=one_way * 0.9, down_jitter_s=one_way * 0.2)
-                        link = ZmqDragonLink(endpoint, uplink=LinkShape(one_way * 0.9, one_way * 0.2),
-                                             seed=int(rtt_ms) * 100 + rep)
-                    else:
-                        link = LocalDragonLink(pair.verifier.stack, store, prompt_ids, decode_text, one_way_s=one_way,
-                                               jitter_s=one_way / 5.0, seed=int(rtt_ms) * 100 + rep)
-                    robot = RobotDragon(pair.drafter.stack, memory, prompt_ids, decode_text, config)
-                    out = robot.decode(QUERY, link)
-                    if reference is None:
-                        reference = out.tokens
-                        print(json.dumps({"text": decode_text(list(out.tokens)), "vocab": pair.verifier.stack.vocab_size}))
-                    if out.tokens != reference:
-                        raise AssertionError(f"{name} at {rtt_ms} ms gave other tokens: exactness broken")
-                    runs.append(out)
-                n = len(reference)
-                out = runs[0]
-                row = LatencyRow(name, rtt_ms, n, float(np.median([1e3 * r.decode_s / n for r in runs])),
-                                 float(np.median([1e3 * (r.prefill_s + r.first_token_s) for r in runs])),
-                                 sum(out.trace.accept_robot) / n, sum(out.trace.accept_cloud) / n,
-                                 sum(a != b for a, b in zip(out.trace.aggregator, out.trace.aggregator[1:])))
-                print(json.dumps({**asdict(row), "link": args.link, "payload": args.payload}), flush=True)
-        if server is not None:
-            server.stop()
+        try:
+            for rtt_ms in (float(x) for x in args.rtts_ms.split(",")):
+                one_way = rtt_ms / 2000.0
+                for payload in payloads:
+                    for name in configs:
+                        max_queue, policy = CONFIGS[name]
+                        progress(f"rtt {rtt_ms:g} ms, {name}, {payload} ({time.monotonic() - started:.0f} s so far)")
+                        config = DragonConfig(max_new_tokens=args.tokens, policy=policy, max_queue=max_queue,
+                                              aggregator="cloud" if policy == "cloud" else "robot",
+                                              timeout_s=60.0, payload=payload)
+                        runs, logs = [], []
+                        for rep in range(args.repeats):
+                            seed = int(rtt_ms) * 100 + rep
+                            if args.link == "zmq":
+                                config = dataclasses.replace(config, down_delay_s=one_way * 0.9,
+                                                             down_jitter_s=one_way * 0.2, down_bandwidth_bps=bandwidth)
+                                link = ZmqDragonLink(endpoint, uplink=link_shape(rtt_ms / 1e3, bandwidth), seed=seed)
+                            else:
+                                link = LocalDragonLink(pair.verifier.stack, store, prompt_ids, decode_text,
+                                                       one_way_s=one_way, jitter_s=one_way / 5.0, seed=seed)
+                            robot = RobotDragon(pair.drafter.stack, memory, prompt_ids, decode_text, config)
+                            out = robot.decode(QUERY, link)
+                            if reference is None:
+                                reference = out.tokens
+                                print(json.dumps({"text": decode_text(list(out.tokens)),
+                                                  "vocab": pair.verifier.stack.vocab_size}))
+                            if out.tokens != reference:
+                                raise AssertionError(f"{name} at {rtt_ms} ms gave other tokens: exactness broken")
+                            times = robot.last_peer.commit_times
+                            runs.append((out, (times[-1] - times[0]) / max(len(times) - 1, 1)))
+                            logs.append(link.log.bytes)
+                        n = len(reference)
+                        out = runs[0][0]
+                        row = LatencyRow(name, payload, rtt_ms, n, median(1e3 * r[1] for r in runs),
+                                         median(1e3 * (r.prefill_s + r.first_token_s) for r, _ in runs),
+                                         median(1e3 * (r.prefill_s + r.decode_s) for r, _ in runs),
+                                         median(b["up"] for b in logs), median(b["down"] for b in logs),
+                                         sum(out.trace.accept_robot) / n, sum(out.trace.accept_cloud) / n,
+                                         sum(a != b for a, b in zip(out.trace.aggregator, out.trace.aggregator[1:])))
+                        print(json.dumps({**asdict(row), "link": args.link}), flush=True)
+                for row in baseline_rows(baselines, rtt_ms, bandwidth, reference, args.paper_vocab):
+                    print(json.dumps({**asdict(row), "link": "emulated"}), flush=True)
+        finally:
+            if server is not None:
+                server.stop()
+    progress(f"done in {time.monotonic() - started:.0f} s")
     return 0
 
 

@@ -83,6 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "c_dec_ms": {"robot": 1e3 * c_dec[0], "cloud": 1e3 * c_dec[1], "measured": setting == "measured"},
             "extra_ms": [1e3 * e for e in extras],
             "mean_total_s": {p: [round(v, 3) for v in vals] for p, vals in result.mean_total.items()},
+            # (best static − DRAGON) / best static, per extra latency: > 0 where eq. 8 beats both fixed sides
+            "dragon_below_best_static_pct": [round(100.0 * (min(r, c) - d) / min(r, c), 1) for d, r, c in zip(
+                result.mean_total["dragon"], result.mean_total["robot"], result.mean_total["cloud"])],
+            "dragon_below_random_pct": [round(100.0 * (x - d) / x, 1) for d, x in zip(
+                result.mean_total["dragon"], result.mean_total["random"])],
         }), flush=True)
     return 0
 

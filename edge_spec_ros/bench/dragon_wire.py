@@ -1,5 +1,5 @@
 """DRAGON's wire cost: bytes per message and per generated token, payload ``full`` against the exact
-``on_demand`` variant, at a given vocabulary (the issue asks for Qwen2's V = 151,657).
+``on_demand`` variant, at a given vocabulary (default: Qwen2's V = 151,657).
 
 Legend: V — vocabulary; p^s_t — a side's locally aggregated distribution (float32 on the wire);
 up — robot → cloud, down — cloud → robot; the aggregator sits where ``aggregator`` says.
@@ -88,10 +88,12 @@ class WireRun:
 
 
 def run(v: int, payload: str, greedy: bool, aggregator: str = ROBOT, n: int = 24, nu: float = 0.5,
-        seed: int = 0) -> WireRun:
-    """One decision of ``n`` tokens between two synthetic sides through encoded frames."""
+        seed: int = 0, max_queue: int = 4) -> WireRun:
+    """One decision of ``n`` tokens between two synthetic sides through encoded frames (``max_queue``
+    = 1: the DRDG/TW schedule, one draft per side per token)."""
     sampling = SamplingConfig(0.0 if greedy else 1.0)
-    config = PeerConfig(n, sampling, seed=seed, payload=payload, first_aggregator=aggregator, policy=aggregator)
+    config = PeerConfig(n, sampling, seed=seed, payload=payload, first_aggregator=aggregator, policy=aggregator,
+                        max_queue=max_queue)
     robot = DragonPeer(ROBOT, synthetic_side(v, 1, nu=nu), config, v)
     cloud = DragonPeer(CLOUD, synthetic_side(v, 2, nu=nu), config, v)
     log = FrameLog()
@@ -114,7 +116,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         for greedy in (True, False):
             for payload in ("full", "on_demand"):
                 print(json.dumps(asdict(run(args.vocab, payload, greedy, aggregator, args.tokens, args.nu))))
+    for greedy in (True, False):  # the DRDG/TW schedule: the same messages, one draft per side per token
+        for payload in ("full", "on_demand"):
+            print(json.dumps({"schedule": "DRDG/TW", **asdict(run(args.vocab, payload, greedy, ROBOT, args.tokens,
+                                                                  args.nu, max_queue=1))}))
+    print(json.dumps({"baselines_bytes_per_token": sequence_wise_bytes(args.vocab, args.tokens)}))
     return 0
+
+
+def sequence_wise_bytes(v: int, n: int) -> dict[str, float]:
+    """DRDG/SW (bench/dragon_baselines.SequenceWise) per generated token: y^l up; y^r and the cloud's
+    distributions along both sequences (2·n·V float32) down, each message with the baselines' header."""
+    from edge_spec_ros.bench.dragon_baselines import HEADER_BYTES, PROB_BYTES, TOKEN_BYTES
+
+    up = HEADER_BYTES + n * TOKEN_BYTES
+    down = 2 * HEADER_BYTES + n * TOKEN_BYTES + 2 * n * v * PROB_BYTES + 8
+    return {"DRDG/SW up": up / n, "DRDG/SW down": down / n}
 
 
 if __name__ == "__main__":

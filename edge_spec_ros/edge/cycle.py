@@ -5,6 +5,10 @@ commanded is over) the next decision on a frame stamped at least ``settle_s`` af
 until the action is ``stop`` or invalid, ``max_decisions`` decisions were made, a decision failed, or
 ``current()`` says the cycle was superseded (a new instruction, a stop, shutdown). The clock is the
 stamps it is given; the drafter node (``nodes/drafter_node.py``) supplies ``decide`` and ``current``.
+
+``run_answer`` is the cycle of an answer mode (``dragon``, edge/registry.py): the instruction is a
+question, answered once from the robot's memory and the cloud's documents; no motion is commanded,
+so nothing is waited for and the robot stays as it is (stopped, when the previous cycle ended).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ class MotionEnd:
 @dataclass(frozen=True)
 class CycleResult:
     decisions: int
-    reason: str  # stop | invalid | max_decisions | failed | superseded | no action
+    reason: str  # stop | invalid | max_decisions | failed | superseded | no action | answered
 
 
 def is_stop(instruction: str) -> bool:
@@ -64,3 +68,16 @@ def run_cycle(instruction: str, config: CycleConfig, decide: Callable[[str, int 
             return CycleResult(n + 1, end.kind)
         not_before = end.stamp_ns + round(config.settle_s * 1e9)
     return CycleResult(budget, "max_decisions")
+
+
+def run_answer(question: str, answer: Callable[[str], str | None], current: Callable[[], bool]) -> CycleResult:
+    """Answer ``question`` once: ``answer(question)`` returns the text (None: it failed, or the cycle
+    was superseded while answering: the answer is void and not published). No motion, no repetition."""
+    if is_stop(question):
+        return CycleResult(0, "stop")
+    if not current():
+        return CycleResult(0, "superseded")
+    text = answer(question)
+    if text is None:
+        return CycleResult(1, "superseded" if not current() else "failed")
+    return CycleResult(1, "answered")

@@ -9,11 +9,21 @@ Mechanisms: ``early_exits`` — every exit's verdict streamed down and pre-draft
 or reject in the cloud from q_i(x_i) only, p_δ down on a rejection and the robot resamples (DSSD);
 ``sparse_q`` — the drafter samples from its top K and sends exactly that q (TK-SLT); ``lossy_p`` —
 p_δ pruned to its top K on the downlink (LOSSY: the output no longer follows the verifier's p).
+
+Kinds: a ``verify`` mode decodes a decision (reasoning + action) with ``edge/modes.EdgeDecoder``:
+drafts verified by the cloud's target model. An ``answer`` mode (``dragon``) answers a question from
+the robot's memory and the cloud's documents (``edge/dragon.RobotDragon``, DRAGON's Speculative
+Aggregation): nothing is verified and nothing moves. ``MODES`` lists the verify modes (what the
+decoder, the bench, the payload table and Describe run); ``ALL_MODES`` every mode (the drafter
+node's ``mode`` parameter); ``get_mode`` refuses an answer mode with a clear error, so no verifier
+path can run one by mistake; ``find_mode`` returns any mode.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+KINDS = ("verify", "answer")
 
 
 @dataclass(frozen=True)
@@ -29,6 +39,17 @@ class Mode:
     split: bool = False
     sparse_q: str = ""  # EdgeConfig field holding K when the drafter samples from its top K
     lossy_p: bool = False
+    kind: str = "verify"  # verify: a decision verified by the cloud | answer: a question answered from documents
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"mode {self.name}: kind must be one of {KINDS}, got {self.kind!r}")
+
+    @property
+    def answers(self) -> bool:
+        """True: the mode answers a question from the robot's memory and the cloud's documents (no
+        drafts verified, no motion)."""
+        return self.kind == "answer"
 
     @property
     def mechanisms(self) -> tuple[str, ...]:
@@ -53,18 +74,35 @@ REGISTRY: tuple[Mode, ...] = (
          pipelined=True),
     Mode("dssd-topk-lossy", "PicoSpec §3.3 downlink", False, "as `dssd`", "the top K of p_δ only",
          split=True, lossy_p=True),
+    Mode("dragon", "DRAGON Alg. 1 + §5", True,
+         "the question once; per token a draft x^l_t, log h̃^l_t and p^l_t (V float32, or p^l_t(x^l_t) on demand)",
+         "the same from the cloud's documents, or the target x_t: an answer from memory + documents, no motion",
+         kind="answer"),
 )
 
 BY_NAME = {m.name: m for m in REGISTRY}
-MODES = tuple(BY_NAME)
+ALL_MODES = tuple(BY_NAME)  # every mode: the drafter node's `mode` parameter
+MODES = tuple(m.name for m in REGISTRY if not m.answers)  # the verify modes: what EdgeDecoder runs
+ANSWER_MODES = tuple(m.name for m in REGISTRY if m.answers)
 
 
-def get_mode(name: str) -> Mode:
-    """The mode called ``name``; a ValueError naming the choices otherwise."""
+def find_mode(name: str) -> Mode:
+    """Any mode called ``name`` (verify or answer); a ValueError naming the choices otherwise."""
     try:
         return BY_NAME[name]
     except KeyError:
-        raise ValueError(f"unknown decoding mode {name!r}; choose one of {', '.join(MODES)}") from None
+        raise ValueError(f"unknown decoding mode {name!r}; choose one of {', '.join(ALL_MODES)}") from None
+
+
+def get_mode(name: str) -> Mode:
+    """The verify mode called ``name`` (what ``EdgeDecoder`` decodes); a ValueError naming the choices
+    otherwise, and one saying why for an answer mode."""
+    mode = find_mode(name)
+    if mode.answers:
+        raise ValueError(f"mode {name!r} answers questions from the robot's memory and the cloud's documents "
+                         f"(edge/dragon.RobotDragon); it is not a decoding mode of EdgeDecoder (one of "
+                         f"{', '.join(MODES)})")
+    return mode
 
 
 def modes_table() -> str:

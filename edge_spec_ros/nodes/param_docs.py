@@ -12,9 +12,10 @@ import importlib
 import math
 
 NODES = ("camera_node", "sim_node", "drafter_node", "bridge_node", "action_node", "navigate_node",
-         "bag_replay_node")
+         "bag_replay_node", "memory_node")
 NODE_NAMES = {"camera_node": "camera", "sim_node": "sim", "drafter_node": "drafter", "bridge_node": "bridge",
-              "action_node": "action", "navigate_node": "navigate", "bag_replay_node": "bag_replay"}
+              "action_node": "action", "navigate_node": "navigate", "bag_replay_node": "bag_replay",
+              "memory_node": "memory"}
 
 
 def _value(v) -> str:

@@ -21,7 +21,7 @@ Exactness (the reason for each rule below):
   * p^s_t travels as float32; each side drafts from the float32-rounded p^s_t (``wire_precision``),
     so both sides and the reference work on the same numbers. Departure: the paper does not say how
     distributions travel; the rounding moves p_t by < 1e-7 relative.
-  * payload "on_demand" (issue 13 item 8, exact): the aggregator decides from x^o_t, log h̃^o_t and
+  * payload "on_demand" (exact): the aggregator decides from x^o_t, log h̃^o_t and
     p^o_t(x^o_t) alone when that determines x_t, and asks the drafting side for what is missing
     otherwise. Greedy: equal drafts are the target (both argmaxes at c make c the argmax of p_t; with
     float32 inputs and a weight ≥ ½ on one side the rounded mixture keeps the strict order); drafts

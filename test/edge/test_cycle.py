@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge_spec_ros.edge.cycle import CycleConfig, MotionEnd, run_cycle
+from edge_spec_ros.edge.cycle import CycleConfig, CycleResult, MotionEnd, run_answer, run_cycle
 
 SETTLE = CycleConfig(max_decisions=5, settle_s=0.25)
 
@@ -60,3 +60,27 @@ def test_a_new_instruction_supersedes_the_cycle():
 
     result = run_cycle("go", SETTLE, decide_then_supersede, lambda: live[0])
     assert (result.decisions, result.reason) == (2, "superseded")
+
+
+def test_a_question_is_answered_once_and_moves_nothing():
+    asked: list[str] = []
+
+    def answer(question: str) -> str:
+        asked.append(question)
+        return "in the kitchen"
+
+    assert run_answer("where did you see the red chair?", answer, lambda: True) == CycleResult(1, "answered")
+    assert asked == ["where did you see the red chair?"]
+    assert run_answer(" Stop ", answer, lambda: True) == CycleResult(0, "stop") and len(asked) == 1
+
+
+def test_a_failed_or_superseded_answer():
+    assert run_answer("where is the door?", lambda q: None, lambda: True) == CycleResult(1, "failed")
+    state = {"current": True}
+
+    def superseded(question: str) -> None:
+        state["current"] = False  # a new instruction arrived while answering
+        return None
+
+    assert run_answer("where is the door?", superseded, lambda: state["current"]) == CycleResult(1, "superseded")
+    assert run_answer("where is the door?", lambda q: "x", lambda: False) == CycleResult(0, "superseded")

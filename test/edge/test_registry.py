@@ -41,3 +41,17 @@ def test_the_drafter_node_checks_modes_against_the_registry():
         assert DrafterNodeConfig(mode=name).mode == name
     with pytest.raises(ValueError, match="unknown decoding mode"):
         DrafterNodeConfig(mode="fastest")
+
+
+def test_dragon_is_an_answer_mode_the_drafter_accepts_and_the_decoder_refuses():
+    from edge_spec_ros.edge.registry import ALL_MODES, ANSWER_MODES, find_mode
+    from edge_spec_ros.nodes.drafter_node import DrafterNodeConfig
+
+    assert ANSWER_MODES == ("dragon",) and "dragon" in ALL_MODES and "dragon" not in MODES
+    assert set(ALL_MODES) == set(MODES) | set(ANSWER_MODES)
+    assert find_mode("dragon").answers and not any(get_mode(m).answers for m in MODES)
+    assert DrafterNodeConfig(mode="dragon").mode == "dragon"
+    with pytest.raises(ValueError, match="answers questions"):  # no verifier path runs it by mistake
+        get_mode("dragon")
+    with pytest.raises(ValueError, match="answers questions"):
+        modes.EdgeDecoder(None, None, modes.EdgeConfig()).decode("dragon", None, b"")

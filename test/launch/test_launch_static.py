@@ -171,7 +171,7 @@ def test_every_executable_is_a_console_script_and_installed():
     programs = cmake_programs()
     nodes = [n for given in ALL_LAUNCHES for n in launch(**given)[0].values()]
     assert {n["executable"] for n in nodes} == {"camera_node", "sim_node", "bridge_node", "drafter_node", "action_node",
-                                                "navigate_node"}
+                                                "navigate_node", "memory_node"}
     for node in nodes:
         exe = node["executable"]
         assert node["package"] == "edge_spec_ros"
@@ -182,7 +182,7 @@ def test_every_executable_is_a_console_script_and_installed():
 
 def test_every_launch_parameter_is_declared_by_its_node():
     every_argument = {"camera_source": "0", "verifier_endpoint": "tcp://10.0.0.5:5555", "mode": "sd",
-                      "use_sim_time": "true"}
+                      "use_sim_time": "true", "memory_dir": "/data/memory"}
     for extra in ({}, {"use_sim": "true"}):
         for node in launch(**every_argument, **extra)[0].values():
             undeclared = set(overrides(node)) - declared(node["executable"])
@@ -212,7 +212,8 @@ def test_yaml_values_fit_the_config_dataclasses():
 
 # --- the arguments -----------------------------------------------------------------------------------
 REQUIRED_ARGUMENTS = {"params_file", "namespace", "use_sim_time", "use_sim", "use_camera", "image_topic",
-                      "camera_source", "verifier_endpoint", "mode", "cmd_vel_topic", "log_level"}
+                      "camera_source", "verifier_endpoint", "mode", "cmd_vel_topic", "log_level", "use_memory",
+                      "memory_dir"}
 
 
 def test_launch_arguments_are_described_used_and_their_choices_hold_their_defaults():
@@ -229,7 +230,7 @@ def test_launch_arguments_are_described_used_and_their_choices_hold_their_defaul
 
 def test_without_arguments_the_yaml_decides():
     nodes, _ = launch()
-    assert set(nodes) == {"camera", "bridge", "drafter", "action", "navigate"}
+    assert set(nodes) == {"camera", "bridge", "drafter", "action", "navigate", "memory"}
     for name, node in nodes.items():
         assert node["parameters"] == [f"{SHARE}/config/go2_nav.yaml"], name  # the YAML only, no override
         assert not node.get("remappings"), name
@@ -241,8 +242,12 @@ def test_each_argument_changes_what_it_names_and_nothing_else():
     cases = [
         ({"camera_source": "0"}, {"camera": {"source": ParameterValue("0", value_type=str)}}),
         ({"camera_source": "/dev/video2"}, {"camera": {"source": ParameterValue("/dev/video2", value_type=str)}}),
-        ({"verifier_endpoint": "tcp://10.0.0.5:5555"}, {"bridge": {"verifier_endpoint": "tcp://10.0.0.5:5555"}}),
+        ({"verifier_endpoint": "tcp://10.0.0.5:5555"}, {"bridge": {"verifier_endpoint": "tcp://10.0.0.5:5555"},
+                                                        "drafter": {"verifier_endpoint": "tcp://10.0.0.5:5555"}}),
         ({"mode": "sd"}, {"drafter": {"mode": "sd"}}),
+        ({"mode": "dragon"}, {"drafter": {"mode": "dragon"}}),
+        ({"memory_dir": "/data/memory"}, {"memory": {"memory_dir": "/data/memory"},
+                                          "drafter": {"memory_dir": "/data/memory"}}),
         ({"use_sim_time": "true"}, {name: {"use_sim_time": True} for name in base}),
         ({"use_sim_time": "false"}, {name: {"use_sim_time": False} for name in base}),
     ]
@@ -267,12 +272,14 @@ def test_topic_arguments_remap_the_nodes_that_use_them():
 
 def test_use_sim_use_camera_and_sim_time():
     sim, _ = launch(use_sim="true")
-    assert set(sim) == {"sim", "bridge", "drafter", "action", "navigate"}
+    assert set(sim) == {"sim", "bridge", "drafter", "action", "navigate", "memory"}
     assert all(overrides(n) == {"use_sim_time": True} for n in sim.values())  # the sim owns /clock
     sim_wall, _ = launch(use_sim="true", use_sim_time="false")
     assert all(overrides(n) == {"use_sim_time": False} for n in sim_wall.values())
     no_camera, _ = launch(use_camera="false")
-    assert set(no_camera) == {"bridge", "drafter", "action", "navigate"}  # the robot's own driver publishes the frames
+    assert set(no_camera) == {"bridge", "drafter", "action", "navigate", "memory"}  # the robot's driver publishes frames
+    no_memory, _ = launch(use_memory="false")
+    assert set(no_memory) == {"camera", "bridge", "drafter", "action", "navigate"}
 
 
 def test_log_level_and_namespace_reach_every_node(tmp_path):
@@ -323,3 +330,17 @@ def test_the_navigate_action_and_describe_service_come_up_with_the_stack():
     spaced, _ = launch(namespace="go2", use_sim_time="true")
     assert spaced["navigate"]["namespace"] == "go2" and overrides(spaced["navigate"]) == {"use_sim_time": True}
     assert "navigate_node" in console_scripts() and "navigate_node" in cmake_programs()
+
+
+def test_the_memory_node_comes_up_with_the_stack_and_shares_its_directory_with_the_drafter():
+    """memory_node writes what mode dragon's drafter reads: one directory for both, in the YAML and from
+    the memory_dir argument; its odometry is the action node's."""
+    config = yaml.safe_load(YAML.read_text())
+    memory, drafter = config["memory"]["ros__parameters"], config["drafter"]["ros__parameters"]
+    assert memory["memory_dir"] == drafter["memory_dir"]
+    assert memory["odom_topic"] == config["action"]["ros__parameters"]["odom_topic"]
+    assert drafter["verifier_endpoint"] == config["bridge"]["ros__parameters"]["verifier_endpoint"]
+    for given in ALL_LAUNCHES:
+        nodes, _ = launch(**given)
+        assert nodes["memory"]["executable"] == "memory_node"
+    assert "memory_node" in console_scripts() and "memory_node" in cmake_programs()

@@ -10,7 +10,7 @@ import time
 from nav_msgs.msg import Odometry
 from std_msgs.msg import String
 
-from rosharness import node_command, process, wait_for
+from rosharness import node_command, process, service_answers, wait_for
 from edge_spec_ros.msg import Decision
 from edge_spec_ros.nodes.memory_node import MemoryNodeConfig, yaw
 from edge_spec_ros.nodes.ros_link import RELIABLE
@@ -80,3 +80,67 @@ def test_config_and_yaw():
         pass
     else:
         raise AssertionError("an empty memory_dir must be refused")
+
+
+def test_the_add_note_service_answers_once_written_and_questions_are_not_recorded(ros, tmp_path):
+    """``memory/add_note`` (AddNote) writes a note and answers with the count of entries; an empty note
+    is refused with the reason; a question on ``instruction`` (mode dragon's) is not recorded, an
+    instruction is."""
+    from edge_spec_ros.srv import AddNote as AddNoteSrv
+
+    memory_dir = tmp_path / "memory"
+    path = memory_dir / "memory.jsonl"
+    client = ros.node.create_client(AddNoteSrv, "memory/add_note")
+    instructions = ros.node.create_publisher(String, "instruction", RELIABLE)
+
+    def call(text: str):
+        future = client.call_async(AddNoteSrv.Request(text=text))
+        wait_for(future.done, 10, f"the answer to {text!r}")
+        return future.result()
+
+    cmd = node_command("memory_node", "-p", f"memory_dir:={memory_dir}", "-p", "odom_topic:=''")
+    with process(cmd, tmp_path / "memory_node.log"):
+        wait_for(lambda: client.service_is_ready() and instructions.get_subscription_count() > 0, DISCOVERY_S,
+                 "memory_node's service")
+        # an empty note writes nothing: it is the handshake that replies reach this node
+        empty = service_answers(client, AddNoteSrv.Request(text="   "), DISCOVERY_S, "memory_node's replies")
+        assert not empty.success and "empty" in empty.message and empty.entries == 0
+        first = call("the charger is behind the sofa")
+        assert first.success and first.message == "" and first.entries == 1
+        assert lines(path)[-1]["kind"] == "note" and lines(path)[-1]["text"] == "the charger is behind the sofa"
+        assert call("   ").entries == 1
+        instructions.publish(String(data="where did you see the red chair?"))
+        instructions.publish(String(data="go to the kitchen"))
+        wait_for(lambda: len(lines(path)) == 2, 10, "the instruction entry")
+        assert call("the kitchen door sticks").entries == 3
+    assert [e["text"] for e in lines(path)] == ["the charger is behind the sofa", "go to the kitchen",
+                                                "the kitchen door sticks"]
+    ros.node.destroy_client(client)
+
+
+def test_one_writer_per_memory_a_second_records_nothing_and_keeps_running(ros, tmp_path):
+    """While another process holds ``<memory_dir>/memory.lock`` (a memory node writing there), a
+    memory node on that directory logs why, stays up and records nothing (entry ids are counted by
+    the one writer: two writers would number entries twice)."""
+    import fcntl
+
+    from edge_spec_ros.nodes.memory_node import LOCK_FILE
+    from edge_spec_ros.srv import AddNote as AddNoteSrv
+
+    memory_dir = tmp_path / "memory"
+    memory_dir.mkdir()
+    client = ros.node.create_client(AddNoteSrv, "memory/add_note")
+    log = tmp_path / "memory_node.log"
+    with open(memory_dir / LOCK_FILE, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        cmd = node_command("memory_node", "-p", f"memory_dir:={memory_dir}", "-p", "odom_topic:=''")
+        with process(cmd, log) as proc:
+            wait_for(client.service_is_ready, DISCOVERY_S, "memory_node's service")
+            # refused, so asking again changes nothing
+            answer = service_answers(client, AddNoteSrv.Request(text="the charger is behind the sofa"), DISCOVERY_S,
+                                     "the answer")
+            assert not answer.success and "another memory node writes to" in answer.message
+            assert proc.poll() is None
+    assert "another memory node writes to" in log.read_text()
+    assert not (memory_dir / "memory.jsonl").exists()
+    ros.node.destroy_client(client)

@@ -20,7 +20,7 @@ import pytest
 
 PREFIX = Path(os.environ.get("EDGE_SPEC_ROS_INSTALL_PREFIX", "/nonexistent")).resolve()
 EXECUTABLES = ("action_node", "bag_replay_node", "bridge_node", "camera_node", "drafter_node", "sim_node",
-               "edge-spec-ros")
+               "memory_node", "navigate_node", "edge-spec-ros")
 
 pytestmark = pytest.mark.skipif(not PREFIX.is_dir(), reason="run by `colcon test` (EDGE_SPEC_ROS_INSTALL_PREFIX)")
 
