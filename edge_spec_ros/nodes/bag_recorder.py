@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import rclpy
+from rclpy.event_handler import QoSSubscriptionMatchedInfo, SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
@@ -31,7 +32,15 @@ class BagRecorder(Node):
         qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.BEST_EFFORT)
         for topic, msgtype in topics.items():
             self.create_subscription(message_class(msgtype), topic,
-                                     lambda data, t=topic, m=msgtype: self._write(t, m, data), qos, raw=True)
+                                     lambda data, t=topic, m=msgtype: self._write(t, m, data), qos, raw=True,
+                                     event_callbacks=SubscriptionEventCallbacks(
+                                         matched=lambda info, t=topic: self._matched(t, info)))
+
+    def _matched(self, topic: str, info: QoSSubscriptionMatchedInfo) -> None:
+        """Log each change in a topic's publishers matched on the recorder's side: a message sent
+        before its publisher is matched here is not in the bag (the graph showing both ends is not
+        enough; on a loaded computer matching can take seconds)."""
+        self.get_logger().info(f"{topic}: {info.current_count} publisher(s) matched")
 
     def _write(self, topic: str, msgtype: str, data: bytes) -> None:
         self.bag.write(topic, msgtype, self.get_clock().now().nanoseconds, data)

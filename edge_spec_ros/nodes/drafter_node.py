@@ -3,7 +3,8 @@
 Subscribes  instruction (std_msgs/String), image_topic (sensor_msgs/Image or, with image_transport
             compressed, <image_topic>/compressed: sensor_msgs/CompressedImage; nodes/image_input.py),
             edge_spec/action (NavAction: when the last action is done, decide again)
-Publishes   edge_spec/decision (Decision: the decoded reasoning + action), edge_spec/stats (DecodeStats)
+Publishes   edge_spec/decision (Decision: the decoded reasoning + action), edge_spec/stats (DecodeStats);
+            mode dragon: edge_spec/answer (Answer; nodes/dragon_answer.py) and no Decision
 Talks to the verifier through bridge_node (edge_spec/decision_request, edge_spec/draft,
 edge_spec/exit_result, edge_spec/bridge_status).
 
@@ -24,15 +25,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from rclpy.event_handler import QoSSubscriptionMatchedInfo, SubscriptionEventCallbacks
 from rclpy.node import Node
 from std_msgs.msg import String
 
 from edge_spec_ros.cpu import cpu_budget, set_torch_threads
 from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import VerifierError
-from edge_spec_ros.edge.cycle import CycleConfig, MotionEnd, run_cycle
+from edge_spec_ros.edge.cycle import CycleConfig, MotionEnd, run_answer, run_cycle
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
-from edge_spec_ros.edge.registry import MODES, get_mode
+from edge_spec_ros.edge.registry import ALL_MODES, find_mode
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
 from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
@@ -40,6 +42,7 @@ from edge_spec_ros.nav.config import HARD_MAX_DURATION_S
 from edge_spec_ros.nav.motion import TIMEOUT_FACTOR, TIMEOUT_MARGIN_S
 from edge_spec_ros.nodes.convert import stats_to_msg
 from edge_spec_ros.nodes.describe_service import DescribeService, ExclusiveDecoder
+from edge_spec_ros.nodes.dragon_answer import DragonAnswerer, DragonNodeConfig
 from edge_spec_ros.nodes.image_input import ImageInput, ImageInputConfig
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
@@ -54,7 +57,9 @@ class DrafterNodeConfig:
     drafter_model: str = field(default="embedded", metadata=doc("model source (models/pairs.py): 'embedded', "
                                                                 "a train-sim-pair or checkpoint directory, a hub id"))
     quantize_int8: bool = field(default=False, metadata=doc("int8 dynamic quantization of the drafter (CPU)"))
-    mode: str = field(default="fsd", metadata=doc(f"decoding mode: {', '.join(MODES)} (edge/registry.py)"))
+    mode: str = field(default="fsd", metadata=doc(
+        f"decoding mode: {', '.join(ALL_MODES)} (edge/registry.py; dragon: an instruction is a question, answered "
+        "on edge_spec/answer from the memory and the cloud's documents, no motion)"))
     gamma: int = field(default=4, metadata=doc("draft length γ", 1, 64))
     max_new_tokens: int = field(default=48, metadata=doc("token budget of one decision", 1, 4096))
     temperature: float = field(default=0.0, metadata=doc("0: greedy", 0.0, 100.0))
@@ -85,10 +90,10 @@ class DrafterNodeConfig:
     reply_timeout_s: float = field(default=10.0, metadata=doc("wait for one verification (s)", 0.1, 3600.0))
 
     def __post_init__(self) -> None:
-        get_mode(self.mode)
+        find_mode(self.mode)
 
 
-PARAMETER_CONFIGS = (DrafterNodeConfig, ImageInputConfig)
+PARAMETER_CONFIGS = (DrafterNodeConfig, ImageInputConfig, DragonNodeConfig)
 
 
 def _stamp_ns(stamp) -> int:
@@ -115,9 +120,15 @@ class DrafterNode(Node):
             server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s)))
         self.decisions = self.create_publisher(Decision, "edge_spec/decision", RELIABLE)
         self.stats = self.create_publisher(DecodeStatsMsg, "edge_spec/stats", RELIABLE)
-        self.create_subscription(String, "instruction", self.on_instruction, RELIABLE)
+        self.create_subscription(String, "instruction", self.on_instruction, RELIABLE, event_callbacks=(
+            SubscriptionEventCallbacks(matched=self.on_instruction_matched)))
         self.images = ImageInput(self, declare_config(self, ImageInputConfig))
         self.describe = DescribeService(self)  # `describe`: image (or latest frame) + prompt -> text; moves nothing
+        dragon = declare_config(self, DragonNodeConfig)
+        # mode dragon: an instruction is a question answered from the memory and the cloud's documents
+        self.answerer = DragonAnswerer(self, pair, self.encoder, dragon, max_new_tokens=c.max_new_tokens,
+                                       temperature=c.temperature, seed=c.seed, lock=self.decoder.lock) \
+            if find_mode(c.mode).answers else None
         self.create_subscription(NavActionMsg, "edge_spec/action", self.on_action, RELIABLE)
         self._cv = threading.Condition()  # guards everything below
         self._ends: dict[int, NavActionMsg] = {}  # decision -> how its motion ended
@@ -135,6 +146,14 @@ class DrafterNode(Node):
             self._generation += 1
             self._cv.notify_all()
         self._instructions.put(msg.data.strip())
+
+    def on_instruction_matched(self, info: QoSSubscriptionMatchedInfo) -> None:
+        """Log each change in the publishers of ``instruction`` matched on this side. A publisher's own
+        count (``get_subscription_count``) says it has matched this subscription, not that this
+        subscription has matched it: an instruction published in between is lost (a volatile reader
+        never receives what a writer sent before the reader matched it). Tests and operators wait for
+        this line before the first instruction."""
+        self.get_logger().info(f"instruction: {info.current_count} publisher(s) matched")
 
     def on_action(self, msg: NavActionMsg) -> None:
         with self._cv:
@@ -163,7 +182,11 @@ class DrafterNode(Node):
                     return None
                 return None if end is None else MotionEnd(end.kind, _stamp_ns(end.header.stamp))
 
-            result = run_cycle(instruction, cycle, decide, lambda: self._current(generation))
+            if self.answerer is not None:  # mode dragon: answer the question, command no motion
+                result = run_answer(instruction, lambda q: self.answerer.answer(q, lambda: self._current(generation)),
+                                    lambda: self._current(generation))
+            else:
+                result = run_cycle(instruction, cycle, decide, lambda: self._current(generation))
             self.get_logger().info(f"instruction cycle ended after {result.decisions} decisions: {result.reason}")
 
     def _current(self, generation: int) -> bool:

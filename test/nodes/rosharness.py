@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -49,6 +50,23 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
+def service_answers(client, request, timeout_s: float, what: str, attempt_s: float = 2.0):
+    """Call ``client`` with ``request`` until an answer arrives; returns it. ``service_is_ready`` only
+    says that our requests reach the server, not that its replies reach us: a reply sent before the
+    server's reply writer has matched our reader is lost, and the call waits for ever. Use it only
+    with a request that changes nothing (a refused one) or as the handshake before one that does."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        future = client.call_async(request)
+        end = min(deadline, time.monotonic() + attempt_s)
+        while time.monotonic() < end and not future.done():
+            time.sleep(0.02)
+        if future.done():
+            return future.result()
+        client.remove_pending_request(future)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
 @contextmanager
 def process(args: list[str], log_path) -> Iterator[subprocess.Popen]:
     """Run ``args`` with its output in ``log_path``; terminate it on exit."""
@@ -63,3 +81,14 @@ def process(args: list[str], log_path) -> Iterator[subprocess.Popen]:
 
 def node_command(executable: str, *ros_args: str) -> list[str]:
     return [sys.executable, "-m", f"edge_spec_ros.nodes.{executable}", "--ros-args", *ros_args]
+
+
+MATCHED = re.compile(r"\[drafter\]: instruction: (\d+) publisher\(s\) matched")
+
+
+def drafter_matched_instruction(log_text: str) -> int:
+    """How many publishers of ``instruction`` the drafter's subscription has matched, by its log (0
+    before the first line). A publisher's ``get_subscription_count`` only says the publisher matched
+    the drafter; a message it sends before the drafter has matched it back is lost."""
+    counts = MATCHED.findall(log_text)
+    return int(counts[-1]) if counts else 0

@@ -18,7 +18,7 @@ from geometry_msgs.msg import Twist
 from rclpy.action import ActionClient
 from std_msgs.msg import String
 
-from rosharness import node_command, process, wait_for
+from rosharness import drafter_matched_instruction, node_command, process, wait_for
 from edge_spec_ros.action import Navigate
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.msg import Decision, DecisionRequest, NavAction as NavActionMsg
@@ -109,6 +109,10 @@ def stack(ros, server_endpoint, tmp_path_factory):
         wait_for(lambda: s.navigate.server_is_ready() and s.describe.service_is_ready()
                  and len(ros.node.get_subscriptions_info_by_topic("/instruction")) >= 4, UP_S,
                  f"the stack and navigate_node\n{s.logs()}")  # drafter, action, navigate, the test
+        # navigate_node publishes a goal's instruction once its publisher has matched the drafter; the
+        # drafter must have matched navigate_node's publisher too, or that first instruction is lost
+        wait_for(lambda: drafter_matched_instruction((logs / "stack.log").read_text()) >= 1, UP_S,
+                 f"the drafter matching navigate_node's instruction publisher\n{s.logs()}")
         yield s
         assert robot.poll() is None and nav.poll() is None, s.logs()
 

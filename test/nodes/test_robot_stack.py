@@ -14,7 +14,7 @@ import yaml
 from geometry_msgs.msg import Twist
 from std_msgs.msg import String
 
-from rosharness import process, wait_for
+from rosharness import drafter_matched_instruction, process, wait_for
 from edge_spec_ros.bags import read_bag, typestore, write_camera_bag
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
@@ -78,7 +78,10 @@ def test_instruction_through_the_stack(ros, server_endpoint, tmp_path, mode, tem
         # the action node publishes cmd_vel only while moving or holding zero: wait for the graph instead
         wait_for(lambda: ros.node.count_publishers("/cmd_vel") > 0 and instruction.get_subscription_count() >= 2,
                  STACK_UP_S, "the stack")
-        time.sleep(0.5)
+        # our publisher has matched the drafter; the drafter must have matched it back (else the
+        # instruction is lost: a volatile subscription never gets what was sent before it matched)
+        wait_for(lambda: drafter_matched_instruction(log.read_text()) >= 1, STACK_UP_S,
+                 f"the drafter matching the instruction publisher ({log.read_text()[-2000:]})")
         instruction.publish(String(data=INSTRUCTION))
         wait_for(lambda: actions and stats, 60, f"a decision ({log.read_text()[-2000:]})")
         assert proc.poll() is None

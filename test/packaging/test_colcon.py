@@ -33,7 +33,7 @@ VENV = Path(sys.prefix)
 SITE = Path(sysconfig.get_paths()["purelib"])
 PACKAGE = "edge_spec_ros"
 EXECUTABLES = ("action_node", "bag_replay_node", "bridge_node", "camera_node", "drafter_node", "sim_node",
-               "edge-spec-ros")
+               "memory_node", "navigate_node", "edge-spec-ros")
 # what `git archive` would ship, minus the checkout's local state
 NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "build", "install", "log", "artifacts", "__pycache__",
                                      ".pytest_cache", "*.egg-info", "*.pyc", ".train")
@@ -246,6 +246,11 @@ def test_installed_node_runs_and_record_writes_a_bag_with_the_installed_definiti
         wait_for(lambda: node.count_subscribers("/edge_spec/decision") >= 2
                  and node.count_publishers("/edge_spec/action") >= 1
                  and node.count_subscribers("/edge_spec/action") >= 2, 30, "decision and action topics matched")
+        # the graph showing both ends is not enough: a message sent before the recorder has matched its
+        # publisher is not in the bag, so wait for the recorder to say it has matched them
+        wait_for(lambda: all(f"{topic}: 1 publisher(s) matched" in log("record")
+                             for topic in ("/edge_spec/decision", "/edge_spec/action")), 30,
+                 "the recorder matching the decision and action publishers")
         decisions.publish(Decision(decision=1, mode="fsd", text="Reasoning: the hallway is clear. Action: move forward 30 cm"))
         wait_for(lambda: any(a.decision == 1 and a.kind == "forward" for a in actions), 20, "the parsed action")
         wait_for(lambda: any(t.linear.x > 0 for t in twists), 20, "a forward velocity command on /cmd_vel")
