@@ -33,9 +33,10 @@ $(STAMP): requirements.txt setup.py CMakeLists.txt package.xml $(wildcard msg/*.
 demo: $(STAMP)
 	$(BIN)/edge-spec-ros bringup --params config/go2_nav.yaml --serve --sim --instruction "find the silver bottle"
 
-# The shipped pair (edge_spec_ros/assets/sim_pair) is made by this one seeded command (resumable).
+# The shipped pair (edge_spec_ros/assets/sim_pair) is made by this one seeded command (resumable), on the
+# expert's earlier replies (--labels seen); the fine-tuning stage on the comparing replies: docs/closed_loop.md.
 sim-pair: $(STAMP)
-	$(BIN)/edge-spec-ros train-sim-pair --out edge_spec_ros/assets/sim_pair --seed 0 --verifier-steps 3000 \
+	$(BIN)/edge-spec-ros train-sim-pair --out edge_spec_ros/assets/sim_pair --seed 0 --labels seen --verifier-steps 3000 \
 		--dagger-rounds 0 --max-pixels 37632 --drafter-steps 1000 --exit-steps 300 --threads 1
 
 sim-eval: $(STAMP)
