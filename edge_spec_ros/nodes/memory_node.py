@@ -99,6 +99,9 @@ class MemoryNode(Node):
             skipped = self.memory.skipped_lines
             self.get_logger().info(f"memory in {self.memory.path} ({len(self.memory)} entries"
                                    f"{f', {skipped} unreadable lines skipped' if skipped else ''})")
+            for r in self.memory.renumbered:  # a hand-edited file: both entries kept (rag/stores.RobotMemory)
+                self.get_logger().warning(f"{self.memory.path} line {r.line}: entry id {r.entry_id} repeats line "
+                                          f"{r.first_line}'s; kept as entry {r.new_id}")
 
     def close(self) -> None:
         """Release the memory directory's writer lock (another memory node may then write to it)."""

@@ -16,12 +16,13 @@ side that owns them; only tokens and distributions travel (DESIGN.md, "DRAGON on
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import threading
 import time as _time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -31,6 +32,8 @@ import numpy as np
 MemoryKind = Literal["observation", "instruction", "note"]
 MEMORY_KINDS: tuple[MemoryKind, ...] = ("observation", "instruction", "note")
 MEMORY_FILE = "memory.jsonl"
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,16 @@ class BM25Index:
 
 
 @dataclass(frozen=True)
+class Renumbered:
+    """A memory line whose entry id an earlier line already had: kept under a fresh id."""
+
+    line: int  # 1-based line of memory.jsonl
+    entry_id: int  # the id written on that line
+    new_id: int  # the id it is kept under (this load only)
+    first_line: int  # the earlier line that keeps entry_id
+
+
+@dataclass(frozen=True)
 class MemoryEntry:
     """One memory record: what (kind, text), where (pose x, y in m, θ in rad, map frame), when (s)."""
 
@@ -133,6 +146,14 @@ class RobotMemory:
     Stored as JSON lines in ``directory/memory.jsonl`` (one entry per line, appended and flushed on
     every write, so a crash loses at most the line being written; a torn last line is skipped on
     load). Retrieval indexes the entry text (not the pose numbers) with BM25.
+
+    Repeated entry ids (a file edited or merged by hand): every entry is kept. The first line with
+    an id keeps it; each later line with the same id gets a fresh id above every id in the file (in
+    file order), is logged as a warning naming the file, the line and both ids, and is listed in
+    ``renumbered``. Refusing the file would leave the robot without any memory (the memory node
+    would record nothing, every answer would fail) until someone repairs it; keeping only the first
+    would drop what the later line says. The file itself is not rewritten, so a renumbered id is
+    valid for this load only (ids never leave the robot; new entries get ids above all of them).
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, fsync: bool = False) -> None:
@@ -143,6 +164,8 @@ class RobotMemory:
         self._index = BM25Index()
         self._lock = threading.Lock()
         self.skipped_lines = 0  # malformed lines found on load
+        self.renumbered: tuple[Renumbered, ...] = ()  # repeated ids found on load, and their new ids
+        self._next_id = 0
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._load()
@@ -156,19 +179,35 @@ class RobotMemory:
         assert path is not None
         if not path.exists():
             return
+        read: list[tuple[int, MemoryEntry]] = []  # (line number, entry)
         with path.open("r", encoding="utf-8") as f:
-            for line in f:
+            for number, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
                 try:
                     entry = MemoryEntry(**json.loads(line))
                     _check(entry)
-                except (ValueError, TypeError):
+                except (ValueError, TypeError) as exc:
                     self.skipped_lines += 1
+                    _log.warning("%s line %d: not a memory entry, skipped (%s)", path, number, exc)
                     continue
-                self._insert(entry)
+                read.append((number, entry))
+        fresh = max((e.entry_id for _, e in read), default=-1) + 1
+        first_line: dict[int, int] = {}
+        renumbered = []
+        for number, entry in read:
+            if entry.entry_id in first_line:
+                renumbered.append(Renumbered(number, entry.entry_id, fresh, first_line[entry.entry_id]))
+                _log.warning("%s line %d: entry id %d repeats line %d's; kept as entry %d", path, number,
+                             entry.entry_id, first_line[entry.entry_id], fresh)
+                entry = replace(entry, entry_id=fresh)
+                fresh += 1
+            first_line[entry.entry_id] = number
+            self._insert(entry)
+        self.renumbered = tuple(renumbered)
 
     def _insert(self, entry: MemoryEntry) -> None:
+        self._next_id = max(self._next_id, entry.entry_id + 1)
         self._entries.append(entry)
         self._by_id[entry.doc_id] = entry
         self._index.add(entry.doc_id, entry.text)
@@ -177,8 +216,7 @@ class RobotMemory:
             time: float | None = None) -> MemoryEntry:
         """Record an observation, instruction or note at pose (x, y, θ) and time (default: wall clock)."""
         with self._lock:
-            next_id = self._entries[-1].entry_id + 1 if self._entries else 0
-            entry = MemoryEntry(next_id, kind, text, float(pose[0]), float(pose[1]), float(pose[2]),
+            entry = MemoryEntry(self._next_id, kind, text, float(pose[0]), float(pose[1]), float(pose[2]),
                                 float(_time.time() if time is None else time))
             _check(entry)
             path = self.path
@@ -210,6 +248,8 @@ class RobotMemory:
 
 
 def _check(entry: MemoryEntry) -> None:
+    if not isinstance(entry.entry_id, int) or isinstance(entry.entry_id, bool) or entry.entry_id < 0:
+        raise ValueError(f"memory entry_id must be a non-negative integer, got {entry.entry_id!r}")
     if entry.kind not in MEMORY_KINDS:
         raise ValueError(f"memory kind must be one of {MEMORY_KINDS}, got {entry.kind!r}")
     if not isinstance(entry.text, str) or not entry.text.strip():
@@ -225,7 +265,10 @@ class DocumentStore:
     """The cloud's general-knowledge documents: every ``*.txt`` and ``*.md`` file under a folder.
 
     chunking="paragraph" (default) makes one document per blank-line-separated paragraph, with id
-    ``relative/path#n``; "file" makes one document per file with id ``relative/path``. The paper chunks
+    ``relative/path#n``; "file" makes one document per file with id ``relative/path``. Ids are paths
+    relative to the folder, so they are unique by construction: two files of the same name in
+    different sub-folders are two documents (``a/notes.txt#0``, ``b/notes.txt#0``); symlinked
+    sub-folders are not followed (a folder linked into itself would repeat its files). The paper chunks
     its corpus into fixed 64-token passages; paragraphs keep a hand-written folder readable.
     """
 

@@ -144,3 +144,31 @@ def test_one_writer_per_memory_a_second_records_nothing_and_keeps_running(ros, t
     assert "another memory node writes to" in log.read_text()
     assert not (memory_dir / "memory.jsonl").exists()
     ros.node.destroy_client(client)
+
+
+def test_a_memory_file_with_a_repeated_id_is_used_whole(ros, tmp_path):
+    """A memory.jsonl edited by hand that repeats an entry id: the node starts recording (it used to
+    record nothing), keeps both entries, logs the file, the line and the new id, and numbers a new
+    note above them."""
+    from edge_spec_ros.srv import AddNote as AddNoteSrv
+
+    memory_dir = tmp_path / "memory"
+    memory_dir.mkdir()
+    path = memory_dir / "memory.jsonl"
+    row = {"kind": "note", "x": 0.0, "y": 0.0, "theta": 0.0, "time": 1.0}
+    path.write_text(json.dumps({"entry_id": 0, "text": "the charger is behind the sofa", **row}) + "\n"
+                    + json.dumps({"entry_id": 0, "text": "the keys hang by the door", **row}) + "\n")
+    client = ros.node.create_client(AddNoteSrv, "memory/add_note")
+    log = tmp_path / "memory_node.log"
+    cmd = node_command("memory_node", "-p", f"memory_dir:={memory_dir}", "-p", "odom_topic:=''")
+    with process(cmd, log):
+        wait_for(client.service_is_ready, DISCOVERY_S, "memory_node's service")
+        empty = service_answers(client, AddNoteSrv.Request(text="   "), DISCOVERY_S, "memory_node's replies")
+        assert not empty.success and empty.entries == 2, empty.message
+        future = client.call_async(AddNoteSrv.Request(text="the umbrella is in the hall"))
+        wait_for(future.done, 10, "the note's answer")
+        assert future.result().success and future.result().entries == 3
+    assert [e["entry_id"] for e in lines(path)] == [0, 0, 2]
+    text = log.read_text()
+    assert "2 entries" in text and f"{path} line 2: entry id 0 repeats line 1's; kept as entry 1" in text, text[-2000:]
+    ros.node.destroy_client(client)

@@ -131,3 +131,67 @@ def test_document_store_file_chunking(folder):
 def test_document_store_missing_folder(tmp_path):
     with pytest.raises(FileNotFoundError):
         DocumentStore(tmp_path / "nope")
+
+
+def _line(entry_id, text, time=0.0) -> str:
+    return json.dumps({"entry_id": entry_id, "kind": "note", "text": text, "x": 0.0, "y": 0.0, "theta": 0.0,
+                       "time": time}) + "\n"
+
+
+def test_memory_keeps_both_entries_of_a_repeated_id(tmp_path, caplog):
+    """A hand-written memory.jsonl that repeats an id: nothing is lost; the later line is kept under a fresh
+    id (above every id in the file), logged with the file, the line and both ids, and listed."""
+    (tmp_path / MEMORY_FILE).write_text(_line(0, "the charger is behind the sofa") + _line(4, "the keys hang by the door")
+                                        + _line(0, "the umbrella is in the hall closet")
+                                        + _line(4, "the cat food is in the pantry"))
+    with caplog.at_level("WARNING", logger="edge_spec_ros.rag.stores"):
+        memory = RobotMemory(tmp_path)
+    assert len(memory) == 4 and memory.skipped_lines == 0
+    assert [e.entry_id for e in memory.entries] == [0, 4, 5, 6]
+    assert [(r.line, r.entry_id, r.new_id, r.first_line) for r in memory.renumbered] == [(3, 0, 5, 1), (4, 4, 6, 2)]
+    assert memory.top_k("where is the umbrella", k=1)[0].text.endswith("the umbrella is in the hall closet")
+    assert memory.top_k("where is the charger", k=1)[0].text.endswith("the charger is behind the sofa")
+    assert memory.top_k("cat food", k=1)[0].doc_id == "mem-6"
+    warned = [r.getMessage() for r in caplog.records]
+    assert any(str(tmp_path / MEMORY_FILE) in m and "line 3" in m and "entry id 0" in m and "entry 5" in m
+               for m in warned), warned
+    # a new entry gets an id above all of them, and the file reloads the same way
+    assert memory.add("note", "the remote is on the shelf", time=1.0).entry_id == 7
+    again = RobotMemory(tmp_path)
+    assert len(again) == 5 and len({e.doc_id for e in again.entries}) == 5
+    assert again.top_k("where is the remote", k=1)[0].doc_id == "mem-7"
+
+
+def test_memory_new_ids_stay_above_ids_written_out_of_order(tmp_path):
+    """Ids written by hand out of order: a new entry takes the largest id + 1, never one already used."""
+    (tmp_path / MEMORY_FILE).write_text(_line(3, "a lamp in the corner") + _line(0, "a plant by the window"))
+    memory = RobotMemory(tmp_path)
+    assert [memory.add("note", f"note {i}", time=float(i)).entry_id for i in range(3)] == [4, 5, 6]
+    assert not memory.renumbered and len(RobotMemory(tmp_path)) == 5
+
+
+def test_memory_skips_lines_with_a_bad_id(tmp_path, caplog):
+    """An id that is not a non-negative integer ("0" would collide with 0 as mem-0) is an unreadable line:
+    counted and logged with its line number."""
+    (tmp_path / MEMORY_FILE).write_text(_line(0, "a lamp") + _line("0", "a plant") + _line(-1, "a rug")
+                                        + _line(True, "a vase"))
+    with caplog.at_level("WARNING", logger="edge_spec_ros.rag.stores"):
+        memory = RobotMemory(tmp_path)
+    assert len(memory) == 1 and memory.skipped_lines == 3
+    assert sum("not a memory entry" in r.getMessage() for r in caplog.records) == 3
+    assert any("line 2" in r.getMessage() for r in caplog.records)
+
+
+def test_document_store_same_file_name_in_two_folders(tmp_path):
+    """Document ids are paths relative to the folder: two files named alike in different sub-folders are
+    two documents, both retrievable; a symlinked sub-folder is not read twice."""
+    (tmp_path / "kitchen").mkdir()
+    (tmp_path / "garage").mkdir()
+    (tmp_path / "kitchen" / "notes.txt").write_text("The kettle boils water in two minutes.")
+    (tmp_path / "garage" / "notes.txt").write_text("The bicycle pump hangs on the wall.")
+    (tmp_path / "again").symlink_to(tmp_path / "kitchen", target_is_directory=True)
+    store = DocumentStore(tmp_path)
+    assert store.doc_ids == ("garage/notes.txt#0", "kitchen/notes.txt#0")
+    assert store.top_k("kettle water", k=1)[0].doc_id == "kitchen/notes.txt#0"
+    assert store.top_k("bicycle pump", k=1)[0].doc_id == "garage/notes.txt#0"
+    assert DocumentStore(tmp_path, chunking="file").doc_ids == ("garage/notes.txt", "kitchen/notes.txt")
