@@ -155,6 +155,17 @@ def _max_decisions(params_file: str) -> int:
     return int(drafter.get("max_decisions", DrafterNodeConfig.max_decisions))
 
 
+def serve_args(config: BringupConfig, threads: int) -> tuple[str, ...]:
+    """The ``edge-spec-ros serve`` arguments of the verifier that ``serve`` starts on loopback: its torch
+    threads and, with ``documents``, the DRAGON document folder the drafter's mode dragon asks."""
+    if config.documents and not config.serve:
+        raise ValueError("documents is the folder of the verifier bringup starts: it needs serve")
+    args: tuple[str, ...] = ("--threads", str(threads))
+    if config.documents:
+        args += ("--documents", config.documents)
+    return args
+
+
 def run(config: BringupConfig, print_fn=print) -> Monitor:
     """Run the stack until the instruction cycle ends (or ``timeout_s`` passes, or a signal)."""
     from edge_spec_ros.server_process import verifier_process
@@ -163,9 +174,7 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
 
     budget = cpu_budget()
     set_torch_threads(budget.torch_threads)
-    documents = ("--documents", config.documents) if config.documents else ()
-    server = verifier_process("--threads", str(budget.torch_threads), *documents) if config.serve \
-        else nullcontext(None)
+    server = verifier_process(*serve_args(config, budget.torch_threads)) if config.serve else nullcontext(None)
     with server as endpoint:
         args = ["--ros-args", "--params-file", config.params_file]
         if endpoint:  # the bridge's verifier, and the drafter's in mode dragon

@@ -283,11 +283,17 @@ def cmd_bringup(args: argparse.Namespace) -> int:
 
     if not Path(args.params).is_file():
         raise SystemExit(f"no parameters file at {args.params}")
+    if args.documents and not args.serve:
+        raise SystemExit("--documents is the folder of the verifier that --serve starts: add --serve, or give "
+                         "the folder to the verifier the drafter talks to (serve --documents DIR)")
+    if args.documents and not Path(args.documents).is_dir():
+        raise SystemExit(f"--documents {args.documents} is not a folder")
     monitor = run(BringupConfig(params_file=args.params, serve=args.serve, instruction=args.instruction,
                                 timeout_s=args.timeout, camera_source=args.camera_source or "", bag=args.bag or "",
                                 bag_topics=tuple(args.bag_topic or ()), bag_remap=tuple(args.bag_remap or ()),
                                 bag_clock_hz=args.bag_clock, bag_rate=args.bag_rate,
-                                sim=args.sim, trajectory=args.trajectory if args.sim else ""))
+                                sim=args.sim, trajectory=args.trajectory if args.sim else "",
+                                documents=args.documents or ""))
     print(f"{len(monitor.decisions)} decisions, {len(monitor.actions)} actions, {len(monitor.twists)} cmd_vel messages")
     if args.sim:
         print(f"simulated robot {'reached' if monitor.goal_reached else 'did NOT reach'} the target")
@@ -649,6 +655,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="with --bag: publish /clock from bag time at HZ (for nodes with use_sim_time)")
     bringup.add_argument("--bag-rate", type=float, default=1.0, help="with --bag: playback speed (0: as fast as possible)")
     bringup.add_argument("--sim", action="store_true", help="the simulated room instead of the camera")
+    bringup.add_argument("--documents", metavar="DIR",
+                         help="with --serve: the started verifier's DRAGON document folder (serve --documents DIR; "
+                              "*.txt, *.md), which the drafter asks in mode dragon")
     bringup.add_argument("--trajectory", default="artifacts/sim_trajectory.png",
                          help="with --sim: top-down picture of the robot's path")
     bringup.set_defaults(func=cmd_bringup)
