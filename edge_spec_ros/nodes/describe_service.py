@@ -22,6 +22,9 @@ decision cycle and this service; three rules keep them apart:
   and the coroutine awaits an rclpy Future, which the worker completes and then triggers a guard
   condition to wake the executor. Meanwhile the executor goes on delivering the verifier's replies to
   both links. Requests are served one at a time (the group is mutually exclusive).
+
+A request's empty ``mode`` is the drafter's; while the drafter is in mode ``dragon`` (it answers
+questions and decodes no image) it is ``FALLBACK_MODE``, ``fsd``.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from rclpy.task import Future
 
 from edge_spec_ros.edge.client import VerifierError
 from edge_spec_ros.edge.modes import EdgeDecoder
-from edge_spec_ros.edge.registry import MODES
+from edge_spec_ros.edge.registry import ANSWER_MODES, MODES
 from edge_spec_ros.models.prompt import decode_image, encode_image
 from edge_spec_ros.nodes.convert import compressed_to_rgb, image_to_rgb, stats_to_msg
 from edge_spec_ros.nodes.ros_link import RosVerifierLink
@@ -48,6 +51,23 @@ FIRST_SESSION = 2**31  # Describe's verifier sessions: apart from the decision c
 MAX_NEW_TOKENS = 1024  # a request's token budget at most
 JOIN_S = 2.0
 BUSY = "busy: a decision is being decoded; ask again when it is over"
+# a request's empty mode is the drafter's mode; while the drafter answers questions (mode dragon, which
+# describes nothing) it is this verify mode, the YAML's default decision mode (FSD with early exits)
+FALLBACK_MODE = "fsd"
+
+
+def describe_mode(requested: str, drafter_mode: str) -> str:
+    """The verify mode a Describe runs: ``requested``, else the drafter's mode if it is a verify mode,
+    else ``FALLBACK_MODE``. ValueError for a mode that is not a verify mode (edge/registry.MODES)."""
+    mode = requested.strip().lower()
+    if not mode:
+        return drafter_mode if drafter_mode in MODES else FALLBACK_MODE
+    if mode in ANSWER_MODES:
+        raise ValueError(f"mode {requested!r} answers questions on instruction (edge_spec/answer), it describes no "
+                         f"image: use a verify mode ({', '.join(MODES)}) or leave mode empty ({FALLBACK_MODE})")
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {requested!r} (one of {', '.join(MODES)})")
+    return mode
 
 
 class ExclusiveDecoder:
@@ -137,9 +157,7 @@ class DescribeService:
         prompt = request.prompt.strip()
         if not prompt:
             raise ValueError("empty prompt")
-        mode = request.mode.strip().lower() or c.mode
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {request.mode!r} (one of {', '.join(MODES)})")
+        mode = describe_mode(request.mode, c.mode)
         budget = request.max_new_tokens or c.max_new_tokens
         if budget > MAX_NEW_TOKENS:
             raise ValueError(f"max_new_tokens {budget} above {MAX_NEW_TOKENS}")
