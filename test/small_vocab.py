@@ -44,6 +44,7 @@ def chi_square_pvalue(samples: list[tuple[int, int]], expected_p: np.ndarray) ->
     exp = np.append(expected[keep], expected[~keep].sum())
     if exp[-1] == 0:
         obs, exp = obs[:-1], exp[:-1]
+    exp *= obs.sum() / exp.sum()  # the joint sums to 1 only up to rounding; chisquare wants equal totals
     return float(chisquare(obs, exp).pvalue)
 
 
