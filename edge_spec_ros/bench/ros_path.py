@@ -2,11 +2,12 @@
 
 The robot side is what ``drafter_node`` runs: ``EdgeDecoder`` over a ``nodes.ros_link.RosVerifierLink``
 held by a node of the bench process (its own rclpy context, a single-threaded executor spinning on
-a background thread, as a drafter node's decision thread blocks while its executor delivers). The
-link talks over DDS topics to a ``bridge_node`` in a separate process, which owns its own ZeroMQ
-client to the same verifier process as the direct path. So a round on this path pays what a
-deployment pays on top of direct ZeroMQ: two DDS hops (draft up, each exit result down), message
-conversion on both sides, and the executor wake-ups of two processes.
+a background thread, as in a drafter node; the link's replies arrive on its own receiver thread,
+not through the executor). The link talks over DDS topics to a ``bridge_node`` in a separate
+process, which owns its own ZeroMQ client to the same verifier process as the direct path. So a
+round on this path pays what a deployment pays on top of direct ZeroMQ: two DDS hops (draft up,
+each exit result down), message conversion on both sides, and the wake-ups of the receiving
+threads of two processes (the bridge's receiver thread for a draft, the link's for each reply).
 
 Both nodes live in a namespace of their own (``/edge_spec_bench_<pid>``), so a bench never talks
 to another bench's or a robot's bridge in the same ROS domain. rclpy is imported only here
@@ -18,6 +19,7 @@ profile (shared memory only) is in force: ``FASTDDS_BUILTIN_TRANSPORTS=SHM`` and
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,6 +31,14 @@ from edge_spec_ros.bench.profiles import Profile
 
 START_TIMEOUT_S = 60.0  # wall seconds for bridge_node to start and its topics to match ours
 DDS_PROFILE = Path(__file__).resolve().parents[2] / "config" / "fastdds_local.xml"
+BRIDGE_TOPICS = ("decision_request", "draft")  # the bridge's subscriptions, as its log names them
+
+
+def bridge_matched(log_text: str, topic: str) -> int:
+    """How many publishers of ``topic`` the bridge's subscription has matched, by its log line
+    ``<topic>: N publisher(s) matched`` (the latest; 0 before the first)."""
+    counts = re.findall(rf"\]: {re.escape(topic)}: (\d+) publisher\(s\) matched", log_text)
+    return int(counts[-1]) if counts else 0
 
 
 def local_dds_env() -> None:
@@ -98,9 +108,10 @@ class RosPath:
         return self
 
     def _wait_matched(self) -> None:
-        """Until both of the link's publishers reach the bridge's subscriptions and both of the link's
-        subscriptions hear the bridge's publishers (reliable, volatile: nothing published before
-        matching would be delivered)."""
+        """Until both of the link's publishers reach the bridge's subscriptions, the bridge's
+        subscriptions have matched them back (its log says so), and both of the link's subscriptions
+        hear the bridge's publishers (reliable, volatile: a message sent before the reader has matched
+        its writer is lost, whatever the writer's own count says)."""
         link = self.link
         pubs = (link._requests, link._drafts)  # noqa: SLF001 - the link's own endpoints
         subs = [s for s in self._node.subscriptions]
@@ -109,14 +120,18 @@ class RosPath:
             if self._bridge.poll() is not None:
                 raise RuntimeError(f"bridge_node exited with status {self._bridge.returncode}:\n{self.bridge_log()}")
             if all(p.get_subscription_count() > 0 for p in pubs) and all(s.get_publisher_count() > 0 for s in subs):
-                return
+                log = self.bridge_log(lines=0)
+                if all(bridge_matched(log, topic) > 0 for topic in BRIDGE_TOPICS):
+                    return
             time.sleep(0.05)
         raise RuntimeError(f"bridge_node's topics did not match within {START_TIMEOUT_S:.0f} s:\n{self.bridge_log()}")
 
     def bridge_log(self, lines: int = 20) -> str:
+        """The last ``lines`` lines of the bridge's output (0: all of it)."""
         if self._log is None:
             return ""
-        return "".join(Path(self._log.name).read_text(errors="replace").splitlines(keepends=True)[-lines:])
+        text = Path(self._log.name).read_text(errors="replace")
+        return text if lines == 0 else "".join(text.splitlines(keepends=True)[-lines:])
 
     def __exit__(self, *exc) -> None:
         from edge_spec_ros.server_process import stop

@@ -1,6 +1,8 @@
 """bridge_node: owns the ZeroMQ link to the cloud verifier.
 
-Subscribes  edge_spec/decision_request (DecisionRequest), edge_spec/draft (DraftBlock)
+Subscribes  edge_spec/decision_request (DecisionRequest), edge_spec/draft (DraftBlock), on a
+            receiver thread of its own (not the executor); logs "<topic>: N publisher(s) matched"
+            at each change in the publishers of either matched on its side
 Publishes   edge_spec/exit_result (ExitResult, every exit as it arrives), edge_spec/bridge_status,
             /diagnostics (diagnostic_msgs/DiagnosticArray, every ``diagnostics_period_s``: the verifier
             link: connected, last round trip, τ, α and the pre-draft cache miss rate r of the latest
@@ -9,6 +11,7 @@ Publishes   edge_spec/exit_result (ExitResult, every exit as it arrives), edge_s
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -16,19 +19,20 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
+from rclpy.event_handler import QoSSubscriptionMatchedInfo
 from rclpy.node import Node
 
-from edge_spec_ros.edge.client import ClientConfig, VerifierClient, VerifierError, VerifierTimeout
+from edge_spec_ros.edge.client import ClientConfig, VerifierAuthError, VerifierClient, VerifierError
 from edge_spec_ros.msg import BridgeStatus, DecisionRequest
 from edge_spec_ros.msg import DecodeStats as DecodeStatsMsg, DraftBlock as DraftBlockMsg, ExitResult as ExitResultMsg
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
-from edge_spec_ros.nodes.ros_link import RELIABLE, f32, i32, session_id
+from edge_spec_ros.nodes.ros_link import RELIABLE, Receiver, f32, i32, session_id
 from edge_spec_ros.wire.curve import client_keys
 from edge_spec_ros.wire.emulator import LinkShape
-from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Generate, Open, Tokens
+from edge_spec_ros.wire.messages import DraftBlock, Error, ExitResult, Generate, Open, Tokens
 
-POLL_S = 0.1  # how often a session's receiver checks for shutdown
+POLL_S = 0.1  # how often a session's watcher looks at the link (and for shutdown)
 
 
 @dataclass(frozen=True)
@@ -66,12 +70,38 @@ class _LinkHealth:
 
 
 class _Session:
-    def __init__(self, decision: int, sid: bytes) -> None:
+    def __init__(self, decision: int, sid: bytes, timeout_s: float) -> None:
         self.decision = decision
         self.sid = sid
         self.closed = threading.Event()
         self.waiting_since: float | None = None  # a request is outstanding since then
-        self.thread: threading.Thread | None = None  # forwards the verifier's replies
+        self.timeout_s = timeout_s  # how long a request may go unanswered (open, then reply timeout)
+        self.thread: threading.Thread | None = None  # watches for a silent verifier
+
+
+class _BridgeClient(VerifierClient):
+    """The bridge's ZeroMQ client: after each frame set its I/O thread calls ``on_replies``, which
+    publishes the replies on ROS at once (no hand-off to another thread on the way down)."""
+
+    def __init__(self, config: ClientConfig, on_replies) -> None:
+        self._on_replies = on_replies
+        super().__init__(config)
+
+    def _on_frames(self, frames: list[bytes]) -> None:
+        super()._on_frames(frames)
+        self._on_replies()
+
+    def take(self, sid: bytes) -> list:
+        """The session's replies received so far, without waiting (errors included, not raised)."""
+        with self._lock:
+            box = self._inbox.get(sid)
+        out = []
+        while box is not None:
+            try:
+                out.append(box.get_nowait())
+            except queue.Empty:
+                break
+        return out
 
 
 class BridgeNode(Node):
@@ -80,16 +110,30 @@ class BridgeNode(Node):
         self.config = c = declare_config(self, BridgeConfig)
         shape = LinkShape(c.emulate_delay_s, c.emulate_jitter_s, c.emulate_bandwidth_bps, c.emulate_loss)
         curve = client_keys(c.curve_secret_file, c.curve_server_key_file) if c.curve_secret_file else None
-        self.client = VerifierClient(ClientConfig(
-            endpoint=c.verifier_endpoint, open_timeout_s=c.open_timeout_s, reply_timeout_s=c.reply_timeout_s,
-            uplink=None if shape.ideal else shape, downlink=None if shape.ideal else shape, curve=curve))
         self.sessions: dict[int, _Session] = {}
+        self.client = _BridgeClient(ClientConfig(
+            endpoint=c.verifier_endpoint, open_timeout_s=c.open_timeout_s, reply_timeout_s=c.reply_timeout_s,
+            uplink=None if shape.ideal else shape, downlink=None if shape.ideal else shape, curve=curve),
+            self._on_replies)
         self.results = self.create_publisher(ExitResultMsg, "edge_spec/exit_result", RELIABLE)
         self.status = self.create_publisher(BridgeStatus, "edge_spec/bridge_status", RELIABLE)
-        self.create_subscription(DecisionRequest, "edge_spec/decision_request", self.on_request, RELIABLE)
-        self.create_subscription(DraftBlockMsg, "edge_spec/draft", self.on_draft, RELIABLE)
+        # requests and drafts are served by a thread of their own (one wake-up less than the executor)
+        self._receiver = Receiver(self)
+        self._receiver.subscribe(DecisionRequest, "edge_spec/decision_request", self.on_request, RELIABLE,
+                                 on_matched=self._matched_logger("decision_request"))
+        self._receiver.subscribe(DraftBlockMsg, "edge_spec/draft", self.on_draft, RELIABLE,
+                                 on_matched=self._matched_logger("draft"))
+        self._receiver.start("bridge-receiver")
         self._diagnostics_init()
         self.get_logger().info(f"bridging to the verifier at {c.verifier_endpoint}")
+
+    def _matched_logger(self, topic: str):
+        """Log each change in the publishers of ``topic`` matched on the bridge's side. A drafter's
+        publisher that counts the bridge's subscription (``get_subscription_count``) may not be
+        matched here yet, and a request it publishes in between is lost: wait for this line."""
+        def log(info: QoSSubscriptionMatchedInfo) -> None:
+            self.get_logger().info(f"{topic}: {info.current_count} publisher(s) matched")
+        return log
 
     def on_request(self, msg: DecisionRequest) -> None:
         if msg.command == DecisionRequest.CLOSE:
@@ -99,14 +143,14 @@ class BridgeNode(Node):
                 self.client.end(session.sid)
             return
         sid = session_id(msg.decision)
-        session = self.sessions[msg.decision] = _Session(msg.decision, sid)
+        session = self.sessions[msg.decision] = _Session(msg.decision, sid, self.config.open_timeout_s)
         self.client.register(sid)
         request = Open(input_ids=np.asarray(msg.input_ids, dtype=np.int32), image=bytes(msg.image),
                        temperature=msg.temperature, seed=msg.seed, want_exits=msg.want_exits,
                        queue_policy=msg.queue_policy or "priority", p_top_k=msg.p_top_k)
         session.waiting_since = time.monotonic()
         self.client.send(sid, self.client.with_downlink(request))
-        session.thread = threading.Thread(target=self._forward, args=(session,), name=f"bridge-{msg.decision}",
+        session.thread = threading.Thread(target=self._watch, args=(session,), name=f"bridge-{msg.decision}",
                                           daemon=True)
         session.thread.start()
 
@@ -139,40 +183,48 @@ class BridgeNode(Node):
             session.waiting_since = time.monotonic()
         self.client.send(session.sid, out)
 
-    def _forward(self, session: _Session) -> None:
-        """Publish everything the verifier sends for one decision; report a silent verifier."""
-        timeout = self.config.open_timeout_s
-        while not session.closed.is_set():
-            try:
-                msg = self.client.receive(session.sid, POLL_S)
-            except VerifierTimeout:
-                waited = session.waiting_since
-                if waited is not None and time.monotonic() - waited > timeout:
-                    self._publish_status(session.decision, BridgeStatus.LINK_LOST,
-                                         f"no reply from {self.config.verifier_endpoint} within {timeout:.1f} s")
-                    self.get_logger().error(f"decision {session.decision}: verifier silent for {timeout:.1f} s")
-                    session.waiting_since = None
-                continue
-            except VerifierError as exc:
+    def _on_replies(self) -> None:
+        """On the client's I/O thread, after every frame set from the verifier: publish what the open
+        sessions received, in order, at once (no hand-off to another thread)."""
+        for session in list(self.sessions.values()):
+            for msg in self.client.take(session.sid):
+                self._publish_reply(session, msg)
+
+    def _publish_reply(self, session: _Session, msg) -> None:
+        if isinstance(msg, ExitResult):
+            self._publish_exit(session.decision, msg)
+            if msg.is_final:
+                session.waiting_since = None
+        elif isinstance(msg, Tokens):
+            self._publish_exit(session.decision, ExitResult(round=0, layer=0, accepted=0, tokens=msg.tokens,
+                                                            confidence=1.0, is_final=msg.is_final,
+                                                            compute_s=msg.compute_s))
+            session.waiting_since = None if msg.is_final else time.monotonic()
+        elif isinstance(msg, Error):
+            self._publish_status(session.decision, BridgeStatus.ERROR, str(VerifierError(msg.code, msg.message)),
+                                 code=msg.code)
+            session.waiting_since = None
+        else:  # Opened
+            session.timeout_s = self.config.reply_timeout_s
+            session.waiting_since = None
+            self._publish_status(session.decision, BridgeStatus.OPENED, "", num_layers=msg.num_layers,
+                                 exit_layers=list(msg.exit_layers))
+
+    def _watch(self, session: _Session) -> None:
+        """Report a silent verifier (LINK_LOST) or a failed handshake (ERROR) of one decision."""
+        while not session.closed.wait(POLL_S):
+            handshake = self.client.handshake_failure
+            if handshake is not None:
+                exc = VerifierAuthError(f"cannot talk to the verifier at {self.config.verifier_endpoint}: {handshake}")
                 self._publish_status(session.decision, BridgeStatus.ERROR, str(exc), code=exc.code)
                 session.waiting_since = None
                 continue
-            except KeyError:  # ended
-                return
-            if isinstance(msg, ExitResult):
-                self._publish_exit(session.decision, msg)
-                if msg.is_final:
-                    session.waiting_since = None
-            elif isinstance(msg, Tokens):
-                self._publish_exit(session.decision, ExitResult(round=0, layer=0, accepted=0, tokens=msg.tokens,
-                                                                confidence=1.0, is_final=msg.is_final,
-                                                                compute_s=msg.compute_s))
-                session.waiting_since = None if msg.is_final else time.monotonic()
-            else:  # Opened
-                timeout = self.config.reply_timeout_s
+            waited = session.waiting_since
+            if waited is not None and time.monotonic() - waited > session.timeout_s:
+                self._publish_status(session.decision, BridgeStatus.LINK_LOST,
+                                     f"no reply from {self.config.verifier_endpoint} within {session.timeout_s:.1f} s")
+                self.get_logger().error(f"decision {session.decision}: verifier silent for {session.timeout_s:.1f} s")
                 session.waiting_since = None
-                self._publish_status(session.decision, BridgeStatus.OPENED, "", num_layers=msg.num_layers,
-                                     exit_layers=list(msg.exit_layers))
 
     def _publish_exit(self, decision: int, r: ExitResult) -> None:
         self._note_reply(decision, r)
@@ -267,7 +319,8 @@ class BridgeNode(Node):
         self.diagnostics.publish(out)
 
     def close(self) -> None:
-        """End every session's forwarding thread (joined) and the verifier client."""
+        """End the receiver and every session's watcher (joined), then the verifier client."""
+        self._receiver.close()
         sessions, self.sessions = list(self.sessions.values()), {}
         for session in sessions:
             session.closed.set()

@@ -10,8 +10,16 @@ from __future__ import annotations
 import array
 import queue
 import threading
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import ExitStack
 
 import numpy as np
+from rclpy.callback_groups import CallbackGroup
+from rclpy.event_handler import EventHandler, QoSSubscriptionMatchedInfo, SubscriptionEventCallbacks
+from rclpy.exceptions import InvalidHandle
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy
 
@@ -24,6 +32,112 @@ from edge_spec_ros.wire.verifier_link import Traffic, VerifierError, VerifierTim
 
 # Drafts and results must not be dropped or reordered.
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+RECEIVER_WAIT_S = 1.0  # longest sleep of a Receiver's thread with nothing arriving (closing wakes it at once)
+PUMP_SLICE_S = 0.1  # longest wait of a receive taking the replies, before it looks at its deadline again
+FOLLOW_SLICE_S = 0.005  # a receive waiting while another thread takes the replies looks again this often
+
+
+class _OwnThread(CallbackGroup):
+    """The group of a Receiver's entities: no executor waits on its subscriptions or its guard
+    condition, or takes their messages. Their event handlers (a publisher matched, an incompatible
+    QoS offered) take no message and run on the node's executor, as any other node's do."""
+
+    def can_execute(self, entity) -> bool:
+        return isinstance(entity, EventHandler)
+
+    def beginning_execution(self, entity) -> bool:
+        return isinstance(entity, EventHandler)
+
+    def ending_execution(self, entity) -> None:
+        pass
+
+
+class Receiver:
+    """Subscriptions served without the node's executor: by a thread of their own (``start()``), or by
+    whoever calls ``pump()``.
+
+    A pump blocks in a wait set on just these subscriptions, takes every message ready and calls its
+    callback at once, in the order each topic delivers. Messages so reach their consumer with fewer
+    wake-ups and without the executor's per-message work (rebuilding its wait set in Python), and
+    without queueing behind the node's other callbacks (camera frames, timers). ``close()`` ends the
+    pumping (a pump in progress returns); the subscriptions stay on the node (destroyed with it)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self._group = _OwnThread()
+        self._subs: list = []
+        self._closed = False
+        self._wake = node.create_guard_condition(lambda: None, callback_group=self._group)
+        self._wait_set = None
+        self._thread: threading.Thread | None = None
+        node.context.on_shutdown(self.close)
+
+    def subscribe(self, msg_type, topic: str, callback: Callable, qos: QoSProfile,
+                  on_matched: Callable[[QoSSubscriptionMatchedInfo], None] | None = None):
+        """Before the first pump: a subscription whose messages go to ``callback`` (on the pumping
+        thread); ``on_matched`` (on the node's executor) hears each change in the publishers this
+        subscription has matched: a message a publisher sends before it is matched here is lost."""
+        events = SubscriptionEventCallbacks(matched=on_matched) if on_matched is not None else None
+        sub = self.node.create_subscription(msg_type, topic, callback, qos, callback_group=self._group,
+                                            event_callbacks=events)
+        self._subs.append(sub)
+        return sub
+
+    def start(self, name: str) -> None:
+        """Pump on a thread of the receiver's own until ``close()``."""
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """End the pumping: a pump in progress returns, the receiver's thread (if any) is joined."""
+        self._closed = True
+        try:
+            self._wake.trigger()
+        except Exception:  # noqa: BLE001 - the node or the context is gone already: the wait ends by itself
+            pass
+        thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(timeout=2 * RECEIVER_WAIT_S)
+
+    def pump(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` (0: not at all) for messages, then take every one ready and call its
+        callback. One thread at a time. False once closed (or the node is being destroyed)."""
+        if self._closed:
+            return False
+        with ExitStack() as in_use:  # as the executors do: nothing is destroyed under the wait
+            try:
+                for entity in (*self._subs, self._wake):
+                    in_use.enter_context(entity.handle)
+            except InvalidHandle:
+                return False
+            if self._wait_set is None:
+                self._wait_set = _rclpy.WaitSet(len(self._subs), 1, 0, 0, 0, 0, self.node.context.handle)
+            wait_set = self._wait_set
+            wait_set.clear_entities()
+            for sub in self._subs:
+                wait_set.add_subscription(sub.handle)
+            wait_set.add_guard_condition(self._wake.handle)
+            wait_set.wait(max(0, int(timeout_s * 1e9)))
+            ready = set(wait_set.get_ready_entities("subscription"))
+            for sub in self._subs:
+                while not self._closed and sub.handle.pointer in ready:
+                    taken = sub.handle.take_message(sub.msg_type, sub.raw)
+                    if taken is None:
+                        break
+                    try:
+                        sub.callback(taken[0])
+                    except Exception:  # noqa: BLE001 - one bad message must not end the receiving
+                        self.node.get_logger().error(
+                            f"error in a callback of {sub.topic_name}:\n{traceback.format_exc()}")
+        return not self._closed
+
+    def _run(self) -> None:
+        try:
+            while self.pump(RECEIVER_WAIT_S):
+                pass
+        except Exception as exc:  # noqa: BLE001 - the context was shut down under the thread
+            if not self._closed:
+                self.node.get_logger().error(f"receiver thread {threading.current_thread().name} ended: {exc!r}")
 
 
 def f32(values) -> array.array:
@@ -58,8 +172,12 @@ class RosVerifierLink:
         self._closed = False
         self._requests = node.create_publisher(DecisionRequest, "edge_spec/decision_request", RELIABLE)
         self._drafts = node.create_publisher(DraftBlockMsg, "edge_spec/draft", RELIABLE)
-        node.create_subscription(ExitResultMsg, "edge_spec/exit_result", self._on_exit, RELIABLE)
-        node.create_subscription(BridgeStatus, "edge_spec/bridge_status", self._on_status, RELIABLE)
+        # the replies are taken by the thread that waits for them (receive), not by the node's executor:
+        # no hand-off between threads on the way to the decoder
+        self._receiver = Receiver(node)
+        self._receiver.subscribe(ExitResultMsg, "edge_spec/exit_result", self._on_exit, RELIABLE)
+        self._receiver.subscribe(BridgeStatus, "edge_spec/bridge_status", self._on_status, RELIABLE)
+        self._pumping = threading.Lock()  # held by the receive that takes the replies for everyone
 
     @property
     def next_decision(self) -> int:
@@ -73,6 +191,7 @@ class RosVerifierLink:
             boxes = list(self._inbox.values())
         for box in boxes:
             box.put(Error(int(ErrorCode.INTERNAL), "the drafter is shutting down"))
+        self._receiver.close()
 
     def open(self, request: Open) -> tuple[bytes, Opened]:
         with self._lock:
@@ -94,8 +213,8 @@ class RosVerifierLink:
         msg.want_exits = bool(request.want_exits)
         msg.queue_policy = request.queue_policy
         msg.p_top_k = int(request.p_top_k)
-        self._count(sid, request)
         self._requests.publish(msg)
+        self._count(sid, request)
         reply = self.receive(sid, self.open_timeout_s)
         if not isinstance(reply, Opened):
             raise VerifierError(int(ErrorCode.INTERNAL), f"expected Opened, got {type(reply).__name__}")
@@ -124,20 +243,42 @@ class RosVerifierLink:
             msg.resampled = message.resampled
         else:
             raise TypeError(f"the bridge link carries drafts and generation requests, not {type(message).__name__}")
-        self._count(sid, message)
         self._drafts.publish(msg)
+        self._count(sid, message)  # after publishing: the bridge relays while this counts
 
     def receive(self, sid: bytes, timeout_s: float | None = None) -> Message:
+        """The session's next reply. The calling thread takes the replies off the topics itself (for
+        every session: another session's go to its inbox); while another thread does so, it waits on
+        its inbox and takes over within ``FOLLOW_SLICE_S`` when that one returns."""
         timeout_s = self.reply_timeout_s if timeout_s is None else timeout_s
         with self._lock:
             box = self._inbox.get(decision_of(sid))
         if box is None:
             raise KeyError("unknown or ended decision")
-        try:
-            msg = box.get(timeout=timeout_s)
-        except queue.Empty:
-            raise VerifierTimeout(f"no reply through the bridge within {timeout_s:.1f} s "
-                                  "(is bridge_node running and the verifier reachable?)") from None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                msg = box.get_nowait()
+                break
+            except queue.Empty:
+                pass
+            remaining = deadline - time.monotonic()
+            if self._pumping.acquire(blocking=False):
+                try:
+                    if box.empty() and not self._receiver.pump(min(max(0.0, remaining), PUMP_SLICE_S)) \
+                            and box.empty():
+                        raise VerifierError(int(ErrorCode.INTERNAL), "the drafter is shutting down")
+                finally:
+                    self._pumping.release()
+            else:
+                try:
+                    msg = box.get(timeout=min(max(0.0, remaining), FOLLOW_SLICE_S))
+                    break
+                except queue.Empty:
+                    pass
+            if remaining <= 0 and box.empty():
+                raise VerifierTimeout(f"no reply through the bridge within {timeout_s:.1f} s "
+                                      "(is bridge_node running and the verifier reachable?)")
         if isinstance(msg, Error):
             raise VerifierError(msg.code, msg.message)
         self._count(sid, msg, up=False)

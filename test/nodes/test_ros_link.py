@@ -1,0 +1,201 @@
+"""RosVerifierLink and its Receiver, against a stand-in bridge in the test process: the thread that
+waits in ``receive`` takes the replies off the topics itself (not the node's executor), every
+session's replies reach that session's receive in order when two threads wait at once, ``close``
+wakes a waiting receive, a silent bridge ends in VerifierTimeout, and the Receiver's matched events
+run on the executor while its messages do not."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+
+from rosharness import wait_for
+from edge_spec_ros.msg import BridgeStatus, DecisionRequest, ExitResult as ExitResultMsg
+from edge_spec_ros.nodes.ros_link import RELIABLE, Receiver, RosVerifierLink, i32
+from edge_spec_ros.wire.messages import ExitResult, Open, Tokens
+from edge_spec_ros.wire.verifier_link import VerifierError, VerifierTimeout
+
+NS = f"/ros_link_test_{os.getpid()}"
+MATCH_S = 30.0  # discovery on a loaded 2-core machine
+WAIT_S = 30.0  # a receive's own timeout: generous, the test waits on conditions only
+EXITS = 5  # replies per session in the two-thread test
+
+
+class RobotSide:
+    """A node with a RosVerifierLink in a context of its own, spun as drafter_node spins it."""
+
+    def __init__(self) -> None:
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node("drafter", namespace=NS, context=self.context)
+        self.link = RosVerifierLink(self.node, WAIT_S, WAIT_S)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.link.close()
+        self.executor.shutdown(timeout_sec=2.0)
+        self.thread.join(timeout=5.0)
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)
+
+
+class StandInBridge:
+    """The bridge's topics in the test harness's node: answers each OPEN with OPENED at once and
+    records the requests; replies are published by the test."""
+
+    def __init__(self, ros) -> None:
+        self.node = ros.node
+        self.requests: list[DecisionRequest] = []
+        self.results = ros.node.create_publisher(ExitResultMsg, f"{NS}/edge_spec/exit_result", RELIABLE)
+        self.status = ros.node.create_publisher(BridgeStatus, f"{NS}/edge_spec/bridge_status", RELIABLE)
+        self.sub = ros.node.create_subscription(DecisionRequest, f"{NS}/edge_spec/decision_request",
+                                                self._on_request, RELIABLE)
+        self.answer_opens = True
+
+    def _on_request(self, msg: DecisionRequest) -> None:
+        self.requests.append(msg)
+        if msg.command == DecisionRequest.OPEN and self.answer_opens:
+            out = BridgeStatus()
+            out.decision, out.state, out.num_layers, out.exit_layers = msg.decision, BridgeStatus.OPENED, 4, [2, 4]
+            self.status.publish(out)
+
+    def exit(self, decision: int, layer: int, tokens: list[int], is_final: bool = False) -> None:
+        msg = ExitResultMsg()
+        msg.decision, msg.round, msg.layer, msg.is_final = decision, 1, layer, is_final
+        msg.tokens = i32(tokens)
+        self.results.publish(msg)
+
+
+def link_subscriptions(robot: RobotSide) -> list:
+    return [s for s in robot.node.subscriptions if s.topic_name.endswith(("/exit_result", "/bridge_status"))]
+
+
+@pytest.fixture
+def pair(ros):
+    robot = RobotSide()
+    bridge = StandInBridge(ros)
+    link_subs = link_subscriptions(robot)
+    # both ways, on the reader's side: a message sent before its reader matched the writer is lost
+    wait_for(lambda: bridge.sub.get_publisher_count() > 0 and all(s.get_publisher_count() > 0 for s in link_subs),
+             MATCH_S, "the link and the stand-in bridge to match")
+    yield robot, bridge
+    robot.close()
+    for entity in (bridge.results, bridge.status):
+        ros.node.destroy_publisher(entity)
+    ros.node.destroy_subscription(bridge.sub)
+
+
+def test_receive_takes_the_replies_itself_not_the_executor(pair):
+    robot, bridge = pair
+    # the link's subscriptions are out of the executor's reach: their messages wait for a receive
+    subs = link_subscriptions(robot)
+    assert len(subs) == 2 and all(not robot.executor.can_execute(s) for s in subs)
+    sid, opened = robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32)))
+    assert opened.num_layers == 4 and opened.exit_layers == (2, 4)
+    bridge.exit(1, 2, [7, 8])
+    bridge.exit(1, 0, [9], is_final=True)
+    first, second = robot.link.receive(sid), robot.link.receive(sid)
+    assert isinstance(first, ExitResult) and first.layer == 2 and list(first.tokens) == [7, 8]
+    assert isinstance(second, Tokens) and second.is_final and list(second.tokens) == [9]
+    robot.link.end(sid)
+    wait_for(lambda: [r.command for r in bridge.requests] == [DecisionRequest.OPEN, DecisionRequest.CLOSE],
+             WAIT_S, "OPEN then CLOSE at the bridge")
+
+
+def test_two_threads_waiting_each_get_their_own_replies_in_order(pair):
+    robot, bridge = pair
+    sids = [robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32)))[0] for _ in range(2)]
+    got: dict[int, list] = {0: [], 1: []}
+    errors: list[BaseException] = []
+
+    def consume(k: int) -> None:
+        try:
+            for _ in range(EXITS):
+                got[k].append(robot.link.receive(sids[k]))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=consume, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for i in range(EXITS):  # interleaved: decision 1's i-th, decision 2's i-th
+        bridge.exit(1, 1 + i, [100 + i], is_final=i == EXITS - 1)
+        bridge.exit(2, 1 + i, [200 + i], is_final=i == EXITS - 1)
+    for t in threads:
+        t.join(timeout=2 * WAIT_S)
+    assert not errors, errors
+    assert [list(m.tokens) for m in got[0]] == [[100 + i] for i in range(EXITS)]
+    assert [list(m.tokens) for m in got[1]] == [[200 + i] for i in range(EXITS)]
+
+
+def test_close_wakes_a_waiting_receive(pair):
+    robot, bridge = pair
+    sid, _ = robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32)))
+    outcome: list[BaseException] = []
+    waiting = threading.Thread(target=lambda: outcome.append(_raised(robot.link.receive, sid)))
+    waiting.start()
+    robot.link.close()
+    waiting.join(timeout=WAIT_S)
+    assert not waiting.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], VerifierError) and "shutting down" in str(outcome[0])
+    with pytest.raises(VerifierError, match="shutting down"):
+        robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32)))
+
+
+def test_a_silent_bridge_ends_in_a_timeout(pair):
+    robot, bridge = pair
+    bridge.answer_opens = False
+    robot.link.open_timeout_s = 0.5
+    with pytest.raises(VerifierTimeout, match="no reply through the bridge"):
+        robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32)))
+    wait_for(lambda: [r.command for r in bridge.requests] == [DecisionRequest.OPEN], WAIT_S,
+             "the unanswered OPEN at the bridge")
+
+
+def test_receiver_matched_events_run_on_the_executor_and_messages_on_the_pump(ros):
+    robot = RobotSide()
+    try:
+        receiver = Receiver(robot.node)
+        received: list[BridgeStatus] = []
+        matched: list[int] = []
+        sub = receiver.subscribe(BridgeStatus, "receiver_test", received.append, RELIABLE,
+                                 on_matched=lambda info: matched.append(info.current_count))
+        sentinel: list[BridgeStatus] = []  # an ordinary subscription, served by the executor
+        plain = robot.node.create_subscription(BridgeStatus, "receiver_test_sentinel", sentinel.append, RELIABLE)
+        pub = ros.node.create_publisher(BridgeStatus, f"{NS}/receiver_test", RELIABLE)
+        pub_sentinel = ros.node.create_publisher(BridgeStatus, f"{NS}/receiver_test_sentinel", RELIABLE)
+        # the matched event is delivered by the node's executor (nobody pumps yet)
+        wait_for(lambda: matched and matched[-1] == 1 and sub.get_publisher_count() == 1
+                 and plain.get_publisher_count() == 1, MATCH_S, "the Receiver's matched event")
+        for decision in (1, 2, 3):
+            msg = BridgeStatus()
+            msg.decision = decision
+            pub.publish(msg)
+        pub_sentinel.publish(BridgeStatus())
+        wait_for(lambda: len(sentinel) == 1, WAIT_S, "the executor to deliver the sentinel")
+        assert not robot.executor.can_execute(sub)
+        assert received == []  # the executor ran, yet nothing takes the Receiver's messages but a pump
+        wait_for(lambda: receiver.pump(0.1) and len(received) == 3, WAIT_S, "the pump to take three messages")
+        assert [m.decision for m in received] == [1, 2, 3]
+        receiver.close()
+        assert receiver.pump(0.0) is False
+        ros.node.destroy_publisher(pub)
+        ros.node.destroy_publisher(pub_sentinel)
+    finally:
+        robot.close()
+
+
+def _raised(fn, *args) -> BaseException | None:
+    try:
+        fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - returned to the caller
+        return exc
+    return None
