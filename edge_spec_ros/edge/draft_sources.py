@@ -17,6 +17,7 @@ Legend: γ — draft length; V — vocabulary; T_SLM — one draft-token step; C
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from edge_spec_ros.decoding.metrics import DecodeStats
@@ -24,7 +25,9 @@ from edge_spec_ros.edge.predraft import PreDrafter
 from edge_spec_ros.edge.round_link import RoundLink
 from edge_spec_ros.models.drafter import Draft, Drafter
 from edge_spec_ros.models.kv_cache import KVCache
+from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
+from edge_spec_ros.spec.sparse import DraftDistribution
 from edge_spec_ros.wire.messages import ExitResult
 
 
@@ -149,3 +152,86 @@ class DraftChain:
             stats.hit_exit_sum += layer
         elif self.cache is not None or self.pipelined:
             stats.cache_misses += 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# What a fresh draft is made of: a prompt-lookup source ahead of the drafter model.
+#
+# Prompt-lookup decoding (Saxena 2023; the n-gram source of LLMA, Yang et al. 2023): the last n
+# tokens of the sequence (prompt + committed text) are searched for earlier in the sequence; the
+# tokens that followed the most recent earlier occurrence are the draft. It costs no forward pass,
+# and it agrees with the verifier where the answer copies its prompt or repeats itself (summaries,
+# code, lists). A draft source only proposes: the verifier's verdict decides every token, so the
+# output is the verifier's own (greedy: token for token, ``test/edge/test_draft_sources.py``).
+
+LOOKUP_MAX_NGRAM = 3  # longest suffix n-gram searched for
+LOOKUP_MIN_NGRAM = 1  # shortest one tried when the longer ones do not occur
+
+
+@dataclass(frozen=True)
+class PromptLookup:
+    """Proposes, after ``context``, the tokens that followed the most recent earlier occurrence of its
+    last n tokens (n = ``max_ngram`` down to ``min_ngram``, the longest that occurs), at most γ of
+    them; () when no suffix n-gram occurs earlier. A pure function of the context."""
+
+    max_ngram: int = LOOKUP_MAX_NGRAM
+    min_ngram: int = LOOKUP_MIN_NGRAM
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_ngram <= self.max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}")
+
+    def propose(self, context: list[int] | tuple[int, ...], gamma: int) -> tuple[int, ...]:
+        if gamma < 1:
+            raise ValueError(f"γ must be >= 1, got {gamma}")
+        seq = list(context)
+        t = len(seq)
+        for n in range(min(self.max_ngram, t - 1), self.min_ngram - 1, -1):
+            suffix = seq[t - n:]
+            # most recent earlier occurrence seq[i:i+n] == suffix with a continuation (i + n < t)
+            for i in range(t - n - 1, -1, -1):
+                if seq[i:i + n] == suffix:
+                    return tuple(seq[i + n:i + n + gamma])
+        return ()
+
+
+class LookupDrafter(Drafter):
+    """The draft-source chain inside one fresh draft: prompt lookup first, the drafter model after it.
+
+    Greedy: the lookup proposes k ≤ γ tokens; the model drafts the other γ − k after them (none when
+    the lookup filled the block). ``model`` None: lookup only, a draft of k tokens, or one model-free
+    token (the last one repeated) when nothing matches, so a draft is never empty. With sampling
+    (T > 0) the model drafts alone: its q is what the verdict needs, and a lookup token's q would be a
+    point mass. Used wherever a ``Drafter`` is (``FreshDraft``, the reference decoders, pre-drafting).
+
+    ``lookup_tokens`` / ``model_tokens`` count what each source drafted (the bench reports them)."""
+
+    def __init__(self, model: Drafter | None, lookup: PromptLookup = PromptLookup()) -> None:  # noqa: B008
+        self.model = model
+        self.lookup = lookup
+        self.stack = model.stack if model is not None else None
+        self.lookup_tokens = 0
+        self.model_tokens = 0
+
+    def start(self, prompt: EncodedPrompt) -> KVCache:
+        return self.model.start(prompt) if self.model is not None else KVCache(None, [], 0, floor=0)
+
+    def draft(self, kv: KVCache, prefix: list[int], gamma: int, sampling: SamplingConfig, rng: PositionalRNG,
+              min_step_s: float = 0.0, cancelled: Callable[[], bool] | None = None,
+              distribution: DraftDistribution | None = None, truncate: Callable[[], bool] | None = None) -> Draft:
+        if gamma < 1:
+            raise ValueError(f"γ must be >= 1, got {gamma}")
+        if not sampling.greedy and self.model is not None:
+            self.model_tokens += gamma
+            return self.model.draft(kv, prefix, gamma, sampling, rng, min_step_s, cancelled, distribution, truncate)
+        found = self.lookup.propose(prefix, gamma)
+        self.lookup_tokens += len(found)
+        draft = Draft(found, None, len(prefix))
+        if len(found) < gamma and self.model is not None:
+            rest = self.model.draft(kv, list(prefix) + list(found), gamma - len(found), sampling, rng, min_step_s,
+                                    cancelled, distribution, truncate)
+            self.model_tokens += rest.gamma
+            draft = draft.join(rest) if found else rest
+        elif not found:
+            draft = Draft((prefix[-1],), None, len(prefix))
+        return draft

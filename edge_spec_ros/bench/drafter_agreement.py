@@ -1,0 +1,242 @@
+"""How well draft sources agree with a verifier: τ at γ per task kind, greedy, side by side.
+
+Under greedy decoding the verifier's output is a fixed sequence y_1..y_n (its own autoregressive
+answer), and a speculative round from position t commits the longest prefix of the draft that equals
+y_{t+1..} plus one token of the verifier's (the correction or the bonus token). So τ of any draft
+source follows exactly from replaying its drafts against y: no verifier pass per round is needed, and
+every source is measured on the very same answers. The replay drafts from every prefix the real
+decoder would draft from (the committed sequence after each round), with the source's own cache.
+
+Per source and task kind it reports τ (tokens per round), α (accepted / drafted draft tokens), the
+share of drafted tokens that came from prompt lookup, and the source's draft time per drafted token
+relative to one verifier token step (T_SLM / T_q per token, both measured in this run, one thread),
+beside the analytic ratio of per-token multiply-accumulates (Linear weights on the token path: the
+decoder layers, adapters and the LM head rows; attention over the context is left out).
+
+Sources: ``lookup`` (prompt lookup over prompt + committed text, ``edge/draft_sources.PromptLookup``;
+a round it has nothing for commits the verifier's one token), ``self-K`` (the verifier's first K
+layers + the exit-K adapter), ``lookup→self-K`` (``LookupDrafter``: lookup first, the model fills the
+block), and the same two for a distilled drafter checkpoint (``training/drafter_distill.py``).
+
+Run: ``python -m edge_spec_ros.bench.drafter_agreement --adapters artifacts/smollm2/exits
+--draft-layers 6 [--distilled artifacts/drafter/distilled] --out artifacts/drafter/agreement``.
+
+Legend: γ — draft length; τ — tokens committed per round; α — acceptance rate; T_SLM, T_q — one
+drafter / verifier token step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from edge_spec_ros.bench.tasks import TASK_KINDS, task_prompts, text_encoder
+from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
+from edge_spec_ros.edge.draft_sources import LookupDrafter, PromptLookup
+from edge_spec_ros.models.drafter import Drafter
+from edge_spec_ros.models.prompt import EncodedPrompt
+from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
+
+GAMMA = 4
+MAX_NEW_TOKENS = 64
+TARGET_TAU = 2.5
+GREEDY = SamplingConfig()
+
+Propose = Callable[[list[int], int], tuple[int, ...]]
+
+
+@dataclass
+class Replay:
+    """One source on one or more answers: rounds, committed tokens, drafted and accepted draft tokens,
+    lookup-drafted tokens, draft seconds."""
+
+    rounds: int = 0
+    committed: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    lookup: int = 0
+    draft_s: float = 0.0
+
+    def add(self, other: "Replay") -> None:
+        for name in ("rounds", "committed", "drafted", "accepted", "lookup", "draft_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    @property
+    def tau(self) -> float:
+        return self.committed / self.rounds if self.rounds else 0.0
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+def replay(propose: Propose, prompt_ids: list[int], answer: list[int], gamma: int) -> Replay:
+    """Greedy speculative decoding of ``answer`` (the verifier's own greedy answer) with drafts from
+    ``propose(prefix, γ)``: each round commits the draft's longest prefix that matches the answer
+    plus the verifier's token (fewer at the end of the answer)."""
+    out = Replay()
+    t = 0
+    while t < len(answer):
+        t0 = time.perf_counter()
+        draft = propose(prompt_ids + answer[:t], gamma)
+        out.draft_s += time.perf_counter() - t0
+        a = 0
+        while a < len(draft) and t + a < len(answer) and draft[a] == answer[t + a]:
+            a += 1
+        commit = min(a + 1, len(answer) - t)
+        out.rounds += 1
+        out.committed += commit
+        out.drafted += len(draft)
+        out.accepted += min(a, commit)
+        t += commit
+    return out
+
+
+def model_proposer(drafter: Drafter, prompt: EncodedPrompt) -> Propose:
+    """A drafter's greedy drafts from any prefix of ``prompt``'s decode (its own rollback cache)."""
+    kv = drafter.start(prompt)
+    rng = PositionalRNG(0)
+    return lambda prefix, gamma: drafter.draft(kv, prefix, gamma, GREEDY, rng).tokens
+
+
+def token_macs(model: nn.Module, head_rows: int | None = None) -> int:
+    """Multiply-accumulates per token of a Qwen2-VL text stack's Linear layers (decoder layers and any
+    adapter in its norm) plus its LM head (``head_rows`` × d; default the vocabulary)."""
+    text = model.model.language_model
+    macs = sum(m.in_features * m.out_features for m in text.layers.modules() if isinstance(m, nn.Linear))
+    macs += sum(m.in_features * m.out_features for m in text.norm.modules() if isinstance(m, nn.Linear))
+    rows = head_rows if head_rows is not None else model.config.text_config.vocab_size
+    return macs + rows * text.config.hidden_size
+
+
+@dataclass
+class SourceReport:
+    name: str
+    macs_ratio: float  # per-token MACs / the verifier's
+    per_kind: dict[str, dict[str, float]] = field(default_factory=dict)
+    overall: dict[str, float] = field(default_factory=dict)
+
+
+def summary(r: Replay, verifier_token_s: float) -> dict[str, float]:
+    return {"tau": round(r.tau, 3), "alpha": round(r.alpha, 3),
+            "lookup_share": round(r.lookup / r.drafted, 3) if r.drafted else 0.0,
+            "rounds": r.rounds, "tokens": r.committed,
+            "time_ratio": round((r.draft_s / max(r.drafted, 1)) / verifier_token_s, 3) if verifier_token_s else 0.0,
+            "draft_ms_per_round": round(1000 * r.draft_s / max(r.rounds, 1), 2)}
+
+
+def markdown(reports: list[SourceReport], kinds: tuple[str, ...]) -> str:
+    head = "| source | " + " | ".join(kinds) + " | all | α | lookup share | cost (MACs) | cost (time) |"
+    rows = [head, "|" + "---|" * (len(kinds) + 7)]
+    for rep in reports:
+        taus = " | ".join(f"{rep.per_kind[k]['tau']:.2f}" for k in kinds)
+        o = rep.overall
+        rows.append(f"| {rep.name} | {taus} | **{o['tau']:.2f}** | {o['alpha']:.2f} | {o['lookup_share']:.2f} | "
+                    f"{rep.macs_ratio:.2f} | {o['time_ratio']:.2f} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--verifier", default="smollm2")
+    parser.add_argument("--adapters", default=None, help="exit-adapter directory (train-exits) for the self-drafter")
+    parser.add_argument("--draft-layers", type=int, default=6, help="self-drafter depth K (0: no self-drafter)")
+    parser.add_argument("--distilled", default=None, help="a distilled drafter (training/drafter_distill.py --out)")
+    parser.add_argument("--prompts", type=int, default=6, help="prompts per task kind")
+    parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
+    parser.add_argument("--gamma", type=int, default=GAMMA)
+    parser.add_argument("--max-ngram", type=int, default=PromptLookup().max_ngram)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default="artifacts/drafter/agreement")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from edge_spec_ros.models.pairs import load_pair
+
+    pair = load_pair(args.verifier, parts=("verifier", "drafter") if args.draft_layers else ("verifier",),
+                     adapters=args.adapters, draft_layers=args.draft_layers)
+    verifier = pair.verifier
+    v_macs = token_macs(verifier.stack.model)
+    prompts = task_prompts(text_encoder(pair.tokenizer), per_task=args.prompts)
+    kinds = tuple(k for k in TASK_KINDS if any(p.task == k for p in prompts))
+    config = DecodeConfig(max_new_tokens=args.max_new_tokens, gamma=args.gamma,
+                          stop_tokens=(pair.tokenizer.eos_token_id,))
+    answers, verify_s, verify_tokens = [], 0.0, 0
+    for p in prompts:
+        result = autoregressive(verifier, p.prompt, config)
+        answers.append(result.tokens)
+        verify_s += result.stats.verify_s
+        verify_tokens += result.stats.tokens
+    verifier_token_s = verify_s / verify_tokens
+
+    lookup = PromptLookup(max_ngram=args.max_ngram)
+    sources: list[tuple[str, float, Callable[[EncodedPrompt], tuple[Propose, Callable[[], int]]]]] = [
+        ("lookup", 0.0, lambda prompt: (lookup.propose, lambda: 0)),
+    ]
+
+    def chained(drafter: Drafter) -> Callable[[EncodedPrompt], tuple[Propose, Callable[[], int]]]:
+        def make(prompt: EncodedPrompt) -> tuple[Propose, Callable[[], int]]:
+            chain = LookupDrafter(drafter, lookup)
+            return model_proposer(chain, prompt), lambda: chain.lookup_tokens
+        return make
+
+    def alone(drafter: Drafter) -> Callable[[EncodedPrompt], tuple[Propose, Callable[[], int]]]:
+        return lambda prompt: (model_proposer(drafter, prompt), lambda: 0)
+
+    models: list[tuple[str, Drafter, float]] = []
+    if args.draft_layers:
+        models.append((f"self-{args.draft_layers}", pair.drafter, token_macs(pair.drafter.stack.model) / v_macs))
+    if args.distilled:
+        from edge_spec_ros.models.distilled_drafter import load_distilled
+
+        distilled = load_distilled(args.distilled)
+        models.append(("distilled", distilled, distilled.token_macs() / v_macs))
+    for name, drafter, ratio in models:
+        sources.append((name, ratio, alone(drafter)))
+        sources.append((f"lookup→{name}", ratio, chained(drafter)))
+
+    reports = []
+    for name, ratio, make in sources:
+        rep = SourceReport(name, round(ratio, 3))
+        total = Replay()
+        for kind in kinds:
+            acc = Replay()
+            for p, answer in zip(prompts, answers):
+                if p.task != kind:
+                    continue
+                propose, lookup_count = make(p.prompt)
+                if name == "lookup":
+                    r = replay(propose, p.prompt.input_ids.tolist(), answer, args.gamma)
+                    r.lookup = r.drafted
+                else:
+                    r = replay(propose, p.prompt.input_ids.tolist(), answer, args.gamma)
+                    r.lookup = lookup_count()
+                acc.add(r)
+            rep.per_kind[kind] = summary(acc, verifier_token_s)
+            total.add(acc)
+        rep.overall = summary(total, verifier_token_s)
+        reports.append(rep)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown(reports, kinds)
+    meta = {"verifier": args.verifier, "gamma": args.gamma, "max_new_tokens": args.max_new_tokens,
+            "prompts_per_kind": args.prompts, "threads": args.threads, "verifier_ms_per_token":
+            round(1000 * verifier_token_s, 2), "answer_tokens": sum(map(len, answers)),
+            "load_average": Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None}
+    (out / "agreement.json").write_text(json.dumps({"meta": meta, "sources": [asdict(r) for r in reports]}, indent=2))
+    (out / "agreement.md").write_text(table + "\n")
+    print(json.dumps(meta))
+    print(table)
+    best = max(reports, key=lambda r: r.overall["tau"])
+    print(f"best: {best.name} τ {best.overall['tau']:.2f} (target {TARGET_TAU} at cost ≤ 0.25)")
+
+
+if __name__ == "__main__":
+    main()

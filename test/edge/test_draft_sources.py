@@ -1,0 +1,140 @@
+"""Draft sources only propose: prompt lookup, the lookup → model chain and a distilled drafter leave
+the verifier's greedy output unchanged token for token; the agreement bench's replay counts rounds
+exactly as the speculative decoder does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from edge_spec_ros.bench.drafter_agreement import model_proposer, replay, token_macs
+from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
+from edge_spec_ros.edge.draft_sources import LookupDrafter, PromptLookup
+from edge_spec_ros.models.distilled_drafter import (
+    DistilledConfig,
+    DistilledDrafter,
+    PrunedHead,
+    build_student,
+    head_ids,
+    load_student,
+    save_student,
+)
+from edge_spec_ros.models.drafter import Drafter
+from edge_spec_ros.models.tiny import truncated_copy
+from edge_spec_ros.models.verifier import EarlyExitVerifier
+from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
+from edge_spec_ros.training.drafter_distill import DistillConfig, Sample, distill, sample_loss, split_stream
+
+
+@pytest.fixture(scope="module")
+def verifier(target_model):
+    return EarlyExitVerifier(target_model)
+
+
+@pytest.fixture(scope="module")
+def drafter(target_model):
+    return Drafter(truncated_copy(target_model, 2))
+
+
+def test_prompt_lookup_proposes_what_followed_the_latest_longest_match():
+    lookup = PromptLookup(max_ngram=3)
+    #          0  1  2  3  4  5  6  7  8  9 10
+    context = [5, 6, 7, 8, 9, 1, 6, 7, 2, 5, 6]
+    # suffix (5, 6) occurs at 0 only for n = 2 ... n = 3 (2, 5, 6) does not occur earlier
+    assert lookup.propose(context, 3) == (7, 8, 9)
+    assert lookup.propose(context, 1) == (7,)
+    # n = 1: the most recent earlier 7 is at 7, followed by 2, 5, 6
+    assert lookup.propose([3, 7, 4, 7, 2, 5, 6, 7], 3) == (2, 5, 6)
+    assert lookup.propose([1, 2, 3], 4) == ()  # nothing repeats
+    assert lookup.propose([4, 4], 4) == (4,)  # a continuation stops at the end of the context
+    with pytest.raises(ValueError):
+        PromptLookup(max_ngram=1, min_ngram=2)
+    with pytest.raises(ValueError):
+        lookup.propose([1, 1], 0)
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_greedy_output_with_the_lookup_chain_is_the_verifiers_own(verifier, drafter, prompts, encoder, tokenizer,
+                                                                  gamma):
+    from conftest import INSTRUCTIONS
+
+    chain = LookupDrafter(drafter, PromptLookup())
+    lookup_only = LookupDrafter(None, PromptLookup())
+    accepted_from_lookup = 0
+    for prompt in [*prompts, *(encoder.encode(text) for text in INSTRUCTIONS)]:
+        config = DecodeConfig(max_new_tokens=60, gamma=gamma, stop_tokens=(tokenizer.eos_token_id,))
+        target = autoregressive(verifier, prompt, config)
+        for source in (chain, lookup_only):
+            assert speculative(source, verifier, prompt, config).tokens == target.tokens
+        accepted_from_lookup += replay(PromptLookup().propose, prompt.input_ids.tolist(), target.tokens, gamma).accepted
+    # both sources drafted, and some lookup drafts were right (the verdicts were not all rejections)
+    assert chain.lookup_tokens > 0 and chain.model_tokens > 0 and accepted_from_lookup > 0
+
+
+def test_with_sampling_the_chain_defers_to_the_model(drafter, prompts):
+    sampling = SamplingConfig(temperature=0.8)
+    prompt = prompts[0]
+    prefix = prompt.input_ids.tolist()
+    chain = LookupDrafter(drafter)
+    got = chain.draft(drafter.start(prompt), prefix, 3, sampling, PositionalRNG(5))
+    want = drafter.draft(drafter.start(prompt), prefix, 3, sampling, PositionalRNG(5))
+    assert got.tokens == want.tokens and torch.equal(got.q, want.q) and chain.lookup_tokens == 0
+
+
+def test_replay_counts_rounds_and_acceptances_as_the_decoder_does(verifier, drafter, prompts, tokenizer):
+    for prompt in prompts[:2]:
+        config = DecodeConfig(max_new_tokens=32, gamma=3, stop_tokens=(tokenizer.eos_token_id,))
+        answer = autoregressive(verifier, prompt, config).tokens
+        spec = speculative(drafter, verifier, prompt, config)
+        r = replay(model_proposer(drafter, prompt), prompt.input_ids.tolist(), answer, config.gamma)
+        assert (r.rounds, r.committed) == (spec.stats.rounds, len(answer))
+        assert r.drafted == spec.stats.drafted
+        # the decoder's last round may accept draft tokens past the token budget; the replay stops there
+        assert 1 <= r.accepted <= spec.stats.accepted <= r.accepted + config.gamma
+
+
+def test_pruned_head_is_the_full_head_on_its_ids_and_minus_infinity_elsewhere(target_model):
+    vocab = target_model.config.text_config.vocab_size
+    ids = head_ids(vocab, 16, seen=[vocab - 1], always=(vocab - 2,))
+    assert ids.numel() == 16 and {vocab - 1, vocab - 2} <= set(ids.tolist()) and 0 in ids.tolist()
+    head = PrunedHead(target_model.lm_head.weight.detach()[ids], ids, vocab)
+    h = torch.randn(3, target_model.config.text_config.hidden_size)
+    full = target_model.lm_head(h)
+    got = head(h)
+    torch.testing.assert_close(got[:, ids], full[:, ids])
+    outside = torch.ones(vocab, dtype=torch.bool)
+    outside[ids] = False
+    assert torch.isneginf(got[:, outside]).all()
+    with pytest.raises(ValueError):
+        head_ids(vocab, 1, seen=[1, 2])
+
+
+def test_a_distilled_drafter_trains_saves_loads_and_keeps_the_output_exact(target_model, verifier, prompts,
+                                                                            tokenizer, tmp_path):
+    prompt = prompts[1]
+    config = DecodeConfig(max_new_tokens=24, gamma=4, stop_tokens=(tokenizer.eos_token_id,))
+    answer = autoregressive(verifier, prompt, config).tokens
+    ids = prompt.input_ids.tolist()
+    # a text-only training sample from the verifier's answer (the vision part is not trained)
+    text_prompt = [t for t in ids if t != target_model.config.image_token_id][-12:]
+    samples = [Sample(text_prompt + answer, len(text_prompt))]
+    assert split_stream(samples[0].ids, [text_prompt], 24, -1) == samples
+    dconf = DistillConfig(layers=2, head_rows=64, steps=6, lr=1e-3, checkpoint_every=3)
+    student = build_student(target_model, 2, head_ids(target_model.config.text_config.vocab_size, 64, answer))
+    before = float(sample_loss(student, samples[0]).detach())
+    trained, step = distill(target_model, samples, dconf, tmp_path, "tiny")
+    assert step == 6 and float(sample_loss(trained, samples[0]).detach()) < before
+    # resumable: a rerun with more steps continues from the checkpoint at step 6
+    resumed, step = distill(target_model, samples, DistillConfig(**{**dconf.__dict__, "steps": 7}), tmp_path, "tiny")
+    assert step == 7
+    loaded, saved = load_student(target_model, tmp_path)
+    assert saved == DistilledConfig("tiny", 2, 64, 7)
+    h = torch.randn(1, 5, target_model.config.text_config.hidden_size)
+    torch.testing.assert_close(loaded.lm_head(h), resumed.lm_head(h))
+    distilled = DistilledDrafter(loaded, saved)
+    assert 0 < distilled.token_macs() < token_macs(target_model)
+    for source in (distilled, LookupDrafter(distilled)):
+        assert speculative(source, verifier, prompt, config).tokens == answer
+    save_student(loaded, saved, tmp_path / "copy")
+    again, _ = load_student(target_model, tmp_path / "copy")
+    torch.testing.assert_close(again.lm_head.weight, loaded.lm_head.weight)
