@@ -58,6 +58,7 @@ class BringupConfig:
     trajectory: str = ""  # with sim: write a top-down picture of the robot's path here
     memory: bool = True  # run the memory node (the robot's memory, which the drafter's mode dragon reads)
     documents: str = ""  # with serve: the verifier's DRAGON document folder (serve --documents DIR)
+    dragon_model: str = ""  # mode dragon's answering LM on both sides (drafter's dragon_model; empty: the YAML's)
 
 
 class Monitor(Node):
@@ -155,14 +156,28 @@ def _max_decisions(params_file: str) -> int:
     return int(drafter.get("max_decisions", DrafterNodeConfig.max_decisions))
 
 
+def yaml_dragon_model(params_file: str) -> str:
+    """The drafter's ``dragon_model`` as the YAML sets it ('' : the drafter's own LM)."""
+    import yaml
+
+    params = yaml.safe_load(open(params_file)) or {}
+    drafter = (params.get("drafter") or {}).get("ros__parameters") or {}
+    return str(drafter.get("dragon_model") or "")
+
+
 def serve_args(config: BringupConfig, threads: int) -> tuple[str, ...]:
     """The ``edge-spec-ros serve`` arguments of the verifier that ``serve`` starts on loopback: its torch
-    threads and, with ``documents``, the DRAGON document folder the drafter's mode dragon asks."""
+    threads and, with ``documents``, the DRAGON document folder the drafter's mode dragon asks,
+    answered with the drafter's ``dragon_model`` (``config.dragon_model``, else the YAML's) on this
+    computer's CPU in float32, as the robot's side runs it."""
     if config.documents and not config.serve:
         raise ValueError("documents is the folder of the verifier bringup starts: it needs serve")
     args: tuple[str, ...] = ("--threads", str(threads))
     if config.documents:
         args += ("--documents", config.documents)
+        model = config.dragon_model or yaml_dragon_model(config.params_file)
+        if model:
+            args += ("--dragon-model", model, "--dtype", "float32", "--device", "cpu")
     return args
 
 
@@ -179,6 +194,8 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
         args = ["--ros-args", "--params-file", config.params_file]
         if endpoint:  # the bridge's verifier, and the drafter's in mode dragon
             args += ["-p", f"bridge:verifier_endpoint:={endpoint}", "-p", f"drafter:verifier_endpoint:={endpoint}"]
+        if config.dragon_model:
+            args += ["-p", f"drafter:dragon_model:={config.dragon_model}"]
         if config.camera_source:
             args += ["-p", f"camera:source:={config.camera_source}"]
         if config.bag:

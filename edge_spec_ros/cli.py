@@ -143,6 +143,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.documents and not Path(args.documents).is_dir():
         _log(f"error: --documents {args.documents} is not a folder")
         return 2
+    if args.dragon_model and not args.documents:
+        _log("error: --dragon-model answers DRAGON decisions over --documents DIR: give the folder too")
+        return 2
 
     from edge_spec_ros.cloud.limits import Limits
     from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
@@ -157,6 +160,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     pair = _load_verifier(args)
+    dragon = _dragon_service(args) if args.dragon_model else None  # the robot's dragon_model, on this side
     try:
         limits = Limits(max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
                         max_image_pixels=args.max_image_pixels, max_image_bytes=args.max_image_bytes,
@@ -166,13 +170,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               max_requests=args.max_requests, idle_exit_s=args.idle_exit, curve=curve,
                               limits=limits, emulate_tq_s=args.emulate_tq_s,
                               prefill_chunk_tokens=args.prefill_chunk_tokens,
-                              prefill_chunk_cells=args.prefill_chunk_cells, documents=args.documents or "",
+                              prefill_chunk_cells=args.prefill_chunk_cells,
+                              documents="" if dragon is not None else args.documents or "",
                               max_batch=args.max_batch if args.batch else 1)
     except ValueError as exc:
         _log(f"error: {exc}")
         return 2
     max_pixels = args.max_pixels or pair.max_pixels
     server = VerifierServer(pair.verifier, PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=max_pixels)), config)
+    if dragon is not None:  # DRAGON decisions over the folder with --dragon-model's LM, not the verifier's
+        from edge_spec_ros.cloud.dragon import install_service
+
+        install_service(server, dragon)
     endpoint = server.start()
     if config.emulate_tq_s:
         _log(f"emulating T_q = {config.emulate_tq_s * 1e3:.0f} ms per verification forward")
@@ -197,6 +206,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _dragon_service(args: argparse.Namespace):
+    """``serve --dragon-model SOURCE``: the cloud side of DRAGON over ``--documents`` with that source's
+    LM (its verifier part's stack, at ``--dtype`` on ``--device``), the same source as the robot's
+    ``dragon_model``: both sides aggregate over one vocabulary."""
+    from edge_spec_ros.cloud.dragon import DragonService
+
+    dragon_pair = _load_pair(args.dragon_model, parts=("verifier",), dtype=args.dtype, device=args.device)
+    service = DragonService(dragon_pair.verifier.stack, dragon_pair.prompt_encoder(), args.documents)
+    _log(f"DRAGON: {args.dragon_model} (vocabulary {dragon_pair.verifier.stack.vocab_size}) over "
+         f"{len(service.store)} documents in {args.documents}")
+    return service
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -293,7 +315,7 @@ def cmd_bringup(args: argparse.Namespace) -> int:
                                 bag_topics=tuple(args.bag_topic or ()), bag_remap=tuple(args.bag_remap or ()),
                                 bag_clock_hz=args.bag_clock, bag_rate=args.bag_rate,
                                 sim=args.sim, trajectory=args.trajectory if args.sim else "",
-                                documents=args.documents or ""))
+                                documents=args.documents or "", dragon_model=args.dragon_model or ""))
     print(f"{len(monitor.decisions)} decisions, {len(monitor.actions)} actions, {len(monitor.twists)} cmd_vel messages")
     if args.sim:
         print(f"simulated robot {'reached' if monitor.goal_reached else 'did NOT reach'} the target")
@@ -598,6 +620,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="benchmarks: every verification forward takes at least this long (s; default 0: off)")
     serve.add_argument("--documents", help="DRAGON: the cloud's document folder (*.txt, *.md; one document per "
                                            "paragraph); without it DRAGON decisions are refused")
+    serve.add_argument("--dragon-model", metavar="SOURCE",
+                       help=f"DRAGON: answer over --documents with this model ({SOURCE_HELP}; at --dtype on --device) "
+                            "instead of --verifier's; the robot's dragon_model must be the same source")
     serve.set_defaults(func=cmd_serve)
 
     bench = sub.add_parser("bench", help="AR, SD and FSD side by side over an emulated link")
@@ -658,6 +683,10 @@ def build_parser() -> argparse.ArgumentParser:
     bringup.add_argument("--documents", metavar="DIR",
                          help="with --serve: the started verifier's DRAGON document folder (serve --documents DIR; "
                               "*.txt, *.md), which the drafter asks in mode dragon")
+    bringup.add_argument("--dragon-model", metavar="SOURCE",
+                         help="mode dragon's answering model on both sides: the drafter's dragon_model and, with "
+                              "--serve --documents, the started verifier's --dragon-model (e.g. smollm2; default: "
+                              "the YAML's drafter dragon_model)")
     bringup.add_argument("--trajectory", default="artifacts/sim_trajectory.png",
                          help="with --sim: top-down picture of the robot's path")
     bringup.set_defaults(func=cmd_bringup)

@@ -15,6 +15,7 @@ decoded (wire/codec.py) on the way, with the bytes counted per direction.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -158,6 +159,27 @@ class DragonService:
 
     def session(self, request: DragonOpen) -> DragonSession:
         return DragonSession(self.stack, self.store, self.prompt_ids, self.decode_text, request, self.config)
+
+
+PROBS_FIELD = "probs"  # DRAGON's one array field (wire/dragon.py), capped per field by the codec
+FLOAT32_BYTES = 4
+
+
+def install_service(server, service: DragonService) -> None:
+    """Serve DRAGON decisions on ``server`` (a cloud/server.VerifierServer, before ``start()``) with
+    ``service``, whose LM may differ from the verifier's (``serve --dragon-model``). The server sizes
+    its caps by the verifier's vocabulary; here the codec's cap on ``probs`` (checked before any
+    decompression) and ZeroMQ's largest frame become one float32 distribution over the service's
+    vocabulary V, 4 V bytes, when that is larger. Every other field keeps the verifier's cap, and the
+    DRAGON peer still refuses any ``probs`` shape but (V,) or (1,)."""
+    probs = FLOAT32_BYTES * service.stack.vocab_size
+    limits = server.decode_limits
+    fields = dict(limits.field_bytes)
+    fields[PROBS_FIELD] = max(fields.get(PROBS_FIELD, 0), probs)
+    server.decode_limits = dataclasses.replace(limits, field_bytes=fields,
+                                               max_total_bytes=max(limits.max_total_bytes, probs))
+    server.max_message_bytes = max(server.max_message_bytes, probs)
+    server.dragon = service
 
 
 class DelayedPipe:

@@ -127,7 +127,9 @@ class RobotDragon:
         if opened.vocab_size != self.stack.vocab_size:
             link.close()
             raise ValueError(f"the cloud's vocabulary ({opened.vocab_size}) differs from the robot's "
-                             f"({self.stack.vocab_size}): DRAGON aggregates distributions over one vocabulary")
+                             f"({self.stack.vocab_size}): DRAGON aggregates distributions over one vocabulary, so "
+                             "both sides need the same model source (the drafter's dragon_model and the verifier's "
+                             "serve --dragon-model)")
         peer = DragonPeer(ROBOT, side.next_distribution, PeerConfig.from_open(request), self.stack.vocab_size,
                           side.rollback, self.clock)
         self.last_peer, self.last_side = peer, side

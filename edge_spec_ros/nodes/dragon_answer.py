@@ -7,8 +7,14 @@ documents (``serve --documents DIR``) over one ZeroMQ DEALER link per question t
 ``verifier_endpoint`` (the server the bridge talks to; DRAGON's messages do not travel through the
 bridge), and publishes an ``Answer`` on ``edge_spec/answer``. No Decision is published, so the action
 node never sees an answer and nothing moves. A refusal (a server without ``--documents``, a
-vocabulary mismatch, no reply) is an Answer with an empty text and the reason in ``error``, and an
-error in the log.
+vocabulary mismatch, no reply, a ``dragon_model`` that cannot be loaded) is an Answer with an empty
+text and the reason in ``error``, and an error in the log.
+
+The answering LM is the drafter's unless ``dragon_model`` names a model source (e.g. ``smollm2``,
+SmolLM2-135M-Instruct: the shipped pair is a navigation policy that does not answer in words); the
+verifier must answer with the same source (``serve --dragon-model``), since DRAGON aggregates
+next-token distributions over one vocabulary (a different vocabulary size is refused at open). An
+answer ends at the tokenizer's eos or ``<|im_end|>``.
 
 Legend (Liu et al. 2025): l ≡ robot, r ≡ cloud; S^l, S^r — whether each side's draft matched the
 target token x_t.
@@ -25,13 +31,13 @@ from dataclasses import dataclass, field
 from rclpy.node import Node
 
 from edge_spec_ros.edge.dragon import DragonConfig, DragonLinkError, RobotDragon, ZmqDragonLink
-from edge_spec_ros.models.pairs import ModelPair
+from edge_spec_ros.models.pairs import ModelPair, ModelSourceError, load_pair
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.msg import Answer as AnswerMsg
 from edge_spec_ros.nodes.memory_node import DEFAULT_MEMORY_DIR
 from edge_spec_ros.nodes.params import doc
 from edge_spec_ros.nodes.ros_link import RELIABLE
-from edge_spec_ros.rag.document_lm import chat_prompt_ids
+from edge_spec_ros.rag.document_lm import chat_prompt_ids, stop_token_ids
 from edge_spec_ros.rag.stores import RobotMemory
 from edge_spec_ros.wire.curve import client_keys
 from edge_spec_ros.wire.dragon import AGGREGATOR_POLICIES, PAYLOADS
@@ -60,6 +66,10 @@ class DragonNodeConfig:
                                                              "(V float32 per draft) | on_demand (exact, fewer bytes)"))
     dragon_timeout_s: float = field(default=30.0, metadata=doc("mode dragon: wait this long for the cloud (open "
                                                                "and every message)", 0.1, 3600.0))
+    dragon_model: str = field(default="", metadata=doc(
+        "mode dragon: the robot's answering LM, a model source (smollm2, a checkpoint directory, a hub id; "
+        "models/pairs.py); empty: the drafter's. The verifier must answer with the same one (serve --dragon-model "
+        "SOURCE): both sides aggregate over one vocabulary"))
 
     def __post_init__(self) -> None:
         if self.dragon_policy not in AGGREGATOR_POLICIES:
@@ -68,6 +78,10 @@ class DragonNodeConfig:
             raise ValueError(f"dragon_payload must be one of {PAYLOADS}, got {self.dragon_payload!r}")
         if not self.memory_dir.strip():
             raise ValueError("memory_dir must not be empty")
+
+
+class _Unavailable(RuntimeError):
+    """The answerer cannot answer at all (its model could not be loaded)."""
 
 
 @dataclass(frozen=True)
@@ -81,14 +95,31 @@ class DragonAnswerer:
     LM over its documents, through ``RobotDragon``; publishes ``Answer`` messages."""
 
     def __init__(self, node: Node, pair: ModelPair, encoder: PromptEncoder, config: DragonNodeConfig, *,
-                 max_new_tokens: int, temperature: float, seed: int, lock: threading.Lock | None = None) -> None:
-        if pair.drafter is None:
-            raise ValueError("mode dragon needs the drafter's language model")
+                 max_new_tokens: int, temperature: float, seed: int, lock: threading.Lock | None = None,
+                 load: Callable[..., ModelPair] = load_pair) -> None:
         self.node, self.config = node, config
         self.lock = lock or threading.Lock()  # the drafter's model: one decode at a time (Describe try-locks it)
         self.curve = client_keys(config.curve_secret_file, config.curve_server_key_file) \
             if config.curve_secret_file else None
-        self.stop_tokens = (pair.tokenizer.eos_token_id,) if pair.tokenizer.eos_token_id is not None else ()
+        self.publisher = node.create_publisher(AnswerMsg, ANSWER_TOPIC, RELIABLE)
+        self.count = 0
+        self.unavailable = ""  # why no question can be answered (a dragon_model that cannot be loaded)
+        self.dragon: RobotDragon | None = None
+        if config.dragon_model:  # an instruction-following LM of its own (the drafter's may be a navigation policy)
+            node.get_logger().info(f"mode dragon: loading the answering model {config.dragon_model} ...")
+            try:
+                pair = load(config.dragon_model, parts=("drafter",))
+            except (ModelSourceError, OSError, ValueError) as exc:
+                self.unavailable = (f"dragon_model {config.dragon_model!r} cannot be loaded: {exc}; set it to a "
+                                    "model source here (e.g. `edge-spec-ros convert-smollm2` for smollm2) or empty "
+                                    "for the drafter's")
+                node.get_logger().error(self.unavailable)
+                return
+            encoder = pair.prompt_encoder()
+        if pair.drafter is None:
+            raise ValueError("mode dragon needs the drafter's language model")
+        self.model = config.dragon_model or "the drafter's"
+        self.stop_tokens = stop_token_ids(pair.tokenizer)
         self.encoder = encoder
         self.dragon = RobotDragon(pair.drafter.stack, RobotMemory(os.path.expanduser(config.memory_dir)), chat_prompt_ids(encoder),
                                   pair.tokenizer.decode, DragonConfig(
@@ -96,8 +127,6 @@ class DragonAnswerer:
                                       robot_top_k=config.memory_top_k, cloud_top_k=config.documents_top_k,
                                       policy=config.dragon_policy, payload=config.dragon_payload,
                                       timeout_s=config.dragon_timeout_s))
-        self.publisher = node.create_publisher(AnswerMsg, ANSWER_TOPIC, RELIABLE)
-        self.count = 0
 
     def answer(self, question: str, current: Callable[[], bool]) -> str | None:
         """Answer ``question`` and publish it (unless ``current()`` turned false meanwhile: a new
@@ -107,10 +136,14 @@ class DragonAnswerer:
         msg = AnswerMsg()
         msg.answer, msg.question = self.count, question
         try:
+            if self.dragon is None:
+                raise _Unavailable(self.unavailable)
             with self.lock:
                 link = ZmqDragonLink(self.config.verifier_endpoint, open_timeout_s=self.config.dragon_timeout_s,
                                      curve=self.curve)
                 out = self.dragon.decode(question, link, self.stop_tokens)
+        except _Unavailable as exc:
+            msg.error = str(exc)
         except DragonLinkError as exc:
             msg.error = str(exc)
         except TimeoutError as exc:

@@ -47,6 +47,17 @@ def chat_prompt_ids(encoder) -> PromptIds:
     return ids
 
 
+def stop_token_ids(tokenizer) -> tuple[int, ...]:
+    """The ids that end an answer: the tokenizer's eos and, for a ChatML model (SmolLM2, Qwen2), the
+    end of the assistant's turn ``<|im_end|>`` when it is a token of its own."""
+    stop = [] if tokenizer.eos_token_id is None else [int(tokenizer.eos_token_id)]
+    convert = getattr(tokenizer, "convert_tokens_to_ids", None)
+    im_end = convert("<|im_end|>") if convert is not None else None
+    if isinstance(im_end, int) and im_end != getattr(tokenizer, "unk_token_id", None) and im_end not in stop:
+        stop.append(im_end)
+    return tuple(stop)
+
+
 class DocumentLM:
     """context (generated ids x_<t) → logits (n, V) of the side's LM, one row per document."""
 

@@ -8,9 +8,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from edge_spec_ros import bringup, cli
-from edge_spec_ros.bringup import BringupConfig, serve_args
+from edge_spec_ros.bringup import BringupConfig, serve_args, yaml_dragon_model
 from edge_spec_ros.edge.dragon import DragonLinkError, ZmqDragonLink
 from edge_spec_ros.server_process import verifier_process
 from edge_spec_ros.wire.dragon import DragonOpen, DragonOpened
@@ -81,3 +82,26 @@ def test_the_started_verifier_serves_the_folder(tmp_path):
                         link.open(request)
             finally:
                 link.close()
+
+
+def test_the_dragon_model_goes_to_both_sides(captured, tmp_path):
+    """--dragon-model (or the YAML's drafter dragon_model) is the served verifier's --dragon-model too,
+    on the CPU in float32 as the robot runs it; the CLI option reaches the config."""
+    folder = documents(tmp_path)
+    assert cli.main(["bringup", "--params", PARAMS, "--serve", "--documents", str(folder),
+                     "--dragon-model", "smollm2"]) == 0
+    assert captured[-1].dragon_model == "smollm2"
+    assert serve_args(captured[-1], 2) == ("--threads", "2", "--documents", str(folder), "--dragon-model", "smollm2",
+                                           "--dtype", "float32", "--device", "cpu")
+    params = tmp_path / "dragon.yaml"
+    config = yaml.safe_load(Path(PARAMS).read_text())
+    assert config["drafter"]["ros__parameters"]["dragon_model"] == ""  # the shipped default: the drafter's LM
+    assert yaml_dragon_model(PARAMS) == "" and "--dragon-model" not in serve_args(
+        BringupConfig(PARAMS, serve=True, documents=str(folder)), 2)
+    config["drafter"]["ros__parameters"]["dragon_model"] = "/models/answerer"
+    params.write_text(yaml.safe_dump(config))
+    assert yaml_dragon_model(str(params)) == "/models/answerer"
+    assert serve_args(BringupConfig(str(params), serve=True, documents=str(folder)), 2)[4:6] == \
+        ("--dragon-model", "/models/answerer")
+    assert serve_args(BringupConfig(str(params), serve=True, documents=str(folder), dragon_model="smollm2"), 2)[4:6] \
+        == ("--dragon-model", "smollm2")

@@ -10,6 +10,7 @@ models and checks the answer against DRDG/TW token for token."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -139,3 +140,52 @@ def test_the_answerer_publishes_drdg_tw_s_answer_or_the_servers_refusal(ros, tmp
     assert [h.doc_id for h in memory.top_k(QUESTION, 2)] == ["mem-0"]  # the charger note shares no word
     assert answer.tokens == len(expected) and answer.memory_entries == 1 and answer.answer == 1
     assert len(answers) == 2
+
+
+def test_dragon_model_answers_with_its_own_lm_or_says_why_it_cannot(ros, tmp_path, target_model, tokenizer, encoder):
+    """``dragon_model`` set: the answerer loads that source's LM (not the drafter's) and the answer is
+    DRDG/TW's over it; a source that cannot be loaded gives an Answer whose error names it and says why."""
+    from edge_spec_ros.models.pairs import ModelSourceError
+
+    docs = write_documents(tmp_path / "docs")
+    memory = RobotMemory(tmp_path / "memory")
+    memory.add("observation", "I saw the red chair in the kitchen", (1.0, 2.0, 0.0), time=1.0)
+    verifier = EarlyExitVerifier(target_model)
+    drafter_pair = SimpleNamespace(drafter=SimpleNamespace(stack=DecoderStack(build_tiny_qwen2vl(
+        DRAFTER_SPEC, tokenizer, seed=1))), tokenizer=tokenizer)
+    answering = DecoderStack(build_tiny_qwen2vl(DRAFTER_SPEC, tokenizer, seed=2))
+    loaded = []
+
+    def load(source, parts):
+        loaded.append((source, tuple(parts)))
+        return SimpleNamespace(drafter=SimpleNamespace(stack=answering), tokenizer=tokenizer,
+                               prompt_encoder=lambda: encoder)
+
+    def missing(source, parts):
+        raise ModelSourceError(f"model source {source!r}: no GGUF here")
+
+    answers = ros.collect(AnswerMsg, ANSWER_TOPIC, RELIABLE)
+    n = 8
+    server = VerifierServer(verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", idle_exit_s=60.0,
+                                                            max_requests=2000, documents=str(docs)))
+    endpoint = server.start()
+    try:
+        config = DragonNodeConfig(verifier_endpoint=endpoint, memory_dir=str(memory.directory), dragon_timeout_s=30.0,
+                                  dragon_model="answering-lm")
+        answerer = DragonAnswerer(ros.node, drafter_pair, encoder, config, max_new_tokens=n, temperature=0.0, seed=0,
+                                  load=load)
+        assert loaded == [("answering-lm", ("drafter",))] and answerer.dragon.stack is answering
+        wait_for(lambda: answerer.publisher.get_subscription_count() > 0, 10, "the answer subscription")
+        text = answerer.answer(QUESTION, lambda: True)
+        wait_for(lambda: len(answers) == 1, 10, "the Answer message")
+        broken = DragonAnswerer(ros.node, drafter_pair, encoder, replace(config, dragon_model="smollm2"),
+                                max_new_tokens=n, temperature=0.0, seed=0, load=missing)
+        assert broken.dragon is None and broken.answer(QUESTION, lambda: True) is None
+        wait_for(lambda: len(answers) == 2, 10, "the refusal's Answer message")
+    finally:
+        server.stop()
+    expected = reference(answering, verifier.stack, memory, docs, chat_prompt_ids(encoder), tokenizer.decode, n)
+    assert answers[0].error == "" and text == answers[0].text == encoder.decode(list(expected)).strip()
+    assert answers[0].tokens == len(expected) and answers[0].memory_entries == 1
+    error = answers[1].error
+    assert answers[1].text == "" and "dragon_model 'smollm2' cannot be loaded" in error and "no GGUF here" in error
