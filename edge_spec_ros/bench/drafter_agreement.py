@@ -47,6 +47,8 @@ from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 GAMMA = 4
 MAX_NEW_TOKENS = 64
 TARGET_TAU = 2.5
+TIMING_TOKENS = 16
+ANSWERS_FILE = "answers.json"
 GREEDY = SamplingConfig()
 
 Propose = Callable[[list[int], int], tuple[int, ...]]
@@ -97,6 +99,32 @@ def replay(propose: Propose, prompt_ids: list[int], answer: list[int], gamma: in
         out.accepted += min(a, commit)
         t += commit
     return out
+
+
+def reference_answers(verifier, prompts: list, config: DecodeConfig, source: str, path: Path) -> list[list[int]]:
+    """The verifier's greedy answers to ``prompts`` (``TaskPrompt``), kept in ``path`` by prompt text,
+    source and token budget, so that later runs replay the same answers without decoding them again."""
+    cache = json.loads(path.read_text()) if path.is_file() else {}
+    key = lambda p: f"{source}|{config.max_new_tokens}|{p.text}"  # noqa: E731
+    missing = [p for p in prompts if key(p) not in cache]
+    for p in missing:
+        cache[key(p)] = autoregressive(verifier, p.prompt, config).tokens
+    if missing:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cache))
+    return [cache[key(p)] for p in prompts]
+
+
+def verifier_token_time(verifier, prompts: list, kinds: tuple[str, ...], config: DecodeConfig) -> float:
+    """T_q per token: seconds per greedy verifier token step, measured in this run on the first prompt
+    of every kind (``TIMING_TOKENS`` tokens each)."""
+    timing = DecodeConfig(max_new_tokens=TIMING_TOKENS, gamma=config.gamma)
+    s = n = 0
+    for kind in kinds:
+        p = next(p for p in prompts if p.task == kind)
+        result = autoregressive(verifier, p.prompt, timing)
+        s, n = s + result.stats.verify_s, n + result.stats.tokens
+    return s / n
 
 
 def model_proposer(drafter: Drafter, prompt: EncodedPrompt) -> Propose:
@@ -167,13 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     kinds = tuple(k for k in TASK_KINDS if any(p.task == k for p in prompts))
     config = DecodeConfig(max_new_tokens=args.max_new_tokens, gamma=args.gamma,
                           stop_tokens=(pair.tokenizer.eos_token_id,))
-    answers, verify_s, verify_tokens = [], 0.0, 0
-    for p in prompts:
-        result = autoregressive(verifier, p.prompt, config)
-        answers.append(result.tokens)
-        verify_s += result.stats.verify_s
-        verify_tokens += result.stats.tokens
-    verifier_token_s = verify_s / verify_tokens
+    answers = reference_answers(verifier, prompts, config, args.verifier, Path(args.out) / ANSWERS_FILE)
+    verifier_token_s = verifier_token_time(verifier, prompts, kinds, config)
 
     lookup = PromptLookup(max_ngram=args.max_ngram)
     sources: list[tuple[str, float, Callable[[EncodedPrompt], tuple[Propose, Callable[[], int]]]]] = [
@@ -211,12 +234,8 @@ def main(argv: list[str] | None = None) -> None:
                 if p.task != kind:
                     continue
                 propose, lookup_count = make(p.prompt)
-                if name == "lookup":
-                    r = replay(propose, p.prompt.input_ids.tolist(), answer, args.gamma)
-                    r.lookup = r.drafted
-                else:
-                    r = replay(propose, p.prompt.input_ids.tolist(), answer, args.gamma)
-                    r.lookup = lookup_count()
+                r = replay(propose, p.prompt.input_ids.tolist(), answer, args.gamma)
+                r.lookup = r.drafted if name == "lookup" else lookup_count()
                 acc.add(r)
             rep.per_kind[kind] = summary(acc, verifier_token_s)
             total.add(acc)

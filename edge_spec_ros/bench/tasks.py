@@ -9,7 +9,9 @@ shipped here; instead each kind has a handful of prompts in the same style, shor
   r, average early exit, SD→FSD speedup);
 - ``TRAIN``: what ``train-exits --text tasks`` feeds the verifier to generate its own answers on,
   the data the exit adapters learn from; no bench prompt is in it, so the benchmark measures exits
-  on prompts they were not trained on.
+  on prompts they were not trained on;
+- ``DISTILL``: more prompts of every kind in the same style (disjoint from both), whose answers by
+  the verifier a distilled drafter learns from (``training/drafter_distill.py``) beside ``TRAIN``'s.
 
 Legend: τ — tokens per draft–verify round; r — pre-draft cache miss rate; EE — early exit.
 """
@@ -155,6 +157,83 @@ TRAIN: dict[str, tuple[str, ...]] = {
 }
 
 
+_CODE_TASKS = (
+    "returns the minimum of a list", "counts the words in a sentence", "checks whether a year is a leap year",
+    "returns the square of every number in a list", "joins a list of strings with commas",
+    "returns the average of a list of numbers", "checks whether a list is sorted",
+    "returns the first n square numbers", "capitalises the first letter of every word",
+    "returns the greatest common divisor of two numbers", "converts kilometres to miles",
+    "merges two sorted lists", "returns the index of an element in a list", "counts how often each letter occurs",
+    "removes the spaces from a string", "returns the product of a list of numbers",
+    "checks whether two strings are anagrams", "returns the last element of a list",
+    "converts a list of numbers to strings", "returns the number of digits of an integer",
+)
+_MATHS = tuple(
+    f"{name} has {a} {thing}. {pron} gets {b} more and gives away {c}. How many {thing} does {pron.lower()} have now?"
+    for name, pron, thing, a, b, c in (
+        ("Mia", "She", "stickers", 14, 6, 3), ("Leo", "He", "marbles", 23, 9, 11), ("Ava", "She", "books", 8, 5, 2),
+        ("Sam", "He", "cards", 31, 4, 12), ("Zoe", "She", "shells", 17, 8, 6), ("Max", "He", "coins", 40, 15, 22),
+    )
+) + tuple(
+    f"A {vehicle} travels {speed} kilometres per hour for {hours} hours. How far does it go?"
+    for vehicle, speed, hours in (("bus", 50, 2), ("bicycle", 15, 4), ("plane", 800, 3), ("boat", 20, 5))
+) + (
+    "What is 9 times 6 minus 4?", "What is 144 divided by 12?", "What is 25 percent of 80?",
+    "A square has sides of 5 metres. What is its area?", "A box holds 24 eggs. How many eggs are in 3 boxes?",
+    "Lucy saves 7 dollars a week. How much does she save in 8 weeks?",
+    "A class has 28 students and 4 tables. How many students sit at each table?",
+    "What is the sum of 256 and 389?", "A film starts at 6:15 pm and lasts 95 minutes. When does it end?",
+    "If 3 pens cost 6 dollars, how much do 7 pens cost?",
+)
+_TOPICS = ("the forest", "the city at night", "winter", "friendship", "the moon", "a rainy day", "music", "the desert",
+           "a river", "the stars")
+_QA = (
+    "What is the capital of Italy?", "Who discovered penicillin?", "How many planets are in the solar system?",
+    "What is the largest mammal on Earth?", "What language is spoken in Brazil?", "Who wrote Pride and Prejudice?",
+    "What is the freezing point of water in Fahrenheit?", "What is the tallest mountain in the world?",
+    "How many hours are in a day?", "What is the chemical symbol for water?", "Who was the first person on the moon?",
+    "What is the longest river in Africa?", "How many sides does a hexagon have?", "What is the capital of Canada?",
+    "Which planet is known as the red planet?", "What do bees make?", "Who invented the telephone?",
+    "What is the main ingredient of guacamole?", "How many bones are in the adult human body?",
+    "What is the currency of Japan?",
+)
+_CONVERSATION = (
+    "Hi there! Can you help me plan my week?", "I can't decide between a cat and a dog. What do you think?",
+    "What's a good book to read on holiday?", "How do I deal with stress at work?",
+    "I want to learn to cook. Where should I start?", "My neighbour is very noisy at night. What should I do?",
+    "Can you suggest a hobby I can do at home?", "How can I save money on groceries?",
+    "I'm bored. Tell me something interesting.", "What should I say in a speech at my sister's wedding?",
+    "How do I keep my plants alive?", "I want to wake up earlier. Any tips?",
+    "What are some good questions to ask on a first date?", "How can I be a better listener?",
+    "I failed my driving test. How do I stay positive?", "What's a healthy breakfast idea?",
+    "How do I start running if I've never done it?", "What games can I play with my kids on a rainy day?",
+    "How can I make my small apartment feel bigger?", "Do you have tips for a long flight?",
+)
+_INSTRUCTIONS = (
+    *(f"Write a short poem about {t}." for t in _TOPICS[:5]),
+    *(f"Describe {t} in three sentences." for t in _TOPICS[5:]),
+    "Give three tips for learning to swim.", "List five fruits that are rich in vitamin C.",
+    "Explain how a rainbow forms.", "Give four tips for a good night's sleep.", "Explain how to boil an egg.",
+    "List three ways to reduce plastic waste.", "Write a short birthday message for a friend.",
+    "Explain what gravity is to a child.", "Give three reasons to learn a musical instrument.",
+    "Describe how to wash your hands properly.",
+)
+_SUMMARY_ASKS = ("Summarise this article in two sentences.", "What is the main point of this article?",
+                 "List the key facts of this article.", "Write a short title for this article.",
+                 "Explain this article to a child in one sentence.", "Give a one-sentence summary of this news.",
+                 "What happened, according to this article?", "Summarise the article below in a few words.",
+                 "Rewrite this article as one short sentence.", "Which facts in this article matter most?")
+
+DISTILL: dict[str, tuple[str, ...]] = {
+    "conversation": _CONVERSATION,
+    "code": tuple(f"Write a Python function that {task}." for task in _CODE_TASKS),
+    "maths": _MATHS,
+    "instructions": _INSTRUCTIONS,
+    "summarisation": tuple(f"{ask}\n\n{a}" for ask in _SUMMARY_ASKS for a in _ARTICLES[6:]),
+    "qa": _QA,
+}
+
+
 @dataclass(frozen=True)
 class TaskPrompt:
     """One text prompt of kind ``task`` (one of ``TASK_KINDS``), encoded for the verifier's tokenizer."""
@@ -168,9 +247,9 @@ def task_prompts(encoder: PromptEncoder, per_task: int | None = None, split: str
                  tasks: tuple[str, ...] = TASK_KINDS) -> list[TaskPrompt]:
     """The first ``per_task`` prompts (None: all) of every kind in ``tasks``, in ``TASK_KINDS`` order,
     encoded without an image."""
-    source = {"bench": BENCH, "train": TRAIN}.get(split)
+    source = {"bench": BENCH, "train": TRAIN, "distill": DISTILL}.get(split)
     if source is None:
-        raise ValueError(f"split must be 'bench' or 'train', got {split!r}")
+        raise ValueError(f"split must be 'bench', 'train' or 'distill', got {split!r}")
     unknown = set(tasks) - set(TASK_KINDS)
     if unknown:
         raise ValueError(f"unknown task kinds {sorted(unknown)}; choose from {TASK_KINDS}")

@@ -1,19 +1,18 @@
 """Distil a drafter from its verifier's own greedy answers (``models/distilled_drafter.py``).
 
-Data: the verifier's greedy answers to the text task set's training split (``bench/tasks.TRAIN``),
-each after its prompt: the stream ``train-exits --text tasks`` writes (``train_tokens.json``), reused
-when given, else generated once into ``--out``. Under greedy decoding a draft token is accepted
-exactly when it is the verifier's argmax, and on its own greedy answer the verifier's argmax at
-position t is the answer's token t + 1: so the loss is the cross-entropy of the student's next token
-against the answer's next token, over the answer's positions (hard-label distillation of the greedy
-verifier; no verifier pass per step). The bench split is never trained on.
+Data: the verifier's greedy answers (at most 96 tokens) to the text task set's ``train`` and
+``distill`` prompts (``bench/tasks.py``; 168 prompts, never the bench split), generated once into
+``--out`` in batches (resumable) with the verifier's top-k logits per answer token. Under greedy
+decoding a draft token is accepted exactly when it is the verifier's argmax, which on its own answer
+is the answer's next token; the loss is the cross-entropy of the student's next-token distribution
+against the verifier's top-k distribution (soft targets carry more than the argmax; no verifier pass
+per training step). The stream of ``train-exits --text tasks`` can be added (``--stream``, hard labels).
 
 Resumable and seeded: the sample of step k is a function of (seed, k); student, optimiser state and
 step are checkpointed every ``checkpoint_every`` steps and at the end (``--max-minutes`` stops at a
 checkpoint), and a rerun with the same arguments continues. One torch thread by default.
 
-Run: ``nice -n 10 python -m edge_spec_ros.training.drafter_distill --stream
-artifacts/smollm2/exits/train_tokens.json --out artifacts/drafter/distilled``.
+Run: ``nice -n 10 python -m edge_spec_ros.training.drafter_distill --out artifacts/drafter/distilled``.
 
 Legend: K — kept decoder layers; N — head rows.
 """
@@ -43,14 +42,17 @@ from edge_spec_ros.models.distilled_drafter import (
 
 STATE_FILE = "distill_state.pt"
 ANSWER_TOKENS = 96  # the answer length train-exits --text tasks generates (--gen-tokens)
+DATA_FILE = "distill_data.json"
+TOP_K = 8  # verifier logits kept per answer token (the soft target)
+GEN_BATCH = 8
 
 
 @dataclass(frozen=True)
 class DistillConfig:
     layers: int = DEFAULT_LAYERS
     head_rows: int = DEFAULT_HEAD_ROWS
-    steps: int = 480
-    lr: float = 1e-4
+    steps: int = 3000
+    lr: float = 2e-4
     seed: int = 0
     checkpoint_every: int = 40
 
@@ -58,10 +60,13 @@ class DistillConfig:
 @dataclass(frozen=True)
 class Sample:
     """One training sequence: prompt ids followed by the verifier's answer; ``answer_start`` indexes
-    the answer's first token."""
+    the answer's first token. ``top_ids`` / ``top_logits``: per answer token, the verifier's top-k ids
+    and logits at the step that chose it (its soft target; None: the answer's tokens only)."""
 
     ids: list[int]
     answer_start: int
+    top_ids: list[list[int]] | None = None
+    top_logits: list[list[float]] | None = None
 
 
 def split_stream(stream: list[int], prompts: list[list[int]], max_answer: int, stop: int) -> list[Sample]:
@@ -85,16 +90,54 @@ def split_stream(stream: list[int], prompts: list[list[int]], max_answer: int, s
 
 
 def sample_loss(student, sample: Sample) -> torch.Tensor:
-    """Cross-entropy of the student's next token against the answer's, over the answer positions
-    whose next token the pruned head can say."""
+    """Cross-entropy of the student's next-token distribution against the verifier's over the answer
+    positions: its top-k distribution renormalised over the ids the pruned head can say when the
+    sample carries it, else the answer's next token (positions whose token the head cannot say are
+    left out)."""
     ids = torch.tensor([sample.ids])
     logits = student(input_ids=ids).logits[0]  # (T, V), −∞ outside the head's ids
     first = sample.answer_start - 1  # the last prompt token predicts the answer's first token
-    pred = logits[first:len(sample.ids) - 1]
+    pred = logits[first:len(sample.ids) - 1].float()
     target = ids[0, first + 1:].clone()
-    in_head = torch.isin(target, student.lm_head.ids)
-    target[~in_head] = -100
-    return torch.nn.functional.cross_entropy(pred.float(), target, ignore_index=-100)
+    if sample.top_ids is None:
+        target[~torch.isin(target, student.lm_head.ids)] = -100
+        return torch.nn.functional.cross_entropy(pred, target, ignore_index=-100)
+    top = torch.tensor(sample.top_ids)[:len(target)]  # (n, k)
+    teacher = torch.tensor(sample.top_logits, dtype=torch.float32)[:len(target)]
+    teacher = teacher.masked_fill(~torch.isin(top, student.lm_head.ids), float("-inf"))
+    keep = torch.isfinite(teacher).any(-1)
+    p = torch.softmax(teacher[keep], -1)  # (n', k)
+    logq = torch.log_softmax(pred[keep], -1).gather(-1, top[keep])  # (n', k)
+    return -(p * logq.masked_fill(p == 0, 0.0)).sum(-1).mean()
+
+
+@torch.no_grad()
+def generate_samples(model, prompts: list[list[int]], pad: int, stop: int, max_new_tokens: int, top_k: int,
+                     batch_size: int, done: list[Sample] | None = None,
+                     checkpoint: Callable[[list[Sample]], None] = lambda samples: None) -> list[Sample]:
+    """The verifier's greedy answers to ``prompts`` (token ids), ``batch_size`` prompts per batched,
+    left-padded HF ``generate``, with its top-k logits per answer token; continues after ``done``
+    (the samples of an interrupted run) and calls ``checkpoint`` after each batch. Batching may round
+    a logit differently from one-prompt decoding: these are training data, not references."""
+    samples = list(done or [])
+    for b in range(len(samples), len(prompts), batch_size):
+        batch = prompts[b:b + batch_size]
+        width = max(map(len, batch))
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                             eos_token_id=stop, pad_token_id=pad, output_logits=True, return_dict_in_generate=True)
+        steps = torch.stack(out.logits, 1).float()  # (B, n, V)
+        top = steps.topk(top_k, -1)
+        for row, prompt in enumerate(batch):
+            answer = out.sequences[row, width:].tolist()
+            if stop in answer:
+                answer = answer[:answer.index(stop) + 1]
+            n = len(answer)
+            samples.append(Sample(prompt + answer, len(prompt), top.indices[row, :n].tolist(),
+                                  [[round(v, 4) for v in r] for r in top.values[row, :n].tolist()]))
+        checkpoint(samples)
+    return samples
 
 
 @torch.no_grad()
@@ -156,37 +199,67 @@ def distill(verifier_model, samples: list[Sample], config: DistillConfig, out_di
     return student.eval().requires_grad_(False), step
 
 
+def load_samples(path: Path) -> list[Sample]:
+    return [Sample(**d) for d in json.loads(path.read_text())] if path.is_file() else []
+
+
+def save_samples(samples: list[Sample], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([asdict(s) for s in samples]))
+    tmp.replace(path)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--verifier", default="smollm2", help="model source (docs/models.md)")
+    parser.add_argument("--splits", default="train,distill",
+                        help="text task set splits whose prompts the verifier answers (never bench)")
     parser.add_argument("--stream", default=None,
-                        help="train_tokens.json of `train-exits --text tasks` (default: generate into --out)")
+                        help="also train on a train_tokens.json of `train-exits --text tasks` (hard labels)")
     parser.add_argument("--out", default="artifacts/drafter/distilled")
     parser.add_argument("--layers", type=int, default=DEFAULT_LAYERS)
     parser.add_argument("--head-rows", type=int, default=DEFAULT_HEAD_ROWS)
     parser.add_argument("--steps", type=int, default=DistillConfig.steps)
     parser.add_argument("--lr", type=float, default=DistillConfig.lr)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-minutes", type=float, default=45.0)
+    parser.add_argument("--answer-tokens", type=int, default=ANSWER_TOKENS)
+    parser.add_argument("--top-k", type=int, default=TOP_K, help="verifier logits kept per answer token")
+    parser.add_argument("--gen-batch", type=int, default=GEN_BATCH, help="prompts per batched generate")
+    parser.add_argument("--generate-only", action="store_true", help="stop after the training answers")
+    parser.add_argument("--max-minutes", type=float, default=40.0, help="training time (a rerun continues)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     from edge_spec_ros.bench.tasks import task_prompts, text_encoder
     from edge_spec_ros.models.pairs import load_pair
-    from edge_spec_ros.training.self_distill import cached_stream, self_generated_stream
 
+    splits = [s for s in args.splits.split(",") if s]
+    if "bench" in splits:
+        raise ValueError("the bench split is what the drafter is measured on; it is never trained on")
     pair = load_pair(args.verifier, parts=("verifier",))
-    stop = pair.tokenizer.eos_token_id
-    prompts = [t.prompt for t in task_prompts(text_encoder(pair.tokenizer), split="train")]
-    if args.stream:
-        stream = [int(t) for t in json.loads(Path(args.stream).read_text())]
-    else:
-        stream = cached_stream(args.out, lambda: self_generated_stream(pair.verifier, prompts, ANSWER_TOKENS, (stop,)))
-    samples = split_stream(stream, [p.input_ids.tolist() for p in prompts], ANSWER_TOKENS, stop)
-    config = DistillConfig(args.layers, args.head_rows, args.steps, args.lr, args.seed)
     model = pair.verifier.stack.model
-    log_every = 20
+    stop = pair.tokenizer.eos_token_id
+    pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else stop
+    encoder = text_encoder(pair.tokenizer)
+    prompts = [t.prompt.input_ids.tolist() for split in splits for t in task_prompts(encoder, split=split)]
+    data = Path(args.out) / DATA_FILE
     started = time.monotonic()
+
+    def checkpoint(samples: list[Sample]) -> None:
+        save_samples(samples, data)
+        print(f"answers {len(samples)}/{len(prompts)} ({time.monotonic() - started:.0f} s)", flush=True)
+
+    samples = generate_samples(model, prompts, pad, stop, args.answer_tokens, args.top_k, args.gen_batch,
+                               load_samples(data), checkpoint)
+    if args.stream:
+        train_prompts = [t.prompt.input_ids.tolist() for t in task_prompts(encoder, split="train")]
+        stream = [int(t) for t in json.loads(Path(args.stream).read_text())]
+        samples += split_stream(stream, train_prompts, ANSWER_TOKENS, stop)
+    if args.generate_only:
+        return
+    config = DistillConfig(args.layers, args.head_rows, args.steps, args.lr, args.seed)
+    log_every = 20
 
     def progress(step: int, loss: float) -> None:
         if step % log_every == 0:
@@ -194,7 +267,8 @@ def main(argv: list[str] | None = None) -> None:
 
     student, step = distill(model, samples, config, args.out, args.verifier, (stop,), 60 * args.max_minutes, progress)
     report = {"step": step, "answers": len(samples), "answer_tokens": sum(len(s.ids) - s.answer_start for s in samples),
-              "train_token_match_pct": round(token_match(student, samples), 1), "config": asdict(config)}
+              "train_token_match_pct": round(token_match(student, samples), 1), "config": asdict(config),
+              "splits": splits, "minutes": round((time.monotonic() - started) / 60, 1)}
     Path(args.out, "distill_report.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report))
 

@@ -23,7 +23,16 @@ from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.tiny import truncated_copy
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
-from edge_spec_ros.training.drafter_distill import DistillConfig, Sample, distill, sample_loss, split_stream
+from edge_spec_ros.training.drafter_distill import (
+    DistillConfig,
+    Sample,
+    distill,
+    generate_samples,
+    load_samples,
+    sample_loss,
+    save_samples,
+    split_stream,
+)
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +147,37 @@ def test_a_distilled_drafter_trains_saves_loads_and_keeps_the_output_exact(targe
     save_student(loaded, saved, tmp_path / "copy")
     again, _ = load_student(target_model, tmp_path / "copy")
     torch.testing.assert_close(again.lm_head.weight, loaded.lm_head.weight)
+
+
+def test_distillation_data_are_the_verifiers_greedy_answers_with_its_top_k(target_model, verifier, encoder, tokenizer,
+                                                                             tmp_path):
+    from conftest import INSTRUCTIONS
+
+    prompts = [encoder.encode(text) for text in INSTRUCTIONS[:3]]
+    ids = [p.input_ids.tolist() for p in prompts]
+    stop = tokenizer.eos_token_id
+    saved: list[int] = []
+    first = generate_samples(target_model, ids[:2], stop, stop, 12, 4, batch_size=2,
+                             checkpoint=lambda s: saved.append(len(s)))
+    samples = generate_samples(target_model, ids, stop, stop, 12, 4, batch_size=2, done=first,
+                               checkpoint=lambda s: saved.append(len(s)))
+    assert saved == [2, 3] and samples[:2] == first  # a rerun continues after the samples it is given
+    for prompt, s in zip(prompts, samples):
+        answer = autoregressive(verifier, prompt, DecodeConfig(max_new_tokens=12, stop_tokens=(stop,))).tokens
+        assert s.ids[:s.answer_start] == prompt.input_ids.tolist() and s.ids[s.answer_start:] == answer
+        assert len(s.top_ids) == len(answer) and all(len(r) == 4 for r in s.top_ids)
+        assert [r[0] for r in s.top_ids] == answer  # greedy: the top logit is the token chosen
+    save_samples(samples, tmp_path / "data.json")
+    assert load_samples(tmp_path / "data.json") == samples
+    # the soft loss trains: it falls on the sample it steps on
+    student = build_student(target_model, 2, head_ids(target_model.config.text_config.vocab_size, 64,
+                                                      [t for r in samples[0].top_ids for t in r]))
+    optimiser = torch.optim.SGD([student.lm_head.weight], lr=0.5)
+    losses = []
+    for _ in range(3):
+        loss = sample_loss(student, samples[0])
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < losses[0]
