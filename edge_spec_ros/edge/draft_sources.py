@@ -235,3 +235,12 @@ class LookupDrafter(Drafter):
         elif not found:
             draft = Draft((prefix[-1],), None, len(prefix))
         return draft
+
+
+def fresh_drafter(source: str, model: Drafter) -> Drafter:
+    """The drafter of the fresh-draft source called ``source`` (``edge.registry.FRESH_SOURCES``) over
+    the drafter model ``model``: ``model`` itself, or ``LookupDrafter(model)``."""
+    from edge_spec_ros.edge.registry import get_fresh_source
+
+    name = get_fresh_source(source).name
+    return model if name == "model" else LookupDrafter(model, PromptLookup())

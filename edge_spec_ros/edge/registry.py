@@ -112,3 +112,40 @@ def modes_table() -> str:
         exact = "yes" if m.exact else "**no**: its TV error is reported"
         rows.append(f"| `{m.name}` | {m.paper} | {m.up} | {m.down} | {exact} |")
     return "\n".join(rows)
+
+
+# What a fresh draft is made of (``edge/draft_sources.py``), orthogonal to the mode: every verify mode
+# drafts its fresh blocks from one of these. All are exact: a source only proposes, the verdict is the
+# verifier's. ``fresh_drafter`` in ``edge/draft_sources.py`` builds the one named.
+
+
+@dataclass(frozen=True)
+class FreshSource:
+    name: str
+    paper: str
+    proposes: str  # what drafts a fresh block
+    sampling: str  # what happens at T > 0
+
+
+FRESH_SOURCES: tuple[FreshSource, ...] = (
+    FreshSource("model", "FSD §3 / SD", "the drafter model, γ steps", "the model samples and sends its q"),
+    FreshSource("lookup", "prompt lookup (Saxena 2023; LLMA)",
+                "the tokens after the latest earlier match of the context's last n ≤ 3 tokens, then the model "
+                "for the rest of the block", "the model alone (a lookup token's q is a point mass)"),
+)
+FRESH_SOURCE_NAMES = tuple(s.name for s in FRESH_SOURCES)
+
+
+def get_fresh_source(name: str) -> FreshSource:
+    """The fresh-draft source called ``name``; a ValueError naming the choices otherwise."""
+    for source in FRESH_SOURCES:
+        if source.name == name:
+            return source
+    raise ValueError(f"unknown draft source {name!r}; choose one of {', '.join(FRESH_SOURCE_NAMES)}")
+
+
+def fresh_sources_table() -> str:
+    """The draft sources as a Markdown table."""
+    rows = ["| draft source | paper | proposes | at T > 0 |", "|---|---|---|---|"]
+    rows += [f"| `{s.name}` | {s.paper} | {s.proposes} | {s.sampling} |" for s in FRESH_SOURCES]
+    return "\n".join(rows)

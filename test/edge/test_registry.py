@@ -55,3 +55,19 @@ def test_dragon_is_an_answer_mode_the_drafter_accepts_and_the_decoder_refuses():
         get_mode("dragon")
     with pytest.raises(ValueError, match="answers questions"):
         modes.EdgeDecoder(None, None, modes.EdgeConfig()).decode("dragon", None, b"")
+
+
+def test_every_fresh_draft_source_builds_a_drafter(target_model):
+    from edge_spec_ros.edge.draft_sources import LookupDrafter, fresh_drafter
+    from edge_spec_ros.edge.registry import FRESH_SOURCE_NAMES, fresh_sources_table, get_fresh_source
+    from edge_spec_ros.models.drafter import Drafter
+    from edge_spec_ros.models.tiny import truncated_copy
+
+    model = Drafter(truncated_copy(target_model, 1))
+    assert FRESH_SOURCE_NAMES == ("model", "lookup")
+    assert fresh_drafter("model", model) is model
+    chain = fresh_drafter("lookup", model)
+    assert isinstance(chain, LookupDrafter) and chain.model is model and chain.stack is model.stack
+    with pytest.raises(ValueError, match="model, lookup"):
+        get_fresh_source("oracle")
+    assert all(f"`{name}`" in fresh_sources_table() for name in FRESH_SOURCE_NAMES)
