@@ -27,6 +27,7 @@ MAX_SEED = 2**64  # seeds are unsigned 64-bit (ROS DecisionRequest.seed is uint6
 MAX_TEMPERATURE = 1e4
 MAX_ROUND = 2**31 - 1
 MAX_EMULATED_DELAY_S = 10.0  # an emulated downlink's delay and jitter, each
+MAX_PRIORITY = 3  # Open.priority: 0 (default: a robot standing still), 1 (in motion), 2-3 (more urgent)
 MIN_EMULATED_BANDWIDTH_BPS = 8_000.0  # below this a reply would sit in the server for minutes
 IMAGE_FORMATS = ("JPEG", "PNG")
 
@@ -135,6 +136,7 @@ def check_open(msg: Open, limits: Limits, vocab: int) -> None:
         raise RequestError("Open.compute_tq_s: compute emulation is server configuration "
                            "(edge-spec-ros serve --emulate-tq-s), not a request field")
     _int_in("Open", "p_top_k", msg.p_top_k, 0, vocab + 1)
+    _int_in("Open", "priority", msg.priority, 0, MAX_PRIORITY + 1)
     for name in ("down_delay_s", "down_jitter_s"):
         value = getattr(msg, name)
         if not (math.isfinite(value) and 0 <= value <= MAX_EMULATED_DELAY_S):

@@ -48,7 +48,9 @@ CURVE_NO_DETAIL = ("the CURVE handshake failed: the verifier could not be authen
 @dataclass(frozen=True)
 class ClientConfig:
     """endpoint: the verifier's ZeroMQ endpoint; uplink: emulated robot → cloud link (None: real link);
-    downlink: emulated cloud → robot link, applied by the server on this robot's sessions."""
+    downlink: emulated cloud → robot link, applied by the server on this robot's sessions; priority:
+    ``Open.priority`` of this robot's decisions (0: standing still, 1: in motion; the server serves
+    higher priorities first within a fairness bound), changed at run time with ``VerifierClient.priority``."""
 
     endpoint: str = "tcp://127.0.0.1:5555"
     open_timeout_s: float = OPEN_TIMEOUT_S
@@ -56,6 +58,7 @@ class ClientConfig:
     uplink: LinkShape | None = None
     downlink: LinkShape | None = None
     curve: CurveKeys | None = None
+    priority: int = 0
 
 
 class VerifierClient:
@@ -63,6 +66,7 @@ class VerifierClient:
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
+        self.priority = config.priority  # of the next decisions opened (a robot that starts moving raises it)
         self.counters: Counter[str] = Counter()
         self._ctx = zmq.Context()
         sock = self._ctx.socket(zmq.DEALER)
@@ -135,11 +139,15 @@ class VerifierClient:
         return replace(request, down_delay_s=down.delay_s, down_jitter_s=down.jitter_s,
                        down_bandwidth_bps=down.bandwidth_bps, down_loss=down.loss)
 
+    def with_priority(self, request: Open) -> Open:
+        """``request`` with this client's priority, unless the request sets one itself."""
+        return replace(request, priority=self.priority) if self.priority and not request.priority else request
+
     def open(self, request: Open) -> tuple[bytes, Opened]:
         """Open a decision; returns its session id and the server's acknowledgement."""
         sid = uuid.uuid4().bytes
         self.register(sid)
-        self.send(sid, self.with_downlink(request))
+        self.send(sid, self.with_priority(self.with_downlink(request)))
         reply = self.receive(sid, self.config.open_timeout_s)
         if not isinstance(reply, Opened):
             raise VerifierError(int(ErrorCode.INTERNAL), f"expected Opened, got {type(reply).__name__}")

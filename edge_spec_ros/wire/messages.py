@@ -54,6 +54,8 @@ class Open:
     down_jitter_s: float = 0.0
     down_bandwidth_bps: float = 0.0
     down_loss: float = 0.0
+    priority: int = 0  # 0..MAX_PRIORITY (cloud/limits.py): the server serves a session of higher priority
+    # first (a robot in motion: 1; standing still or idle: 0), within a fairness bound (cloud/server.FairQueue)
     TYPE = MsgType.OPEN
 
 

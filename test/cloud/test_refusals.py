@@ -120,6 +120,9 @@ def open_cases(ids: np.ndarray, image_ids: np.ndarray) -> list[tuple[str, dict, 
         ("down_bandwidth_bps", dict(input_ids=ids, down_bandwidth_bps=-1e6), B, "Open.down_bandwidth_bps"),
         ("down_loss", dict(input_ids=ids, down_loss=1.0), B, "Open.down_loss"),
         ("down_loss", dict(input_ids=ids, down_loss=-0.5), B, "Open.down_loss"),
+        ("priority", dict(input_ids=ids, priority=-1), B, "Open.priority must be in [0, 4)"),
+        ("priority", dict(input_ids=ids, priority=4), B, "Open.priority must be in [0, 4)"),
+        ("priority", dict(input_ids=ids, raw_meta={"priority": 1.5}), M, "Open.priority"),
     ]
 
 
