@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 
 HOUSEKEEPING_PERIOD_S = 0.5
 FAIR_CREDIT_S = 0.1  # compute a session coming back from idle may use ahead of the sessions already waiting
+PRIORITY_LEAD_S = 1.0  # per priority level (Open.priority): more compute a session back from idle may use
+# ahead of lower-priority sessions (a robot in motion, priority 1, goes ahead of a robot standing still)
 WORKER_JOIN_S = 0.2  # how long stop() waits for the workers (a forward pass in flight is not interrupted)
 RECEIVE_HWM = 100  # frame sets ZeroMQ buffers per connection before it stops reading that peer
 DRAGON_STEPS = (DragonDraft, DragonTarget, DragonDistRequest, DragonDist)  # a DRAGON decision's traffic
@@ -75,7 +77,9 @@ class ServerConfig:
     bound), so a slice's layer costs about the same at any depth of a long prompt; fair_credit_s: the
     compute time a session coming back from idle may use before the sessions already waiting (the
     scheduler's credit; ``FairQueue``); emulate_tq_s: emulated verification time per
-    forward for benchmarks (0: real compute only; a request cannot ask for it); documents: the cloud's
+    forward for benchmarks (0: real compute only; a request cannot ask for it); priority_lead_s: the
+    compute a session may use ahead of sessions one priority level lower (``Open.priority``; the
+    fairness bound of ``FairQueue``); documents: the cloud's
     document folder for DRAGON decisions (cloud/dragon.py; empty: DRAGON is refused); max_batch: the
     most sessions whose pending verification rounds one forward of the verifier takes (1: one round per
     forward; cloud/batching.py)."""
@@ -93,6 +97,7 @@ class ServerConfig:
     prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
     prefill_chunk_cells: int = PREFILL_CHUNK_CELLS
     fair_credit_s: float = FAIR_CREDIT_S
+    priority_lead_s: float = PRIORITY_LEAD_S
     documents: str = ""
     max_batch: int = 1
 
@@ -104,6 +109,8 @@ class ServerConfig:
                              f"{self.prefill_chunk_tokens} and {self.prefill_chunk_cells}")
         if not (math.isfinite(self.fair_credit_s) and self.fair_credit_s >= 0):
             raise ValueError(f"fair_credit_s must be finite and >= 0, got {self.fair_credit_s}")
+        if not (math.isfinite(self.priority_lead_s) and self.priority_lead_s >= 0):
+            raise ValueError(f"priority_lead_s must be finite and >= 0, got {self.priority_lead_s}")
         if self.workers < 1 or self.max_sessions < 1 or self.max_sessions_per_client < 1 or self.max_batch < 1:
             raise ValueError("workers, max_sessions, max_sessions_per_client and max_batch must be >= 1")
 
@@ -130,22 +137,35 @@ class _Session:
     tag: float = -math.inf  # fair queuing: the session's virtual start time (``FairQueue``)
     order: int = 0  # when it was queued: ties go first come, first served
     weight: float = 1.0  # its share of the compute beside other waiting sessions
+    lead: float = 0.0  # compute it may use ahead of priority-0 sessions when back from idle (Open.priority)
+
+    @property
+    def continuing(self) -> bool:
+        """Its next step continues a sliced job (a long prefill or generation) rather than starting one."""
+        return self.current is not None
 
 
 class FairQueue:
-    """Ready sessions, served by start-time fair queuing on measured compute time (lock held by the
-    caller for every call).
+    """Ready sessions, served by start-time fair queuing on measured compute time, with priorities
+    (lock held by the caller for every call).
 
     Each session carries a virtual start tag S; a worker takes the ready session of least S (first
     queued among equals), the virtual clock V is the greatest S taken so far, and a session that ran
     for t seconds advances S by t/weight. A session that becomes ready after idling (its robot was
-    drafting, or it is new) starts at max(S, V − credit): it may use up to ``credit`` of compute before
-    the sessions already waiting get their next step, so a short round goes ahead of a long job's next
-    step, and beyond that credit the sessions that wait share the workers in proportion to their
-    weights. Bounds: a session that is waiting is overtaken by each other session for at most
-    credit + one step (on one worker: it waits at most Σ_others (credit + step) of compute before its
-    next step), and over time it gets at least weight/Σ weights of the compute of the sessions that
-    keep the workers busy; a short round waits at most for the steps in progress when it arrives."""
+    drafting, or it is new) starts at max(S, V − credit − lead), where lead = priority ×
+    ``priority_lead_s`` (0 for priority 0): it may use up to credit + lead of compute before the
+    sessions already waiting get their next step, so a short round goes ahead of a long job's next
+    step, and a robot in motion's round (priority 1) ahead of a standing robot's.
+
+    Bounds (weights 1). S never decreases, and while a session i waits every session taken has S ≤
+    S_i, so V ≤ S_i. Hence another session j runs ahead of i, from when i is queued (clock V_i) to
+    when i is taken, for at most S_i − (V_i − credit − lead_j) of compute plus the one step it
+    started last. For a round back from idle whose session has not used more than its share
+    (S_i = V_i − credit − lead_i) that is lead_j − lead_i + one step: behind a session of the same or
+    lower priority a round waits for at most one of its steps, behind a session k levels higher for
+    at most k × ``priority_lead_s`` of its compute and one step: **no session is starved**, whatever
+    the priorities. Over time a session that keeps waiting gets at least weight/Σ weights of the
+    compute of the sessions that keep the workers busy."""
 
     def __init__(self, credit_s: float = FAIR_CREDIT_S) -> None:
         self.credit_s = credit_s
@@ -163,12 +183,16 @@ class FairQueue:
     def push(self, session: _Session, fresh: bool) -> None:
         """Queue a session: ``fresh`` if it was idle (no work queued or running) until now."""
         if fresh:
-            session.tag = max(session.tag, self.clock - self.credit_s)
+            session.tag = max(session.tag, self.clock - self.credit_s - session.lead)
         session.order = next(self._order)
         self._sessions.append(session)
 
+    def head(self) -> _Session:
+        """The session served next."""
+        return min(self._sessions, key=lambda s: (s.tag, s.order))
+
     def pop(self) -> _Session:
-        session = min(self._sessions, key=lambda s: (s.tag, s.order))
+        session = self.head()
         self.take(session)
         return session
 
@@ -199,6 +223,8 @@ class VerifierServer:
         self._lock = threading.Lock()  # sessions, jobs, the ready queue, counters
         self._ready_cv = threading.Condition(self._lock)
         self._ready = FairQueue(config.fair_credit_s)
+        self._running = 0  # steps running on workers ...
+        self._running_continued = 0  # ... of which continue a sliced job (``_may_start``)
         self._workers: list[threading.Thread] = []
         self._ctx = zmq.Context()
         self._auth: ThreadAuthenticator | None = None
@@ -329,7 +355,8 @@ class VerifierServer:
         cancel = threading.Event()
         state = VerifySession(self.verifier, self.encoder, msg, compute, cancel, max_tokens,
                               self.config.prefill_chunk_tokens, self.config.prefill_chunk_cells)
-        session = _Session(key[0], key[1], client, msg, shape, msg.queue_policy, time.monotonic(), state, cancel)
+        session = _Session(key[0], key[1], client, msg, shape, msg.queue_policy, time.monotonic(), state, cancel,
+                           lead=msg.priority * self.config.priority_lead_s)
         work = state.handle(msg, lambda reply: self._emit_reply(session, reply))  # on a worker: the image, prefill
         self._admit(key, client, session)
         self._submit(session, work, on_error=lambda: self._forget(session))
@@ -404,36 +431,55 @@ class VerifierServer:
                 self._ready.push(session, fresh=True)
                 self._ready_cv.notify()
 
+    def _may_start(self, session: _Session) -> bool:
+        """Whether a worker may start ``session``'s next step now (lock held). A step that continues a
+        sliced job (a long prefill's next layer, a generation's next token) runs alone, and a step that
+        starts a job (a verification round, an Open's first step) runs beside other such steps but not
+        beside a continued one. So a round waits for at most the one step of a long job in progress
+        when it arrives, and never shares the CPU, the interpreter lock or the GPU with a long job's
+        steps while it runs (with several workers, the long job's next step waits for the round)."""
+        if session.continuing:
+            return self._running == 0
+        return self._running_continued == 0
+
     def _work(self) -> None:
-        """A worker: run one step of the ready session that has used the least compute (``FairQueue``),
-        charge it the step's time, and queue it again if it has more work."""
+        """A worker: run one step of the ready session first in fair order (``FairQueue``) once
+        ``_may_start`` allows it (the sessions behind it keep their places: the order is never
+        overtaken), charge it the step's time, and queue it again if it has more work."""
         while True:
             with self._lock:
-                while not self._ready and not self._done.is_set():
+                while not self._done.is_set() and not (self._ready and self._may_start(self._ready.head())):
                     self._ready_cv.wait()
                 if self._done.is_set():
                     return
                 session = self._ready.pop()
+                continued = session.continuing
                 if session.current is None and session.jobs and not session.closed:
                     job, session.on_error = session.jobs.popleft()
                 else:
                     job = None
                 batch = self._gather() if self.config.max_batch > 1 and batchable(job) else []
+                self._running += 1
+                self._running_continued += continued
             t0 = time.perf_counter()
-            if batch:
-                self._step_batch([(session, job), *batch])
-            else:
-                self._step(session, job)
-            elapsed = (time.perf_counter() - t0) / (1 + len(batch))  # a batch's sessions share its time
-            with self._lock:
-                for s in (session, *(other for other, _ in batch)):
-                    self._ready.charge(s, elapsed)
-                    if (s.current is not None or s.jobs) and not s.closed:
-                        self._ready.push(s, fresh=False)
-                        self._ready_cv.notify()
-                    else:
-                        s.scheduled = False
-                        s.current = None
+            try:
+                if batch:
+                    self._step_batch([(session, job), *batch])
+                else:
+                    self._step(session, job)
+            finally:
+                elapsed = (time.perf_counter() - t0) / (1 + len(batch))  # a batch's sessions share its time
+                with self._lock:
+                    self._running -= 1
+                    self._running_continued -= continued
+                    for s in (session, *(other for other, _ in batch)):
+                        self._ready.charge(s, elapsed)
+                        if (s.current is not None or s.jobs) and not s.closed:
+                            self._ready.push(s, fresh=False)
+                        else:
+                            s.scheduled = False
+                            s.current = None
+                    self._ready_cv.notify_all()  # what may start has changed
 
     def _gather(self) -> list[tuple[_Session, Job]]:
         """Batching (lock held): take from the ready queue up to ``max_batch - 1`` other sessions whose

@@ -86,10 +86,10 @@ def test_expiry_cancels_running_work(server, text_prompt):
             time.sleep(0.1)
 
 
-def _queued(name: str):
+def _queued(name: str, lead: float = 0.0):
     from edge_spec_ros.cloud.server import _Session
 
-    return _Session(name.encode(), bytes(16), b"c", None, None, "fifo", 0.0, None, None)
+    return _Session(name.encode(), bytes(16), b"c", None, None, "fifo", 0.0, None, None, lead=lead)
 
 
 def test_fair_queue_serves_a_returning_short_round_first_and_bounds_its_lead():
@@ -135,3 +135,153 @@ def test_fair_queue_weights_share_the_compute():
         queue.charge(s, 0.01)
         queue.push(s, fresh=False)
     assert abs(used["b"] / used["a"] - 3.0) < 0.1
+
+
+LEAD_S = 1.0  # the priority lead of the queue tests below (PRIORITY_LEAD_S per level)
+STEP_S = 0.05  # an in-motion robot's round in the queue tests (compute charged per step)
+
+
+def test_fair_queue_serves_a_robot_in_motion_first():
+    """Rounds arriving together (both back from idle): the robot in motion (priority 1) goes first,
+    ahead of a standing robot queued before it and of a long job's next step."""
+    from edge_spec_ros.cloud.server import FairQueue
+
+    queue = FairQueue(credit_s=0.1)
+    hog, still, moving = _queued("hog"), _queued("still"), _queued("moving", lead=LEAD_S)
+    queue.push(hog, fresh=True)
+    for _ in range(20):
+        queue.charge(queue.pop(), 0.01)
+        queue.push(hog, fresh=False)
+    queue.push(still, fresh=True)
+    queue.push(moving, fresh=True)
+    assert [s.identity.decode() for s in queue] == ["moving", "still", "hog"]
+    assert queue.pop() is moving
+
+
+def _overtaken(queue, waiting, others: list, step_s: float) -> dict[str, float]:
+    """Each of ``others`` runs rounds of ``step_s`` and comes back from idle at once, until ``waiting``
+    is taken; returns each one's compute while ``waiting`` waited."""
+    ran = {s.identity.decode(): 0.0 for s in others}
+    for _ in range(10_000):
+        s = queue.pop()
+        if s is waiting:
+            return ran
+        ran[s.identity.decode()] += step_s
+        queue.charge(s, step_s)
+        queue.push(s, fresh=True)  # its robot drafted and sent the next round
+    raise AssertionError("the waiting session was never served")
+
+
+def _busy_queue(sessions: list, rounds: int, step_s: float):
+    """A queue whose ``sessions`` have been running rounds of ``step_s``, each back at once."""
+    from edge_spec_ros.cloud.server import FairQueue
+
+    queue = FairQueue(credit_s=0.1)
+    for s in sessions:
+        queue.push(s, fresh=True)
+    for _ in range(rounds):
+        s = queue.pop()
+        queue.charge(s, step_s)
+        queue.push(s, fresh=True)
+    return queue
+
+
+@pytest.mark.parametrize("moving", [1, 3])
+def test_fair_queue_robots_in_motion_lead_by_the_lead_only(moving):
+    """The fairness bound (FairQueue's docstring): a standing robot's round (priority 0) arriving with
+    the rounds of robots in motion (priority 1, after a long job kept the worker busy) waits behind
+    each of them for at most lead + one step of its compute, however many rounds they send; and the
+    lead is real: each runs ahead of it by about the lead."""
+    hog = _queued("hog")
+    queue = _busy_queue([hog], 50, 0.01)
+    queue.pop()  # the hog's step in progress; it queues again behind the rounds below
+    movers = [_queued(f"moving{i}", lead=LEAD_S) for i in range(moving)]
+    still = _queued("still")
+    for s in (still, *movers):
+        queue.push(s, fresh=True)
+    ran = _overtaken(queue, still, movers, STEP_S)
+    for name, compute in ran.items():
+        assert LEAD_S - STEP_S <= compute <= LEAD_S + STEP_S + 1e-9, (name, ran)
+
+
+@pytest.mark.parametrize("moving", [1, 3])
+def test_fair_queue_never_starves_a_standing_robot(moving):
+    """Robots in motion that keep the worker busy with rounds: a standing robot's round arriving among
+    them waits behind each for at most lead + one step of its compute (less when they have already
+    used their lead)."""
+    movers = [_queued(f"moving{i}", lead=LEAD_S) for i in range(moving)]
+    queue = _busy_queue(movers, 10 * moving, STEP_S)
+    still = _queued("still")
+    queue.push(still, fresh=True)
+    ran = _overtaken(queue, still, movers, STEP_S)
+    for name, compute in ran.items():
+        assert compute <= LEAD_S + STEP_S + 1e-9, (name, ran)
+
+
+def test_fair_queue_equal_priorities_wait_one_step_at_most():
+    """Behind sessions of its own priority, a round back from idle waits for at most one step of each."""
+    others = [_queued(f"other{i}", lead=LEAD_S) for i in range(3)]
+    queue = _busy_queue(others, 30, STEP_S)
+    mine = _queued("mine", lead=LEAD_S)
+    queue.push(mine, fresh=True)
+    ran = _overtaken(queue, mine, others, STEP_S)
+    assert all(compute <= STEP_S + 1e-9 for compute in ran.values()), ran
+
+
+def test_a_round_never_runs_beside_a_long_jobs_step():
+    """With two workers, a verification round starts only once the long job's step in progress has
+    ended, and the long job's next step waits for the round (``VerifierServer._may_start``); the long
+    job still finishes (it is not starved by a stream of rounds)."""
+    import threading
+
+    from edge_spec_ros.cloud.server import ServerConfig, VerifierServer, _Session
+    from edge_spec_ros.models.pairs import load_pair
+
+    pair = load_pair("embedded")
+    server = VerifierServer(pair.verifier, pair.prompt_encoder(), ServerConfig(bind="tcp://127.0.0.1:*", workers=2))
+    server.start()
+    lock = threading.Lock()
+    running = {"long": 0, "round": 0}
+    overlaps, rounds_done, long_steps = [], [], []
+    long_done = threading.Event()
+
+    def busy(kind: str) -> None:
+        with lock:
+            running[kind] += 1
+            if running["long"] and running["round"]:
+                overlaps.append(dict(running))
+        time.sleep(0.005)
+        with lock:
+            running[kind] -= 1
+
+    def long_job():
+        yield  # its first step starts a job, which may run beside rounds (nobody knows yet that it is long)
+        for i in range(40):
+            busy("long")
+            long_steps.append(i)
+            yield
+        long_done.set()
+
+    def round_job():
+        busy("round")
+        rounds_done.append(1)
+        yield from ()
+
+    def session(name: str) -> _Session:
+        return _Session(name.encode(), bytes(16), b"c", None, None, "fifo", time.monotonic(), None,
+                        threading.Event())
+
+    try:
+        long_session = session("long")
+        server._submit(long_session, long_job())
+        robots = [session(f"robot{i}") for i in range(2)]
+        deadline = time.monotonic() + 60
+        while not long_done.is_set() and time.monotonic() < deadline:
+            for robot in robots:
+                server._submit(robot, round_job())
+            time.sleep(0.002)
+        assert long_done.wait(max(0.0, deadline - time.monotonic()))
+    finally:
+        server.stop()
+    assert len(long_steps) == 40 and len(rounds_done) > 10
+    assert overlaps == []
