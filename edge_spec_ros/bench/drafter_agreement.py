@@ -127,6 +127,44 @@ def verifier_token_time(verifier, prompts: list, kinds: tuple[str, ...], config:
     return s / n
 
 
+def teacher_forced_hits(drafter: Drafter, prompt: EncodedPrompt, answer: list[int]) -> list[bool]:
+    """hits[j]: the drafter's greedy token after the prompt and ``answer[:j]`` is ``answer[j]``, all j in
+    one forward pass. A greedy draft from position t matches the answer for as long as these hold in a
+    row (each accepted draft token is the answer's token, so the next draft step sees the answer's
+    prefix), which makes ``replay_hits`` exact without drafting round by round."""
+    ids = prompt.input_ids.tolist()
+    logits = drafter.stack.final_logits(drafter.start(prompt), ids + answer, len(ids) - 1)  # (n + 1, V)
+    return (logits[:len(answer)].argmax(-1) == torch.tensor(answer)).tolist()
+
+
+def replay_hits(prompt_ids: list[int], answer: list[int], gamma: int, hits: list[bool] | None,
+                lookup: PromptLookup | None) -> Replay:
+    """``replay`` of the chain lookup → model (either may be absent) from the model's teacher-forced
+    ``hits``: each round the lookup proposes k ≤ γ tokens and, when all k match, the model's γ − k
+    continue while they hit (the model drafts γ − k whatever happens: their count is drafted)."""
+    out = Replay()
+    n, t = len(answer), 0
+    while t < n:
+        found = lookup.propose(prompt_ids + answer[:t], gamma) if lookup is not None else ()
+        a = 0
+        while a < len(found) and t + a < n and found[a] == answer[t + a]:
+            a += 1
+        drafted = len(found)
+        if hits is not None and len(found) < gamma:
+            drafted = gamma
+            if a == len(found):
+                while a < gamma and t + a < n and hits[t + a]:
+                    a += 1
+        commit = min(a + 1, n - t)
+        out.rounds += 1
+        out.committed += commit
+        out.drafted += drafted
+        out.lookup += len(found)
+        out.accepted += min(a, commit)
+        t += commit
+    return out
+
+
 def model_proposer(drafter: Drafter, prompt: EncodedPrompt) -> Propose:
     """A drafter's greedy drafts from any prefix of ``prompt``'s decode (its own rollback cache)."""
     kv = drafter.start(prompt)
@@ -152,12 +190,14 @@ class SourceReport:
     overall: dict[str, float] = field(default_factory=dict)
 
 
-def summary(r: Replay, verifier_token_s: float) -> dict[str, float]:
+def summary(r: Replay, timing: Replay, verifier_token_s: float) -> dict[str, float]:
+    """τ, α and the lookup share of ``r``; the draft time per drafted token (relative to T_q) and per
+    round of ``timing``, the real drafts timed for this source (zero for lookup alone)."""
     return {"tau": round(r.tau, 3), "alpha": round(r.alpha, 3),
             "lookup_share": round(r.lookup / r.drafted, 3) if r.drafted else 0.0,
             "rounds": r.rounds, "tokens": r.committed,
-            "time_ratio": round((r.draft_s / max(r.drafted, 1)) / verifier_token_s, 3) if verifier_token_s else 0.0,
-            "draft_ms_per_round": round(1000 * r.draft_s / max(r.rounds, 1), 2)}
+            "time_ratio": round((timing.draft_s / max(timing.drafted, 1)) / verifier_token_s, 3),
+            "draft_ms_per_round": round(1000 * timing.draft_s / max(timing.rounds, 1), 2)}
 
 
 def markdown(reports: list[SourceReport], kinds: tuple[str, ...]) -> str:
@@ -199,19 +239,6 @@ def main(argv: list[str] | None = None) -> None:
     verifier_token_s = verifier_token_time(verifier, prompts, kinds, config)
 
     lookup = PromptLookup(max_ngram=args.max_ngram)
-    sources: list[tuple[str, float, Callable[[EncodedPrompt], tuple[Propose, Callable[[], int]]]]] = [
-        ("lookup", 0.0, lambda prompt: (lookup.propose, lambda: 0)),
-    ]
-
-    def chained(drafter: Drafter) -> Callable[[EncodedPrompt], tuple[Propose, Callable[[], int]]]:
-        def make(prompt: EncodedPrompt) -> tuple[Propose, Callable[[], int]]:
-            chain = LookupDrafter(drafter, lookup)
-            return model_proposer(chain, prompt), lambda: chain.lookup_tokens
-        return make
-
-    def alone(drafter: Drafter) -> Callable[[EncodedPrompt], tuple[Propose, Callable[[], int]]]:
-        return lambda prompt: (model_proposer(drafter, prompt), lambda: 0)
-
     models: list[tuple[str, Drafter, float]] = []
     if args.draft_layers:
         models.append((f"self-{args.draft_layers}", pair.drafter, token_macs(pair.drafter.stack.model) / v_macs))
@@ -220,32 +247,42 @@ def main(argv: list[str] | None = None) -> None:
 
         distilled = load_distilled(args.distilled)
         models.append(("distilled", distilled, distilled.token_macs() / v_macs))
+    # (name, MACs ratio, the model (None: lookup only), lookup first)
+    sources: list[tuple[str, float, Drafter | None, bool]] = [("lookup", 0.0, None, True)]
     for name, drafter, ratio in models:
-        sources.append((name, ratio, alone(drafter)))
-        sources.append((f"lookup→{name}", ratio, chained(drafter)))
+        sources += [(name, ratio, drafter, False), (f"lookup→{name}", ratio, drafter, True)]
+    hits = {name: [teacher_forced_hits(drafter, p.prompt, answer) for p, answer in zip(prompts, answers)]
+            for name, drafter, _ in models}
+    timed = [i for i, p in enumerate(prompts) if i == next(j for j, q in enumerate(prompts) if q.task == p.task)]
 
-    reports = []
-    for name, ratio, make in sources:
+    reports, checks = [], {}
+    for name, ratio, drafter, first in sources:
+        model_name = name.split("→")[-1]
         rep = SourceReport(name, round(ratio, 3))
-        total = Replay()
+        total, timing = Replay(), Replay()
         for kind in kinds:
             acc = Replay()
-            for p, answer in zip(prompts, answers):
+            for i, (p, answer) in enumerate(zip(prompts, answers)):
                 if p.task != kind:
                     continue
-                propose, lookup_count = make(p.prompt)
-                r = replay(propose, p.prompt.input_ids.tolist(), answer, args.gamma)
-                r.lookup = r.drafted if name == "lookup" else lookup_count()
-                acc.add(r)
-            rep.per_kind[kind] = summary(acc, verifier_token_s)
+                ids = p.prompt.input_ids.tolist()
+                acc.add(replay_hits(ids, answer, args.gamma, hits[model_name][i] if drafter else None,
+                                    lookup if first else None))
+                if drafter is not None and i in timed:  # real drafts: the draft time, and a check of the replay
+                    chain = LookupDrafter(drafter, lookup) if first else drafter
+                    real = replay(model_proposer(chain, p.prompt), ids, answer, args.gamma)
+                    fast = replay_hits(ids, answer, args.gamma, hits[model_name][i], lookup if first else None)
+                    checks[f"{name}/{p.task}"] = (real.rounds, fast.rounds)
+                    timing.add(real)
+            rep.per_kind[kind] = summary(acc, timing, verifier_token_s)
             total.add(acc)
-        rep.overall = summary(total, verifier_token_s)
+        rep.overall = summary(total, timing, verifier_token_s)
         reports.append(rep)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table = markdown(reports, kinds)
-    meta = {"verifier": args.verifier, "gamma": args.gamma, "max_new_tokens": args.max_new_tokens,
+    meta = {"replay_check_rounds(real, teacher-forced)": checks, "verifier": args.verifier, "gamma": args.gamma, "max_new_tokens": args.max_new_tokens,
             "prompts_per_kind": args.prompts, "threads": args.threads, "verifier_ms_per_token":
             round(1000 * verifier_token_s, 2), "answer_tokens": sum(map(len, answers)),
             "load_average": Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edge_spec_ros.bench.drafter_agreement import model_proposer, replay, token_macs
+from edge_spec_ros.bench.drafter_agreement import model_proposer, replay, replay_hits, teacher_forced_hits, token_macs
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
 from edge_spec_ros.edge.draft_sources import LookupDrafter, PromptLookup
 from edge_spec_ros.models.distilled_drafter import (
@@ -181,3 +181,27 @@ def test_distillation_data_are_the_verifiers_greedy_answers_with_its_top_k(targe
         optimiser.step()
         losses.append(float(loss.detach()))
     assert losses[-1] < losses[0]
+
+
+def test_the_teacher_forced_replay_equals_drafting_round_by_round(verifier, drafter, prompts, encoder, tokenizer):
+    from conftest import INSTRUCTIONS
+
+    accepted = 0
+    for prompt in [*prompts[:2], *(encoder.encode(text) for text in INSTRUCTIONS[1:3])]:
+        config = DecodeConfig(max_new_tokens=48, gamma=4, stop_tokens=(tokenizer.eos_token_id,))
+        answer = autoregressive(verifier, prompt, config).tokens
+        ids = prompt.input_ids.tolist()
+        hits = teacher_forced_hits(drafter, prompt, answer)
+        for lookup in (None, PromptLookup()):
+            source = drafter if lookup is None else LookupDrafter(drafter, lookup)
+            real = replay(model_proposer(source, prompt), ids, answer, 4)
+            if lookup is not None:
+                real.lookup = source.lookup_tokens
+            fast = replay_hits(ids, answer, 4, hits, lookup)
+            assert (fast.rounds, fast.committed, fast.drafted, fast.accepted, fast.lookup) == \
+                (real.rounds, real.committed, real.drafted, real.accepted, real.lookup)
+            accepted += fast.accepted
+        only = replay_hits(ids, answer, 4, None, PromptLookup())
+        assert (only.rounds, only.accepted) == (lambda r: (r.rounds, r.accepted))(
+            replay(PromptLookup().propose, ids, answer, 4))
+    assert accepted > 0
