@@ -2,29 +2,38 @@
 
 ``python -m edge_spec_ros.bench.fairness`` starts ``edge-spec-ros serve`` on 127.0.0.1 with the
 embedded pair, once per server setting, and in each one measures a robot's decisions (the same greedy
-decision, repeated) side by side:
+decision, repeated) beside each of two hogs:
 
-- alone, just before and just after each hog (their median is the reference: load drifts);
-- while a hog client opens long prompts back to back (``--hog-prompt-tokens``, 16,384 by default: the
-  server's prefill of them is cut into slices of ``--prefill-chunk-tokens`` positions, each slice
-  layer by layer, and the worker runs other sessions' work between the steps);
-- while a hog client runs cloud-only generations back to back (``--hog-generate-tokens`` each,
+- a hog opening long prompts back to back (``--hog-prompt-tokens``, 16,384 by default: the server's
+  prefill of them is cut into slices, each slice layer by layer, and the worker runs other sessions'
+  work between the steps);
+- a hog running cloud-only generations back to back (``--hog-generate-tokens`` each, 1,000 by default:
   generation yields after every token).
+
+Each hog is a process of its own (its client work does not compete with the robot's drafter for one
+interpreter lock), bounded in time (``HOG_DEADLINE_S``, and it stops when the benchmark's process is
+gone) and in requests. The measurement alternates: ``--block`` decisions alone (the hog paused: its
+session closed, which cancels its work on the server), then the hog resumed, ``--hog-warm-s`` seconds
+for its request to get under way, ``--block`` decisions beside it, ..., and a last alone block, until
+``--decisions`` decisions beside the hog are taken. Alone and beside are thus taken seconds apart, so
+a drift of the shared machine's load shows in both; each beside block's ratio to the alone blocks
+around it is reported too (the spread). The load average is recorded at each block.
 
 The settings are the server's ``--prefill-chunk-tokens`` (0: no bound in positions),
 ``--prefill-chunk-cells`` (query-key pairs per slice, 0: no bound; both 0: one slice of the whole
-prompt) and ``--workers``. Reported per setting and hog: the robot's median and p95 decision latency, the ratio to
-"alone" in the same server, the hog's completed requests, and whether every decision was the
-verifier's own greedy output. Exit status 1 if a decision differed or failed.
+prompt) and ``--workers``. Reported per setting and hog: the robot's median and p95 decision latency
+beside the hog and alone, their ratios, the blocks' ratios, the hog's completed requests, and whether
+every decision was the verifier's own greedy output. Exit status 1 if a decision differed or failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
+import os
 import statistics
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -34,8 +43,13 @@ from pathlib import Path
 import numpy as np
 
 REPLY_S = 600.0  # a long prefill on a slow machine (the hog waits; the robot's decisions are measured)
-HOG_JOIN_S = 60.0
-HOG_POLL_S = 0.2
+HOG_DEADLINE_S = 1800.0  # a hog process ends by itself after this, whatever the benchmark does
+HOG_MAX_REQUESTS = 10_000  # and after this many requests
+HOG_POLL_S = 0.1  # how often a hog looks at its run/stop events and its parent
+HOG_START_S = 120.0  # a hog process's start (imports) on a loaded machine
+HOG_PAUSE_S = 60.0  # a paused hog has closed its session within this
+HOG_WARM_S = 3.0  # after resuming a hog, before the robot's block beside it: its request is under way
+BLOCK = 2  # robot decisions per block (alone or beside), alternating
 
 
 @dataclass(frozen=True)
@@ -59,42 +73,99 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def _hog_prompts(endpoint: str, ids: np.ndarray, stop: threading.Event, done: list[int]) -> None:
+def _hog_process(kind: str, endpoint: str, ids: np.ndarray, tokens: int, run, paused, quit_, done,
+                 errors, parent: int) -> None:
+    """A hog in its own process: while ``run`` is set, long prompts (``kind`` "long_prompts") or long
+    generations ("long_generations") back to back; when ``run`` is cleared, it closes its session (the
+    server cancels its work) and sets ``paused``. Ends on ``quit_``, when its parent is gone, after
+    ``HOG_DEADLINE_S`` or ``HOG_MAX_REQUESTS`` requests."""
+    import torch
+
+    torch.set_num_threads(1)
     from edge_spec_ros.edge.client import ClientConfig, VerifierClient, VerifierTimeout
-    from edge_spec_ros.wire.messages import Open
+    from edge_spec_ros.wire.messages import Generate, Open, Opened
 
-    with VerifierClient(ClientConfig(endpoint=endpoint)) as c:
-        while not stop.is_set():
-            sid = uuid.uuid4().bytes
-            c.register(sid)
-            c.send(sid, Open(input_ids=ids, want_exits=False))
-            while not stop.is_set():
-                try:
-                    c.receive(sid, HOG_POLL_S)  # Opened: the whole prompt is prefilled
-                    done[0] += 1
-                    break
-                except VerifierTimeout:
-                    pass
-            c.end(sid)  # Close cancels a prefill still under way
+    deadline = time.monotonic() + HOG_DEADLINE_S
+    requests = 0
+
+    def go_on() -> bool:
+        return not quit_.is_set() and os.getppid() == parent and time.monotonic() < deadline \
+            and requests < HOG_MAX_REQUESTS
+
+    try:
+        with VerifierClient(ClientConfig(endpoint=endpoint, open_timeout_s=REPLY_S, reply_timeout_s=REPLY_S)) as c:
+            paused.set()
+            while go_on():
+                if not run.wait(HOG_POLL_S):
+                    continue
+                paused.clear()
+                sid = uuid.uuid4().bytes
+                c.register(sid)
+                c.send(sid, Open(input_ids=ids, want_exits=False))
+                requests += 1
+                stage = "prompt"
+                while go_on() and run.is_set():
+                    try:
+                        reply = c.receive(sid, HOG_POLL_S)
+                    except VerifierTimeout:
+                        continue
+                    if kind == "long_prompts" or stage == "generate" and reply.is_final:
+                        done.value += 1
+                        break
+                    if isinstance(reply, Opened):  # then the whole budget, no stop token
+                        c.send(sid, Generate(max_new_tokens=tokens))
+                        stage = "generate"
+                c.end(sid)  # Close cancels the work still under way
+                if not run.is_set():
+                    paused.set()
+    except Exception as exc:  # a hog that fails measures nothing: reported, exit status 1
+        errors.put(f"{kind}: {type(exc).__name__}: {exc}")
+    finally:
+        paused.set()
 
 
-def _hog_generations(endpoint: str, ids: np.ndarray, tokens: int, stop: threading.Event, done: list[int]) -> None:
-    from edge_spec_ros.edge.client import ClientConfig, VerifierClient
-    from edge_spec_ros.wire.messages import Generate, Open
+class Hog:
+    """A hog process and its controls (``_hog_process``)."""
 
-    with VerifierClient(ClientConfig(endpoint=endpoint, open_timeout_s=REPLY_S, reply_timeout_s=REPLY_S)) as c:
-        while not stop.is_set():
-            sid, _ = c.open(Open(input_ids=ids, want_exits=False))
-            c.send(sid, Generate(max_new_tokens=tokens))  # no stop token: the whole budget
-            while not c.receive(sid).is_final and not stop.is_set():
-                pass
-            c.end(sid)
-            done[0] += 1
+    def __init__(self, kind: str, endpoint: str, ids: np.ndarray, tokens: int) -> None:
+        ctx = mp.get_context("spawn")  # no copy of the robot's threads and torch state
+        self.run, self.paused, self.quit = ctx.Event(), ctx.Event(), ctx.Event()
+        self.done, self.errors = ctx.Value("i", 0), ctx.Queue()
+        self.proc = ctx.Process(target=_hog_process, args=(kind, endpoint, ids, tokens, self.run, self.paused,
+                                                           self.quit, self.done, self.errors, os.getpid()),
+                                daemon=True)
+        self.proc.start()
+        if not self.paused.wait(HOG_START_S):
+            raise RuntimeError(f"the {kind} hog did not start within {HOG_START_S:.0f} s")
+
+    def resume(self) -> None:
+        self.paused.clear()
+        self.run.set()
+
+    def pause(self) -> None:
+        self.run.clear()
+        if not self.paused.wait(HOG_PAUSE_S):
+            raise RuntimeError(f"a hog did not pause within {HOG_PAUSE_S:.0f} s")
+
+    def stop(self) -> list[str]:
+        self.run.clear()
+        self.quit.set()
+        self.proc.join(HOG_PAUSE_S)
+        if self.proc.is_alive():
+            self.proc.kill()
+        errors = []
+        while not self.errors.empty():
+            errors.append(self.errors.get())
+        return errors
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
 
 
 def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog_prompt_tokens: int = 16384,
-             hog_generate_tokens: int = 1000, max_new_tokens: int = 24,
-             progress: Callable[[str], None] = lambda line: None) -> dict:
+             hog_generate_tokens: int = 1000, max_new_tokens: int = 24, block: int = BLOCK,
+             hog_warm_s: float = HOG_WARM_S, progress: Callable[[str], None] = lambda line: None) -> dict:
     from edge_spec_ros.camera.synthetic import synthetic_camera_image
     from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
     from edge_spec_ros.edge.client import ClientConfig, VerifierClient
@@ -103,6 +174,7 @@ def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog
     from edge_spec_ros.models.prompt import decode_image, encode_image
     from edge_spec_ros.server_process import verifier_server
 
+    block = max(1, min(block, decisions))
     pair = load_pair("embedded")
     encoder = pair.prompt_encoder()
     config = DecodeConfig(max_new_tokens=max_new_tokens, stop_tokens=(pair.tokenizer.eos_token_id,))
@@ -112,9 +184,9 @@ def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog
     text = pair.tokenizer("the robot walks past the red chair and looks for the silver bottle. ")["input_ids"]
     long_ids = np.resize(np.asarray(text, dtype=np.int32), hog_prompt_tokens)  # text only, no image tokens
     short_ids = long_ids[:64]
-    report: dict = {"mode": mode, "decisions": decisions, "hog_prompt_tokens": hog_prompt_tokens,
-                    "hog_generate_tokens": hog_generate_tokens, "settings": [], "exact": True,
-                    "hog_errors": [], "mismatches": []}
+    report: dict = {"mode": mode, "decisions": decisions, "block": block, "hog_warm_s": hog_warm_s,
+                    "hog_prompt_tokens": hog_prompt_tokens, "hog_generate_tokens": hog_generate_tokens,
+                    "settings": [], "exact": True, "hog_errors": [], "mismatches": []}
 
     for setting in settings:
         args = ["--threads", "1", "--workers", str(setting.workers),
@@ -127,9 +199,9 @@ def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog
                 VerifierClient(ClientConfig(endpoint=server.endpoint, reply_timeout_s=REPLY_S)) as client, \
                 EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config, threads=1)) as decoder:
 
-            def robot(label: str) -> list[float]:
+            def robot(label: str, n: int) -> list[float]:
                 latencies = []
-                for _ in range(decisions):
+                for _ in range(n):
                     t0 = time.perf_counter()
                     tokens = decoder.decode(mode, prompt, jpg).tokens
                     latencies.append(time.perf_counter() - t0)
@@ -137,55 +209,62 @@ def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog
                         report["exact"] = False
                         report["mismatches"].append({"setting": setting.label, "measurement": label,
                                                      "tokens": tokens, "expected": expected})
-                progress(f"{setting.label}, {label}: median {statistics.median(latencies) * 1e3:.0f} ms")
                 return latencies
 
-            robot("warm-up")
+            robot("warm-up", block)
             alone_all: list[float] = []
-            for name, (target, extra) in {"long_prompts": (_hog_prompts, (long_ids,)),
-                                          "long_generations": (_hog_generations, (short_ids, hog_generate_tokens)),
-                                          }.items():
-                # alone just before and just after the hog: a baseline that drifts with the machine's load
-                # shows as a spread between the two, and their median is the reference
-                before = robot(f"alone before {name}")
-                stop, done = threading.Event(), [0]
-
-                def run_hog(target=target, extra=extra, stop=stop, done=done, name=name) -> None:
-                    try:
-                        target(server.endpoint, *extra, stop, done)
-                    except Exception as exc:  # a hog that fails measures nothing: reported, exit status 1
-                        report["hog_errors"].append(f"{setting.label}, {name}: {type(exc).__name__}: {exc}")
-
-                hog = threading.Thread(target=run_hog, daemon=True)
-                hog.start()
-                time.sleep(1.0)  # the hog's first request is under way
-                with_hog = robot(f"beside {name}")
-                stop.set()
-                hog.join(HOG_JOIN_S)
-                after = robot(f"alone after {name}")
-                alone = before + after
+            for name, ids, tokens in (("long_prompts", long_ids, 0),
+                                      ("long_generations", short_ids, hog_generate_tokens)):
+                hog = Hog(name, server.endpoint, ids, tokens)
+                alone_blocks, beside_blocks, loads = [robot(f"alone, {name}", block)], [], [_load()]
+                try:
+                    while sum(map(len, beside_blocks)) < decisions:
+                        hog.resume()
+                        time.sleep(hog_warm_s)  # the hog's request is under way
+                        beside_blocks.append(robot(f"beside {name}", block))
+                        hog.pause()
+                        alone_blocks.append(robot(f"alone, {name}", block))
+                        loads.append(_load())
+                finally:
+                    report["hog_errors"] += [f"{setting.label}, {e}" for e in hog.stop()]
+                alone = [x for b in alone_blocks for x in b]
+                beside = [x for b in beside_blocks for x in b]
                 alone_all += alone
-                row[name] = {"median_ms": statistics.median(with_hog) * 1e3, "p95_ms": _percentile(with_hog, 95) * 1e3,
-                             "alone_before_ms": statistics.median(before) * 1e3,
-                             "alone_after_ms": statistics.median(after) * 1e3,
-                             "slowdown_median": statistics.median(with_hog) / statistics.median(alone),
-                             "slowdown_p95": _percentile(with_hog, 95) / _percentile(alone, 95),
-                             "hog_requests_completed": done[0]}
+                # each beside block against the alone blocks just before and after it
+                block_ratios = [statistics.median(b) / statistics.median(alone_blocks[i] + alone_blocks[i + 1])
+                                for i, b in enumerate(beside_blocks)]
+                row[name] = {"median_ms": statistics.median(beside) * 1e3, "p95_ms": _percentile(beside, 95) * 1e3,
+                             "alone_median_ms": statistics.median(alone) * 1e3,
+                             "alone_p95_ms": _percentile(alone, 95) * 1e3,
+                             "slowdown_median": statistics.median(beside) / statistics.median(alone),
+                             "slowdown_p95": _percentile(beside, 95) / _percentile(alone, 95),
+                             "block_ratios": block_ratios,
+                             "beside_ms": [x * 1e3 for x in beside], "alone_ms": [x * 1e3 for x in alone],
+                             "load_average": loads,
+                             "hog_requests_completed": hog.done.value}
+                progress(f"{setting.label}, beside {name}: median {row[name]['median_ms']:.0f} ms, alone "
+                         f"{row[name]['alone_median_ms']:.0f} ms: {row[name]['slowdown_median']:.2f}× "
+                         f"(p95 {row[name]['slowdown_p95']:.2f}×; blocks "
+                         f"{', '.join(f'{r:.2f}' for r in block_ratios)}; load {min(loads):.1f}-{max(loads):.1f})")
             row["alone_ms"] = {"median": statistics.median(alone_all) * 1e3, "p95": _percentile(alone_all, 95) * 1e3}
         report["settings"].append(row)
     return report
 
 
 def table(report: dict) -> str:
-    lines = [f"robot: {report['decisions']} greedy {report['mode']} decisions per measurement; hogs: "
-             f"{report['hog_prompt_tokens']}-token prompts / {report['hog_generate_tokens']}-token generations "
-             "back to back; slowdown = median (p95) latency beside the hog / alone just before and after it, same server",
-             "| server | alone ms (median) | beside long prompts | beside long generations |",
-             "|---|---|---|---|"]
+    lines = [f"robot: {report['decisions']} greedy {report['mode']} decisions beside each hog, in blocks of "
+             f"{report['block']} alternating with blocks alone; hogs (own processes): {report['hog_prompt_tokens']}-token "
+             f"prompts / {report['hog_generate_tokens']}-token generations back to back; slowdown = median (p95) "
+             "latency beside the hog / alone, same server; [blocks: lowest-highest beside/alone ratio]; load average",
+             "| server | alone ms (median) | beside long prompts | beside long generations | load |",
+             "|---|---|---|---|---|"]
     for row in report["settings"]:
-        cells = [f"{row[h]['slowdown_median']:.2f}× ({row[h]['slowdown_p95']:.2f}×)"
+        cells = [f"{row[h]['slowdown_median']:.2f}× ({row[h]['slowdown_p95']:.2f}×) "
+                 f"[{min(row[h]['block_ratios']):.2f}-{max(row[h]['block_ratios']):.2f}]"
                  for h in ("long_prompts", "long_generations")]
-        lines.append(f"| {row['setting']} | {row['alone_ms']['median']:.0f} | {cells[0]} | {cells[1]} |")
+        loads = row["long_prompts"]["load_average"] + row["long_generations"]["load_average"]
+        lines.append(f"| {row['setting']} | {row['alone_ms']['median']:.0f} | {cells[0]} | {cells[1]} | "
+                     f"{min(loads):.1f}-{max(loads):.1f} |")
     lines.append("every decision equal to the verifier's greedy output" if report["exact"]
                  else "DIFFERENT decisions: see the JSON")
     return "\n".join(lines)
@@ -200,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", default="256,0", help="server --prefill-chunk-tokens values (0: no bound)")
     parser.add_argument("--cells", default="262144", help="server --prefill-chunk-cells values (0: no bound)")
     parser.add_argument("--workers", default="1", help="server --workers values")
+    parser.add_argument("--block", type=int, default=BLOCK, help="robot decisions per block, alone and beside")
+    parser.add_argument("--hog-warm-s", type=float, default=HOG_WARM_S,
+                        help="seconds between resuming a hog and the robot's block beside it")
     parser.add_argument("--out", default="artifacts/fairness.json")
     args = parser.parse_args(argv)
     if Path(args.out).is_dir():  # found before the run, not after it
@@ -207,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = [Setting(int(c), int(w), int(k)) for w in args.workers.split(",") for c in args.chunks.split(",")
                 for k in args.cells.split(",")]
     report = fairness(settings, args.decisions, args.mode, args.hog_prompt_tokens, args.hog_generate_tokens,
-                      progress=lambda line: print(line, flush=True))
+                      block=args.block, hog_warm_s=args.hog_warm_s, progress=lambda line: print(line, flush=True))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(table(report))
