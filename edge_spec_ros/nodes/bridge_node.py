@@ -2,7 +2,7 @@
 
 Subscribes  edge_spec/decision_request (DecisionRequest), edge_spec/draft (DraftBlock), on a
             receiver thread of its own (not the executor); logs "<topic>: N publisher(s) matched"
-            at each change in the publishers of either matched on its side
+            first and at each change in the publishers of either matched on its side
 Publishes   edge_spec/exit_result (ExitResult, every exit as it arrives), edge_spec/bridge_status,
             /diagnostics (diagnostic_msgs/DiagnosticArray, every ``diagnostics_period_s``: the verifier
             link: connected, last round trip, τ, α and the pre-draft cache miss rate r of the latest
@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
-from rclpy.event_handler import QoSSubscriptionMatchedInfo
 from rclpy.node import Node
 
 from edge_spec_ros.edge.client import ClientConfig, VerifierAuthError, VerifierClient, VerifierError
@@ -131,8 +130,8 @@ class BridgeNode(Node):
         """Log each change in the publishers of ``topic`` matched on the bridge's side. A drafter's
         publisher that counts the bridge's subscription (``get_subscription_count``) may not be
         matched here yet, and a request it publishes in between is lost: wait for this line."""
-        def log(info: QoSSubscriptionMatchedInfo) -> None:
-            self.get_logger().info(f"{topic}: {info.current_count} publisher(s) matched")
+        def log(count: int) -> None:
+            self.get_logger().info(f"{topic}: {count} publisher(s) matched")
         return log
 
     def on_request(self, msg: DecisionRequest) -> None:

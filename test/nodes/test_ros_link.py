@@ -1,8 +1,8 @@
 """RosVerifierLink and its Receiver, against a stand-in bridge in the test process: the thread that
 waits in ``receive`` takes the replies off the topics itself (not the node's executor), every
 session's replies reach that session's receive in order when two threads wait at once, ``close``
-wakes a waiting receive, a silent bridge ends in VerifierTimeout, and the Receiver's matched events
-run on the executor while its messages do not."""
+wakes a waiting receive, a silent bridge ends in VerifierTimeout, and the Receiver reports matches
+and takes messages on the pumping thread, none of its entities on the executor."""
 
 from __future__ import annotations
 
@@ -160,28 +160,32 @@ def test_a_silent_bridge_ends_in_a_timeout(pair):
              "the unanswered OPEN at the bridge")
 
 
-def test_receiver_matched_events_run_on_the_executor_and_messages_on_the_pump(ros):
+def test_receiver_reports_matches_and_takes_messages_on_the_pumping_thread_only(ros):
     robot = RobotSide()
     try:
         receiver = Receiver(robot.node)
         received: list[BridgeStatus] = []
         matched: list[int] = []
-        sub = receiver.subscribe(BridgeStatus, "receiver_test", received.append, RELIABLE,
-                                 on_matched=lambda info: matched.append(info.current_count))
+        sub = receiver.subscribe(BridgeStatus, "receiver_test", received.append, RELIABLE, on_matched=matched.append)
+        # nothing of the Receiver's is the executor's: not its subscription, not the subscription's event
+        # handlers (they wait on the reader's status condition, which an untaken message triggers)
+        entities = [sub, *sub.event_handlers]
+        assert len(entities) > 1 and not any(robot.executor.can_execute(e) for e in entities)
+        assert receiver.pump(0.0) and matched == [0]  # no publisher of the topic yet
         sentinel: list[BridgeStatus] = []  # an ordinary subscription, served by the executor
         plain = robot.node.create_subscription(BridgeStatus, "receiver_test_sentinel", sentinel.append, RELIABLE)
         pub = ros.node.create_publisher(BridgeStatus, f"{NS}/receiver_test", RELIABLE)
         pub_sentinel = ros.node.create_publisher(BridgeStatus, f"{NS}/receiver_test_sentinel", RELIABLE)
-        # the matched event is delivered by the node's executor (nobody pumps yet)
-        wait_for(lambda: matched and matched[-1] == 1 and sub.get_publisher_count() == 1
-                 and plain.get_publisher_count() == 1, MATCH_S, "the Receiver's matched event")
+        # the pump reports the publishers matched on this side: none first, then the test's one
+        wait_for(lambda: receiver.pump(0.05) and matched[-1:] == [1], MATCH_S, "the Receiver to report a match")
+        assert matched[0] == 0 and sub.get_publisher_count() == 1
+        wait_for(lambda: plain.get_publisher_count() == 1, MATCH_S, "the sentinel to match")
         for decision in (1, 2, 3):
             msg = BridgeStatus()
             msg.decision = decision
             pub.publish(msg)
         pub_sentinel.publish(BridgeStatus())
         wait_for(lambda: len(sentinel) == 1, WAIT_S, "the executor to deliver the sentinel")
-        assert not robot.executor.can_execute(sub)
         assert received == []  # the executor ran, yet nothing takes the Receiver's messages but a pump
         wait_for(lambda: receiver.pump(0.1) and len(received) == 3, WAIT_S, "the pump to take three messages")
         assert [m.decision for m in received] == [1, 2, 3]
