@@ -114,6 +114,11 @@ def table(report: dict) -> str:
         a, b = name.split("_", 2)[1:]
         lines.append(f"speedup {a.upper()} → {b.upper()}: {value:.2f}x")
     lines.append(f"exactness: {report['exact']}")
+    if report.get("adaptive"):
+        lines.extend(adaptive_table(report["adaptive"]))
+    if report.get("exit_plans"):
+        lines.append("early exits computed by the verifier (learned plan; layer: share of rounds it was computed in, "
+                     "share of its rounds it was the first exit right): " + report["exit_plans"])
     if report.get("ros_vs_zmq"):
         lines.extend(paths_table(report["ros_vs_zmq"]))
         lines.append(f"exactness across paths: {report['paths_exact']}")
@@ -154,6 +159,35 @@ def paths_table(rows: dict[str, dict]) -> list[str]:
                      f"  {outputs:<10} {traffic}")
     if any(not r["must_match"] and not r["identical"] for r in rows.values()):
         lines.append("  * sampled, timing-dependent: exact in distribution, not token for token between runs")
+    return lines
+
+
+ADAPTIVE_ROWS = (
+    ("α (per token)", "alpha", "{:.2f}"),
+    ("b transmit/T_LLM", "b", "{:.3f}"),
+    ("c draft/T_LLM", "c", "{:.3f}"),
+    ("d propagation/T_LLM", "d", "{:.2f}"),
+    ("a cloud token/T_LLM", "a", "{:.2f}"),
+    ("T_LLM ms", "t_llm_ms", "{:.1f}"),
+    ("propagation ms", "propagation_ms", "{:.1f}"),
+    ("transmit ms/kB", "per_kb_ms", "{:.4f}"),
+    ("γ*", "gamma", "{:.0f}"),
+    ("AS² speedup est.", "speedup_estimate", "{:.2f}"),
+    ("speculating", "speculate", "{:.0f}"),
+    ("probe rounds", "probes", "{:.0f}"),
+    ("hand-overs", "hand_overs", "{:.0f}"),
+    ("cloud-only tokens", "cloud_tokens", "{:.0f}"),
+)
+
+
+def adaptive_table(adaptive: dict[str, dict[str, float]]) -> list[str]:
+    """The adaptive γ controller's final estimates per mode (TK-SLT ODLD/AS², link split)."""
+    modes = list(adaptive)
+    width = max(10, *(len(m) + 2 for m in modes))
+    lines = ["adaptive γ (ODLD) and cloud fallback (AS²), estimates after the run:",
+             f"  {'':<22}" + "".join(f"{m.upper():>{width}}" for m in modes)]
+    for label, key, fmt in ADAPTIVE_ROWS:
+        lines.append(f"  {label:<22}" + "".join(f"{fmt.format(adaptive[m][key]):>{width}}" for m in modes))
     return lines
 
 

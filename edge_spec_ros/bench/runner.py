@@ -55,7 +55,7 @@ class BenchConfig:
     sweep_threads: tuple[int, ...] = ()
     sweep_gamma: tuple[int, ...] = ()
     sweep_policies: bool = False
-    adaptive_gamma: bool = False
+    adaptive_gamma: bool = False  # γ by ODLD, cloud-only chunks by AS² with probes back (edge.gamma)
     task_set: str = "camera"  # camera: image + instruction prompts; text: bench/tasks.py, ``prompts`` per kind
     tasks: tuple[str, ...] = TASK_KINDS  # the task kinds of the text set
     # zmq: EdgeDecoder over the direct ZeroMQ client; ros: the same decoder over RosVerifierLink through a
@@ -99,6 +99,27 @@ class ModeResult:
     stats: DecodeStats
     outputs: list[list[int]] = field(default_factory=list)
     runs: list[DecodeStats] = field(default_factory=list)
+    adaptive: dict[str, float] | None = None  # the γ controller's estimates after the mode's decisions
+
+
+def adaptive_state(decoder: EdgeDecoder, mode: str) -> dict[str, float] | None:
+    """What ``mode``'s adaptive γ controller ended with (None: fixed γ or not speculative): α, the cost
+    ratios b (transmission), c (drafting), d (propagation) and a (cloud-only token) over T_LLM, the
+    link fit in absolute units, γ*, AS²'s speedup estimate, probes and hand-overs to the cloud."""
+    entry = decoder._parts.adaptive.get(mode) if decoder.config.adaptive_gamma else None
+    if entry is None:
+        return None
+    policy = entry[1]
+    ctl = policy.controller
+    b, c, d, a = ctl.cost_ratios()
+    fit = ctl.link.fit()
+    choice = ctl.choice()
+    return {"alpha": ctl.alpha, "b": b, "c": c, "d": d, "a": a, "t_llm_ms": ctl.t_llm_s * 1e3,
+            "propagation_ms": fit.propagation_s * 1e3, "per_kb_ms": fit.per_byte_s * 1e6,
+            "gamma": float(choice.gamma), "speedup_estimate": choice.speedup,
+            "speculate": float(choice.use_speculation), "probes": float(policy.probes),
+            "hand_overs": float(policy.hand_overs), "rounds_observed": float(ctl.observations),
+            "cloud_tokens": float(ctl.cloud_tokens)}
 
 
 def bench_prompts(encoder: PromptEncoder, n: int) -> list[tuple[EncodedPrompt, bytes]]:
@@ -172,8 +193,10 @@ class Bench:
                 links["ros"] = stack.enter_context(RosPath(self.endpoint, self.profile)).link
             decoders = {p: EdgeDecoder(links[p], self.pair.drafter, edge) for p in paths}
             for mode in modes:
-                for p in paths:  # untimed warm-up
-                    EdgeDecoder(links[p], self.pair.drafter, warm).decode(mode, *self.prompts[0])
+                for p in paths:  # untimed warm-up, on the timed decoder: its γ controller starts measured
+                    decoders[p].config = warm
+                    decoders[p].decode(mode, *self.prompts[0])
+                    decoders[p].config = edge
                 runs: dict[str, list] = {p: [] for p in paths}
                 for i, (prompt, jpg) in enumerate(self.prompts):
                     for p in (paths if i % 2 == 0 else paths[::-1]):
@@ -182,7 +205,7 @@ class Bench:
                         runs[p].append(decoders[p].decode(mode, prompt, jpg))
                 for p in paths:
                     results[p][mode] = ModeResult(merge([r.stats for r in runs[p]]), [r.tokens for r in runs[p]],
-                                                  [r.stats for r in runs[p]])
+                                                  [r.stats for r in runs[p]], adaptive_state(decoders[p], mode))
         return results
 
     def run(self) -> dict:
@@ -196,6 +219,7 @@ class Bench:
             "emulated": self.profile.emulated(),
             "config": dataclasses.asdict(c),
             "modes": {m: r.stats.as_dict() for m, r in main.items()},
+            "adaptive": {m: r.adaptive for m, r in main.items() if r.adaptive is not None},
             "decisions": len(self.prompts),
             "speedups": speedups({m: r.stats for m, r in main.items()}),
             "exact": exactness(main, c.temperature),

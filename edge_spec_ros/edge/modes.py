@@ -100,7 +100,10 @@ class EdgeConfig:
     tkslt_k: int = 20  # TK-SLT's K
     lowpay_k: int = 4  # the low-payload mode's K
     lossy_p_k: int = 10  # PicoSpec's K for the pruned downlink of p_δ (LOSSY)
-    adaptive_gamma: bool = False  # pick γ per round by ODLD and fall back to cloud-only by AS² (TK-SLT)
+    # γ per round by ODLD, cloud-only chunks by AS², probes back (edge.gamma). Off here, in the protocol's
+    # own configuration, so that a decoder built without it keeps the published fixed-γ schedules (the
+    # exactness tests compare SD and FSD round by round); on by default in the bench (BenchConfig)
+    adaptive_gamma: bool = False
     alpha_prior: float = 0.5  # the controller's α, b, c before the first measured round
     b_prior: float = 0.05
     c_prior: float = 0.05
@@ -201,8 +204,8 @@ class EdgeDecoder:
         out: list[int] = []
         while True:
             msg = self.client.receive(sid)
-            if isinstance(msg, ExitResult) and msg.stale:
-                continue  # the answer to a pipelined block that was dropped
+            if isinstance(msg, ExitResult) and (msg.stale or not msg.is_final):
+                continue  # the answer to a pipelined block that was dropped, a late early exit
             if not isinstance(msg, Tokens):
                 raise VerifierError(0, f"expected Tokens, got {type(msg).__name__}")
             stats.server_s += msg.compute_s
@@ -229,19 +232,37 @@ class EdgeDecoder:
         rng = PositionalRNG(d.seed)
         link = RoundLink(self.client, sid, mode, c.draft_distribution(mode))
         with self._parts.decision(c, self.drafter, mode, rng) as (policy, predrafter):
-            sources = DraftChain(FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, spec.pipelined, stats),
-                                 PreDraftCache(predrafter) if predrafter is not None else None, spec.pipelined, stats)
-            new_round = partial(PipelinedRound, link=link, on_exit=sources.on_exit, drafter=self.drafter,
-                                sampling=d.sampling, rng=rng, tp_s=c.tp_s) if spec.pipelined \
-                else partial(SerialRound, link=link, on_exit=sources.on_exit)
+            def chain() -> tuple[DraftChain, partial]:
+                """The draft sources and the round type; built again after cloud-only tokens, so that
+                nothing settled before them (a pre-draft, a block drafted ahead) outlives them."""
+                sources = DraftChain(FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, spec.pipelined, stats),
+                                     PreDraftCache(predrafter) if predrafter is not None else None, spec.pipelined,
+                                     stats)
+                new_round = partial(PipelinedRound, link=link, on_exit=sources.on_exit, drafter=self.drafter,
+                                    sampling=d.sampling, rng=rng, tp_s=c.tp_s) if spec.pipelined \
+                    else partial(SerialRound, link=link, on_exit=sources.on_exit)
+                return sources, new_round
+
+            sources, new_round = chain()
             kv, seq, out = self.drafter.start(prompt), prompt.input_ids.tolist(), []
             number, gamma, resampled = 0, d.gamma, -1
             for _ in range(d.max_new_tokens + 1):
                 if not sources.in_flight:  # a block on the link already keeps the γ it was drafted with
                     gamma = policy.gamma()
-                    if gamma is None:  # AS²: speculation does not pay, the cloud decodes the rest
+                    while gamma is None:  # AS²: speculation does not pay, the cloud decodes a chunk
                         stats.cloud_fallback = 1
-                        return out + self._cloud_ar(sid, stats, t0, d.max_new_tokens - len(out), resampled)
+                        budget = d.max_new_tokens - len(out)
+                        chunk = policy.cloud_chunk()
+                        n = budget if chunk is None else min(chunk, budget)
+                        server_before = stats.server_s
+                        tokens = tuple(self._cloud_ar(sid, stats, t0, n, resampled))
+                        policy.observe_cloud(len(tokens), stats.server_s - server_before)
+                        resampled = -1
+                        seq.extend(tokens)
+                        if emit(out, tokens, d, stats, t0) or len(tokens) < n or n == budget:
+                            return out
+                        sources, new_round = chain()
+                        gamma = policy.gamma()  # a probe after enough cloud-only tokens (edge.gamma)
                 block = sources.draft(number, kv, seq, gamma, resampled)
                 sent = block.sent_at if block.sent_at is not None else link.send(number, block.draft, resampled)
                 kv, draft = block.kv, block.draft
@@ -250,7 +271,8 @@ class EdgeDecoder:
                 final = round_.verdict(seq, kv, draft, gamma)
                 round_trip = time.perf_counter() - sent
                 record_round(stats, draft, final, round_trip)
-                policy.observe(RoundTiming(final.accepted, draft.gamma, block.t_token_s, round_trip, final.compute_s))
+                policy.observe(RoundTiming(final.accepted, draft.gamma, block.t_token_s, round_trip, final.compute_s,
+                                           link.sent_bytes(number)))
                 tokens = verdict_tokens(final, draft, rng, self.drafter.stack.vocab_size)
                 resampled = tokens[-1] if final.resample else -1  # DSSD: the next block tells the cloud
                 seq.extend(tokens)

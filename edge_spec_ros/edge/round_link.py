@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -68,21 +68,40 @@ def verdict_tokens(final: ExitResult, draft: Draft, rng: PositionalRNG, vocab_si
 
 @dataclass
 class RoundLink:
-    """The link as one decision's rounds see it: session ``sid`` in ``mode``."""
+    """The link as one decision's rounds see it: session ``sid`` in ``mode``. ``sent_bytes(round)``:
+    the uplink bytes of that round's blocks (partial and whole), as the link counted them."""
 
     client: VerifierLink
     sid: bytes
     mode: str
     distribution: DraftDistribution | None
+    _bytes: dict[int, int] = field(default_factory=dict, init=False, repr=False)
 
     def send(self, round_: int, draft: Draft, resampled: int, *, partial: bool = False,
              chained: bool = False) -> float:
         """Send ``draft`` as round ``round_``'s block; returns when it started leaving (perf_counter)."""
         block = replace(draft_block(round_, draft, self.mode, self.distribution, resampled),
                         partial=partial, chained=chained)
+        before = self._up_bytes()
         sent = time.perf_counter()
         self.client.send(self.sid, block)
+        after = self._up_bytes()
+        if before is not None and after is not None:
+            self._bytes[round_] = self._bytes.get(round_, 0) + after - before
         return sent
+
+    def sent_bytes(self, round_: int) -> int | None:
+        """The bytes round ``round_``'s blocks took on the uplink (None: the link does not count them,
+        or counted nothing); forgets that round and every earlier one."""
+        n = self._bytes.get(round_)
+        for r in [r for r in self._bytes if r <= round_]:
+            del self._bytes[r]
+        return n if n else None
+
+    def _up_bytes(self) -> int | None:
+        traffic = getattr(self.client, "traffic", None)
+        t = traffic.get(self.sid) if isinstance(traffic, dict) else None
+        return getattr(t, "up_bytes", None)
 
     def await_final(self, round_: int, on_exit: OnExit | None) -> ExitResult:
         """Receive until round ``round_``'s final exit; its early exits go to ``on_exit``. Results of

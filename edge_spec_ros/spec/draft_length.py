@@ -16,6 +16,19 @@ Legend (the paper's notation):
 
 ODLD (Algorithm 1) computes γ* and S*_inf = S_inf(γ*); AS² (Algorithm 2) speculates iff S*_inf > 1.
 ``DraftLengthController`` drives both online from measured rounds. Everything here is pure: no I/O.
+
+Propagation delay (a departure the paper's model leaves out): eq. (7) charges the link per draft
+token only (T_V), but a real link also costs a fixed delay per round, d·T_LLM (the round trip's
+propagation), whatever γ is, while cloud-only decoding pays it once per decision. A round then takes
+T_LLM (1 + γL + d), and against a standalone target whose own token costs a·T_LLM (a = T_AR/T_LLM,
+measured when the cloud decodes alone; 1 before) the speedup is
+
+    S(γ) = a (1 − α^{γ+1}) / ((1 − α)(1 + γL + d)) = a/(1 + d) · S_inf(γ; L' = L/(1 + d)),
+
+since 1 + γL + d = (1 + d)(1 + γL/(1 + d)). So ODLD with L' gives γ*, and AS² speculates iff
+S(γ*) > 1 (``adaptive_selection_with_delay``; d = 0, a = 1 is Algorithm 2). The controller separates
+T_V from d by regressing each round's link time (round trip − T_LLM) on the bytes it sent
+(``LinkRegression``: intercept = propagation, slope = transmission cost per byte).
 """
 
 from __future__ import annotations
@@ -226,6 +239,91 @@ def adaptive_selection(
     )
 
 
+def adaptive_selection_with_delay(
+    alpha: float, b: float, c: float, d: float, a: float = 1.0, max_gamma: int = DEFAULT_MAX_GAMMA
+) -> SpeculationChoice:
+    """AS² with a fixed link delay per round: d = T_prop/T_LLM, and the standalone target's cost per
+    token a·T_LLM (module docstring). γ* = ODLD(α, b/(1 + d), c/(1 + d)); speculate iff
+    S(γ*) = a/(1 + d) · S_inf(γ*; L/(1 + d)) > 1. d = 0, a = 1 is ``adaptive_selection``.
+
+    Raises ValueError unless α ∈ [0, 1], b, c, d are finite and ≥ 0 and a is finite and > 0."""
+    d = _check_cost("d", d)
+    a = float(a)
+    if not (math.isfinite(a) and a > 0.0):
+        raise ValueError(f"standalone cost ratio a must be finite and > 0, got {a}")
+    scale = 1.0 + d
+    best = optimal_draft_length(alpha, _check_cost("b", b) / scale, _check_cost("c", c) / scale, max_gamma)
+    speedup = best.speedup * a / scale
+    return SpeculationChoice(use_speculation=speedup > 1.0 + SPEEDUP_TIE_TOL, gamma=best.gamma, speedup=speedup)
+
+
+def round_cost(alpha: float, gamma: int, L: float, d: float) -> tuple[float, float]:
+    """(cost, tokens) of one speculative round in units of T_LLM: 1 + γL + d (eq. 7 plus the fixed
+    delay) and the expected tokens it yields, Σ_{i=0}^{γ} α^i (eq. 12)."""
+    gamma = _check_int("draft length γ", gamma, 1)
+    L, d = _check_cost("L", L), _check_cost("d", d)
+    tokens = speedup_ratio(alpha, gamma, 0.0)  # with L = 0 the ratio is the expected tokens per round
+    return 1.0 + gamma * L + d, tokens
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """A round's link time modelled as ``propagation_s`` + ``per_byte_s`` × bytes sent."""
+
+    propagation_s: float  # intercept: the fixed delay of a round (both directions' propagation)
+    per_byte_s: float  # slope: transmission cost per byte sent
+    rounds: int  # observations behind the fit
+
+
+MIN_RELATIVE_SPREAD = 0.02  # bytes must vary by this share of their mean before a slope is fitted
+
+
+class LinkRegression:
+    """Exponentially weighted least squares of a round's link time y (s) on its bytes x.
+
+    Means, variance of x and covariance of x and y are kept centred (exponentially weighted Welford
+    updates, weight ``smoothing`` on the newest round), so megabyte rounds lose no precision. The fit
+    (``fit``) is the least-squares line, kept physical: slope ≥ 0 and intercept ≥ 0. While x has not
+    varied (spread below MIN_RELATIVE_SPREAD of its mean, e.g. every round at the same γ) the two are
+    not identifiable and the whole link time counts as propagation (slope 0): a controller that then
+    tries another γ sends another size and the slope becomes measurable."""
+
+    def __init__(self, smoothing: float = DEFAULT_SMOOTHING) -> None:
+        smoothing = float(smoothing)
+        if not 0.0 < smoothing <= 1.0:
+            raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
+        self.smoothing = smoothing
+        self.rounds = 0
+        self._mx = self._my = self._vxx = self._cxy = 0.0
+
+    def observe(self, bytes_sent: float, link_s: float) -> None:
+        x, y = float(bytes_sent), float(link_s)
+        for name, v in (("bytes_sent", x), ("link_s", y)):
+            if not (math.isfinite(v) and v >= 0.0):
+                raise ValueError(f"{name} must be finite and ≥ 0, got {v}")
+        if self.rounds == 0:
+            self._mx, self._my = x, y
+        else:
+            w = self.smoothing
+            dx, dy = x - self._mx, y - self._my
+            self._mx += w * dx
+            self._my += w * dy
+            self._vxx = (1.0 - w) * (self._vxx + w * dx * dx)
+            self._cxy = (1.0 - w) * (self._cxy + w * dx * dy)
+        self.rounds += 1
+
+    def fit(self) -> LinkFit:
+        """The current line (0, 0 before any observation)."""
+        mx, my = self._mx, self._my
+        slope = 0.0
+        if self.rounds > 1 and self._vxx > (MIN_RELATIVE_SPREAD * mx) ** 2 and self._vxx > 0.0:
+            slope = max(0.0, self._cxy / self._vxx)
+        intercept = my - slope * mx
+        if intercept < 0.0:  # the line crosses below zero bytes: pass it through the origin instead
+            intercept, slope = 0.0, (my / mx if mx > 0 else 0.0)
+        return LinkFit(propagation_s=intercept, per_byte_s=slope, rounds=self.rounds)
+
+
 # --------------------------------------------------------------------------- online driver
 
 
@@ -241,8 +339,15 @@ class DraftLengthController:
     stands until the first ``observe``; for α it weighs as one trial, then decays like the EMAs.
     The α used is clamped into [ALPHA_MIN, ALPHA_MAX].
 
+    With the bytes each round sent (``observe(..., bytes_sent)``) the link time is split instead
+    (module docstring): ``LinkRegression`` gives the propagation per round, d = T_prop/T_LLM, and the
+    transmission cost per byte, b = slope × (bytes per draft token)/T_LLM; T_LLM is an EMA of the
+    measured verification time. ``observe_cloud`` measures the standalone target's own token, a =
+    T_AR/T_LLM (1 until then). ``choice`` is then ``adaptive_selection_with_delay``; without bytes it
+    is the paper's Algorithm 2 on b and c.
+
     Caveat: once AS² chooses standalone decoding, rounds carry no α; the caller should still
-    speculate now and then (or feed other evidence) so the controller can notice a recovery.
+    speculate now and then (``probe_spacing``) so the controller can notice a recovery.
     Not thread-safe: callers lock.
     """
 
@@ -265,6 +370,11 @@ class DraftLengthController:
         self._b = _check_cost("b0", b0)
         self._c = _check_cost("c0", c0)
         self.observations = 0
+        self.link = LinkRegression(smoothing)
+        self._t_llm = 0.0  # EMA of T_LLM (s), from the first round on
+        self._bytes_per_token = 0.0  # EMA of bytes sent per draft token
+        self._t_ar = 0.0  # EMA of the standalone target's time per token (s); 0: not measured
+        self.cloud_tokens = 0
 
     @property
     def alpha(self) -> float:
@@ -286,6 +396,22 @@ class DraftLengthController:
         """The current estimate of L = b + c (eq. 6)."""
         return self._b + self._c
 
+    @property
+    def t_llm_s(self) -> float:
+        """The current estimate of T_LLM (s); 0 before the first round."""
+        return self._t_llm
+
+    def cost_ratios(self) -> tuple[float, float, float, float]:
+        """(b, c, d, a) as ``choice`` uses them: with a link fit, b = transmission only and d =
+        propagation, both over T_LLM; without one, the paper's b and d = 0. a = T_AR/T_LLM, 1 until
+        the standalone target has been measured."""
+        a = self._t_ar / self._t_llm if self._t_ar > 0.0 and self._t_llm > 0.0 else 1.0
+        if self.link.rounds == 0 or self._t_llm <= 0.0:
+            return self._b, self._c, 0.0, a
+        fit = self.link.fit()
+        b = fit.per_byte_s * self._bytes_per_token / self._t_llm
+        return b, self._c, fit.propagation_s / self._t_llm, a
+
     def observe(
         self,
         accepted: int,
@@ -293,10 +419,13 @@ class DraftLengthController:
         t_draft_token_s: float,
         t_transmit_token_s: float,
         t_verify_s: float,
+        bytes_sent: int | None = None,
     ) -> None:
         """Fold in one draft-verify round: ``accepted`` of ``drafted`` draft tokens accepted, the mean
-        drafting and uplink time per draft token (T_SLM, T_V) and the target's verification time
-        (T_LLM), in seconds. Raises ValueError (and changes nothing) on inconsistent input."""
+        drafting and link time per draft token (T_SLM, and T_V: the round trip less T_LLM, per draft
+        token) and the target's verification time (T_LLM), in seconds; ``bytes_sent``: the block's
+        bytes on the uplink (then the link time is regressed on it, see the class docstring). Raises
+        ValueError (and changes nothing) on inconsistent input."""
         drafted = _check_int("drafted", drafted, 1)
         accepted = _check_int("accepted", accepted, 0)
         if accepted > drafted:
@@ -308,14 +437,53 @@ class DraftLengthController:
         t_verify_s = float(t_verify_s)
         if not (math.isfinite(t_verify_s) and t_verify_s > 0.0):
             raise ValueError(f"t_verify_s must be finite and > 0, got {t_verify_s}")
+        if bytes_sent is not None and not (math.isfinite(float(bytes_sent)) and float(bytes_sent) >= 0.0):
+            raise ValueError(f"bytes_sent must be finite and ≥ 0, got {bytes_sent}")
         trials = accepted + (1 if accepted < drafted else 0)
         keep, w = 1.0 - self.smoothing, self.smoothing
+        self._t_llm = t_verify_s if self.observations == 0 else keep * self._t_llm + w * t_verify_s
+        if bytes_sent is not None:
+            per_token = float(bytes_sent) / drafted
+            first = self.link.rounds == 0
+            self.link.observe(float(bytes_sent), float(t_transmit_token_s) * drafted)
+            self._bytes_per_token = per_token if first else keep * self._bytes_per_token + w * per_token
         self._accepted = keep * self._accepted + w * accepted
         self._trials = keep * self._trials + w * trials
         self._b = keep * self._b + w * float(t_transmit_token_s) / t_verify_s
         self._c = keep * self._c + w * float(t_draft_token_s) / t_verify_s
         self.observations += 1
 
+    def observe_cloud(self, tokens: int, compute_s: float) -> None:
+        """The standalone target decoded ``tokens`` tokens in ``compute_s`` seconds of its own compute
+        (cloud-only decoding): updates T_AR, the cost a speculative round must beat per token."""
+        tokens = _check_int("tokens", tokens, 1)
+        compute_s = float(compute_s)
+        if not (math.isfinite(compute_s) and compute_s > 0.0):
+            raise ValueError(f"compute_s must be finite and > 0, got {compute_s}")
+        per_token = compute_s / tokens
+        self._t_ar = per_token if self._t_ar == 0.0 else \
+            (1.0 - self.smoothing) * self._t_ar + self.smoothing * per_token
+        self.cloud_tokens += tokens
+
     def choice(self) -> SpeculationChoice:
-        """AS² (Algorithm 2) on the current estimates (the prior before any observation)."""
-        return adaptive_selection(self.alpha, self._b, self._c, self.max_gamma)
+        """AS² on the current estimates (the prior before any observation): Algorithm 2 until a round
+        reports its bytes, then with the link's propagation delay apart (``adaptive_selection_with_delay``)."""
+        b, c, d, a = self.cost_ratios()
+        if d == 0.0 and a == 1.0:
+            return adaptive_selection(self.alpha, b, c, self.max_gamma)
+        return adaptive_selection_with_delay(self.alpha, b, c, d, a, self.max_gamma)
+
+    def probe_spacing(self, budget: float) -> int:
+        """Standalone tokens to decode between two probe rounds so that probing costs at most
+        ``budget`` (a share, e.g. 0.02) of the standalone decoding's time: a probe round costs
+        T_LLM (1 + γ*L + d) and yields E[tokens] the standalone target would have produced in
+        a·E[tokens]·T_LLM; the excess over ``budget`` × a·T_LLM per token gives the spacing. Near
+        break-even probes come often, where speculation is hopeless they come rarely. At least 1."""
+        budget = float(budget)
+        if not 0.0 < budget < 1.0:
+            raise ValueError(f"probe budget must be in (0, 1), got {budget}")
+        b, c, d, a = self.cost_ratios()
+        gamma = self.choice().gamma
+        cost, tokens = round_cost(self.alpha, gamma, b + c, d)
+        excess = max(0.0, cost - a * tokens)
+        return max(1, math.ceil(excess / (budget * a)))
