@@ -3,9 +3,11 @@
 No sockets here: the server and the in-process link hand each decoded request to
 ``VerifySession.handle`` with an ``emit`` callback and run the work it returns; the request state
 machine (open, round order, PicoSpec partial and chained blocks, verification, generation) exists
-here only. Algorithm 2 of the FSD paper (LISTENER): verify the draft at every exit (eq. 5), emit
+here only. Algorithm 2 of the FSD paper (LISTENER): verify the draft at the exits (eq. 5), emit
 each exit's output with its confidence (eq. 4) as soon as its layer is done, and the final exit
-marked final.
+marked final. Which early exits a round computes is the verifier's ``ExitPlanner``'s (``spec.exits``):
+every exit in a decision's first round, then those that earn their compute; each round reports back which exits matched the final verdict, what
+their heads cost on the critical path, and the gap to the next block (the robot's saving on a hit).
 
 Legend: γ — draft length; δ^(l) — accepted by exit l; L — final layer; T_q — verification time.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -97,6 +99,8 @@ class VerifySession:
         self._prepared: _Prepared | None = None  # PicoSpec fast verification: a partial block's work
         self._committed: list[int] = []
         self._kv = None
+        self._arrivals: dict[int, float] = {}  # round → when its whole block was admitted
+        self._last_final: tuple[float, bool] | None = None  # the last verdict's time, and whether an exit matched it
 
     @property
     def prepared(self) -> "_Prepared | None":
@@ -133,6 +137,7 @@ class VerifySession:
             if message.partial:  # the same round's whole block follows
                 return _whole(lambda: self._prepare(message))
             self._next_round += 1
+            self._arrivals[message.round] = time.perf_counter()
             return VerifyJob(self, message, emit)
         if isinstance(message, Generate):
             return self._generate(message, emit)
@@ -201,31 +206,69 @@ class VerifySession:
             t0 = prepared.started  # the verification began with the partial block
         split = draft.q_draft is not None
         done = 0 if prepared is None else len(prepared.tokens)
+        want_exits = self._want_exits and not split
+        planner = self._verifier.exit_planner if want_exits else None
+        arrived = self._arrivals.pop(draft.round, None)
+        if planner is not None and self._last_final is not None and arrived is not None:
+            left, matched = self._last_final
+            if arrived >= left and not draft.chained:  # a block sent after the verdict it follows
+                planner.observe_gap(arrived - left, matched)
+        exits = planner.plan(probe=self._last_final is None) if planner is not None else \
+            frozenset(self._verifier.exit_layers) if want_exits else frozenset()
         return VerifyPlan(draft, tokens, None if split else self._dense_q(draft), t0, prepared,
-                          self._want_exits and not split, split, self._kv, self._committed + tokens,
-                          len(self._committed) - 1 + done)
+                          want_exits, split, self._kv, self._committed + tokens,
+                          len(self._committed) - 1 + done, exits)
 
     def verify_exit(self, plan: "VerifyPlan", out: ExitLogits, emit: Callable[[ExitResult], None]) -> None:
         """One exit's logits over the block (joined to a prepared partial block's rows): verify, wait
         for the emulated compute, emit; the final exit commits."""
+        if not out.is_final and out.layer not in plan.exits:
+            return  # an exit this round's plan left out (a caller that computed it anyway)
         if plan.prepared is not None:
-            out = ExitLogits(out.layer, torch.cat([plan.prepared.logits[out.layer], out.logits]), out.is_final)
+            out = ExitLogits(out.layer, torch.cat([plan.prepared.logits[out.layer], out.logits]), out.is_final,
+                             out.head_s)
         if plan.split:
             if out.is_final:
                 self._verify_split(plan.draft, plan.tokens, plan.t0, emit, out.logits)
             return
         draft = plan.draft
+        t = time.perf_counter()
         result = verify_exit(out.layer, out.logits, plan.tokens, plan.q, self._sampling, self._rng, draft.position,
                              out.is_final)
+        if not out.is_final:
+            plan.outputs[out.layer] = result.verdict.tokens
+            plan.heads[out.layer] = out.head_s + time.perf_counter() - t
+        t = time.perf_counter()
         self._compute.wait_for_layer(plan.t0, out.layer, self._verifier.num_layers, self._cancel)
+        plan.slept[0] += time.perf_counter() - t
         if self._cancel.is_set():
             raise Cancelled()
         if out.is_final:
             self._committed.extend(result.verdict.tokens)
+        compute_s = time.perf_counter() - plan.t0
         emit(ExitResult(round=draft.round, layer=out.layer, accepted=result.verdict.accepted,
                         tokens=np.asarray(result.verdict.tokens, dtype=np.int32),
                         confidence=result.confidence, is_final=out.is_final,
-                        compute_s=time.perf_counter() - plan.t0))
+                        compute_s=compute_s))
+        if out.is_final and plan.want_exits:
+            self._learn_exits(plan, result.verdict.tokens, compute_s)
+
+    def _learn_exits(self, plan: "VerifyPlan", final: tuple[int, ...], compute_s: float) -> None:
+        """After a round's verdict left: tell the exit planner which computed exits matched it and what
+        their heads cost on the critical path. With emulated compute (``ComputeProfile``) a head costs
+        only what it adds beyond the emulated T_q: max(T_q, R) − max(T_q, R − H) for real compute R and
+        heads H, shared among the exits by their measured times."""
+        planner = self._verifier.exit_planner
+        matched = any(tuple(t) == tuple(final) for t in plan.outputs.values())
+        self._last_final = (time.perf_counter(), matched)
+        if planner is None or not plan.outputs:
+            return
+        heads = sum(plan.heads.values())
+        real = compute_s - plan.slept[0]
+        tq = self._compute.tq_s
+        extra = max(tq, real) - max(tq, real - heads)
+        scale = extra / heads if heads > 0 else 0.0
+        planner.observe(plan.outputs, final, {l: h * scale for l, h in plan.heads.items()}, compute_s)
 
     def _prepare(self, partial: DraftBlock) -> None:
         """PicoSpec's fast verification: run the verifier over the first tokens of the next block as
@@ -249,7 +292,7 @@ class VerifySession:
         """Exit logits over the block's rows after a prepared partial block (all γ+1 rows without one),
         layer by layer; ``verify_exit`` joins them to the prepared rows."""
         if plan.want_exits:
-            yield from self._verifier.exits(plan.kv, plan.sequence, plan.first)
+            yield from self._verifier.exits(plan.kv, plan.sequence, plan.first, plan.exits)
         else:
             yield ExitLogits(self._verifier.num_layers, self._verifier.logits(plan.kv, plan.sequence, plan.first), True)
 
@@ -368,7 +411,8 @@ class _Prepared:
 class VerifyPlan:
     """A whole block admitted for verification (``VerifySession.begin_verify``): the draft, its tokens,
     the dense q (None for DSSD's split verification), its start time, a prepared partial block, whether
-    early exits are wanted, and what the forward pass covers: ``kv`` over ``sequence`` from ``first``."""
+    early exits are wanted, what the forward pass covers (``kv`` over ``sequence`` from ``first``),
+    which early exits it computes, and what they gave and cost (filled in as they are verified)."""
 
     draft: DraftBlock
     tokens: list[int]
@@ -380,3 +424,7 @@ class VerifyPlan:
     kv: object
     sequence: list[int]
     first: int
+    exits: frozenset[int] = frozenset()  # the early exits this round computes (the planner's choice)
+    outputs: dict[int, tuple[int, ...]] = field(default_factory=dict)  # each computed exit's verdict tokens
+    heads: dict[int, float] = field(default_factory=dict)  # each computed exit's head + verify time (s)
+    slept: list[float] = field(default_factory=lambda: [0.0])  # time in the compute emulation's waits

@@ -7,7 +7,8 @@ model and the only authority on emitted tokens.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -18,6 +19,7 @@ from edge_spec_ros.models.kv_cache import KVCache
 from edge_spec_ros.models.loading import load_qwen2vl
 from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.models.stack import DecoderStack, PendingPrefill
+from edge_spec_ros.spec.exits import ExitPlanner
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class ExitLogits:
     layer: int
     logits: torch.Tensor
     is_final: bool
+    head_s: float = 0.0  # time of the exit's head (adapter, norm, LM head); 0 for the final exit
 
 
 class EarlyExitVerifier:
@@ -56,6 +59,9 @@ class EarlyExitVerifier:
             raise ValueError(f"exit layers {bad} outside 1..{L - 1} (layer {L} is the final exit)")
         self.adapters = adapters.to(self.stack.dtype).eval().requires_grad_(False)
         self.exit_layers = tuple(l for l in self.adapters.layers if not exit_layers or l in exit_layers)
+        # which early exits earn their compute, learned over every session (spec.exits.ExitPlanner);
+        # None: every exit in every round (as the FSD paper's verifier does)
+        self.exit_planner: ExitPlanner | None = ExitPlanner(self.exit_layers, L) if self.exit_layers else None
 
     @classmethod
     def from_config(cls, config: VerifierConfig) -> "EarlyExitVerifier":
@@ -81,14 +87,19 @@ class EarlyExitVerifier:
         with torch.inference_mode():
             return self.stack.logits(self.adapters[layer](hidden))
 
-    def exits(self, kv: KVCache, sequence: list[int], first: int) -> Iterator[ExitLogits]:
-        """Stream every exit's logits for positions ``first ..`` as soon as its layer is done."""
+    def exits(self, kv: KVCache, sequence: list[int], first: int,
+              layers: Collection[int] | None = None) -> Iterator[ExitLogits]:
+        """Stream the exits' logits for positions ``first ..`` as soon as each layer is done: the early
+        exits in ``layers`` (None: every one) and the final exit, always. An exit not asked for costs
+        nothing: its head is not run."""
         L = self.num_layers
         for out in self.stack.run(kv, sequence, first):
             if out.layer == L:
                 yield ExitLogits(L, self.stack.logits(out.hidden), True)
-            elif out.layer in self.exit_layers:
-                yield ExitLogits(out.layer, self.exit_logits(out.layer, out.hidden), False)
+            elif out.layer in self.exit_layers and (layers is None or out.layer in layers):
+                t = time.perf_counter()
+                logits = self.exit_logits(out.layer, out.hidden)
+                yield ExitLogits(out.layer, logits, False, time.perf_counter() - t)
 
     def logits(self, kv: KVCache, sequence: list[int], first: int) -> torch.Tensor:
         """Final-exit logits only (m, V): the plain target model."""

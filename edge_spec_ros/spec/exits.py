@@ -6,11 +6,28 @@ exit's confidence (eq. 4); δ^(l) — draft tokens accepted by exit l; x^(l)_{t:
 Every exit verifies the same draft with the same random draws as the final exit, so an exit whose
 distributions agree with the final one returns the same verdict (a pre-draft cache hit). Only the
 final exit decides what is emitted.
+
+Which exits to compute (``ExitPlanner``): an exit costs a head (adapter, norm, the LM head over the
+vocabulary) on the verifier's critical path, and it earns only when the robot's pre-drafter uses
+its output — when it is the earliest computed exit whose verdict equals the final one (a later exit
+with the same tokens is a duplicate the pre-drafter drops). The planner learns per exit l its rate
+r_l of matching the final verdict, its measured head cost h_l, and the robot's saving on a hit D
+(the gap between a verdict and the next block after rounds with a right exit against those
+without); a hit at exit l saves min(D, (1 − l/L)·T_q), the head start its pre-draft gets. Exits
+nest (a later exit is right at least as often), so a chosen chain l_1 < l_2 < … earns
+Σ_k (r_{l_k} − r_{l_{k−1}})⁺ · saving(l_k) − Σ_k h_{l_k} per round, maximised exactly by dynamic
+programming over the chain's last exit; the empty chain (no exit: plain SD) is always a candidate.
+The first round of every decision (and the planner's first ``warmup_rounds``; optionally every
+``probe_every``-th) computes every exit, so rates of exits switched off stay measured, and two
+decisions given the same first draft stream the same early results. Only the final exit's verdict is ever emitted as tokens: the plan
+changes which guesses reach the robot, never the output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -44,3 +61,138 @@ def verify_exit(layer: int, logits: torch.Tensor, draft: Sequence[int], q: torch
     verdict = verify(draft, logits, q, sampling, rng, position)
     confidence = float(exit_confidence(logits[verdict.accepted]))
     return ExitVerdict(layer, verdict, confidence, is_final)
+
+
+# --------------------------------------------------------------------------- which exits to compute
+
+WARMUP_ROUNDS = 4  # rounds with every exit before the learned plan is used
+PROBE_EVERY = 0  # every so many rounds, every exit again (0: only each decision's first round does)
+PLAN_SMOOTHING = 0.1  # EMA weight of the newest round in r_l, h_l and the gaps
+
+
+@dataclass(frozen=True)
+class ExitStats:
+    """What the planner knows of one exit: its layer, r_l, h_l (s) and the rounds it was computed in."""
+
+    layer: int
+    right_rate: float
+    head_s: float
+    rounds: int
+
+
+class ExitPlanner:
+    """Learns which early exits earn their compute (module docstring) and plans each round's exits.
+
+    ``plan(probe)`` gives the exits to compute; ``observe`` takes a round's outcome (each computed exit's
+    tokens, the final tokens, each exit's head time, T_q), ``observe_gap`` the time from a verdict to
+    the next block. Thread-safe: one planner serves every session of a verifier."""
+
+    def __init__(self, layers: Sequence[int], num_layers: int, *, warmup_rounds: int = WARMUP_ROUNDS,
+                 probe_every: int = PROBE_EVERY, smoothing: float = PLAN_SMOOTHING) -> None:
+        if any(not 1 <= l < num_layers for l in layers):
+            raise ValueError(f"exit layers {list(layers)} must lie in 1..{num_layers - 1}")
+        if warmup_rounds < 0 or probe_every < 0 or not 0.0 < smoothing <= 1.0:
+            raise ValueError("need warmup_rounds ≥ 0, probe_every ≥ 0 and smoothing in (0, 1]")
+        self.layers = tuple(sorted(set(layers)))
+        self.num_layers = num_layers
+        self.warmup_rounds, self.probe_every, self.smoothing = warmup_rounds, probe_every, smoothing
+        self._lock = threading.Lock()
+        self._right = {l: 0.0 for l in self.layers}
+        self._head = {l: 0.0 for l in self.layers}
+        self._seen = {l: 0 for l in self.layers}
+        self._gap = {True: 0.0, False: 0.0}  # verdict → next block, after rounds with / without a right exit
+        self._gaps = {True: 0, False: 0}
+        self._t_q, self._t_q_rounds = 0.0, 0  # EMA of the verification time T_q (s)
+        self.rounds = 0  # rounds planned
+        self.computed = {l: 0 for l in self.layers}  # rounds each exit was planned in
+
+    # --- estimates ---------------------------------------------------------------------------
+    def stats(self) -> list[ExitStats]:
+        with self._lock:
+            return [ExitStats(l, self._right[l], self._head[l], self._seen[l]) for l in self.layers]
+
+    @property
+    def hit_saving_s(self) -> float:
+        """D: the robot's measured saving on a hit (inf until both kinds of gap were seen)."""
+        with self._lock:
+            return self._saving()
+
+    def _saving(self) -> float:
+        if not (self._gaps[True] and self._gaps[False]):
+            return math.inf
+        return max(0.0, self._gap[False] - self._gap[True])
+
+    # --- planning -----------------------------------------------------------------------------
+    def plan(self, probe: bool = False) -> frozenset[int]:
+        """The exits to compute in the next round; ``probe``: every exit (a decision's first round)."""
+        with self._lock:
+            t_q_s = self._t_q
+            self.rounds += 1
+            n = self.rounds
+            if probe or n <= self.warmup_rounds or (self.probe_every and n % self.probe_every == 0) \
+                    or any(v == 0 for v in self._seen.values()):
+                chosen = frozenset(self.layers)
+            else:
+                chosen = frozenset(best_chain(
+                    [(l, self._right[l], self._head[l]) for l in self.layers],
+                    lambda l: min(self._saving(), (1.0 - l / self.num_layers) * max(t_q_s, 0.0))))
+            for l in chosen:
+                self.computed[l] += 1
+            return chosen
+
+    def observe(self, outputs: Mapping[int, tuple[int, ...]], final: tuple[int, ...],
+                head_s: Mapping[int, float], t_q_s: float) -> bool:
+        """A round's outcome: each computed exit's tokens, the final tokens, each computed exit's cost
+        on the critical path (s) and the round's verification time T_q (s). Returns whether some
+        computed exit was right (a possible hit)."""
+        w = self.smoothing
+        with self._lock:
+            if math.isfinite(t_q_s) and t_q_s >= 0.0:
+                self._t_q = t_q_s if self._t_q_rounds == 0 else self._t_q + w * (t_q_s - self._t_q)
+                self._t_q_rounds += 1
+            for l, tokens in outputs.items():
+                if l not in self._right:
+                    continue
+                right = float(tuple(tokens) == tuple(final))
+                cost = max(0.0, float(head_s.get(l, 0.0)))
+                if self._seen[l] == 0:
+                    self._right[l], self._head[l] = right, cost
+                else:
+                    self._right[l] += w * (right - self._right[l])
+                    self._head[l] += w * (cost - self._head[l])
+                self._seen[l] += 1
+        return any(tuple(t) == tuple(final) for t in outputs.values())
+
+    def observe_gap(self, gap_s: float, after_right_exit: bool) -> None:
+        """The time from a round's final verdict leaving to the next block arriving; ``after_right_exit``:
+        that round had a computed exit equal to the final verdict."""
+        if not (math.isfinite(gap_s) and gap_s >= 0.0):
+            return
+        with self._lock:
+            key = bool(after_right_exit)
+            self._gap[key] = gap_s if self._gaps[key] == 0 else self._gap[key] + self.smoothing * (gap_s - self._gap[key])
+            self._gaps[key] += 1
+
+    def summary(self) -> str:
+        """One line: per exit, the share of rounds it was computed in and its rate of being right."""
+        with self._lock:
+            rounds = max(self.rounds, 1)
+            return ", ".join(f"{l}: {self.computed[l] / rounds:.0%} computed, r {self._right[l]:.2f}"
+                             for l in self.layers)
+
+
+def best_chain(exits: Sequence[tuple[int, float, float]], saving) -> list[int]:
+    """The chain of exits (layer, r, h) in layer order maximising Σ (r_k − r_prev)⁺·saving(l_k) − h_k
+    (module docstring; r_prev: the largest r earlier in the chain), by dynamic programming over the
+    chain's last exit; [] when no chain gains."""
+    best: list[tuple[float, list[int], float]] = []  # per exit j: (value, best chain ending at j, its coverage)
+    for layer, r, h in exits:
+        gain = saving(layer)
+        value, chain, covered = r * gain - h, [layer], r
+        for prev_value, prev_chain, prev_r in best:
+            v = prev_value + max(0.0, r - prev_r) * gain - h
+            if v > value:
+                value, chain, covered = v, prev_chain + [layer], max(r, prev_r)
+        best.append((value, chain, covered))
+    top = max(best, key=lambda e: e[0], default=None)
+    return top[1] if top is not None and top[0] > 0.0 else []

@@ -1,0 +1,70 @@
+"""The verifier computes only the early exits its ExitPlanner chooses: the robot sees fewer early results,
+and every final verdict is the one the verifier gives with all its exits (exactness does not depend on
+the plan)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from edge_spec_ros.cloud.session import VerifySession
+from edge_spec_ros.models.prompt import PromptEncoder
+from edge_spec_ros.models.verifier import EarlyExitVerifier
+from edge_spec_ros.spec.exits import ExitPlanner
+from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Open
+
+ROUNDS = 12
+GAMMA = 3
+
+
+def decide(verifier: EarlyExitVerifier, tokenizer, prompt, temperature: float) -> list[list[ExitResult]]:
+    """One decision of ROUNDS rounds with fixed pseudo-random drafts (the same for every verifier):
+    each round's results, in the order emitted."""
+    request = Open(input_ids=prompt.input_ids.numpy().astype(np.int32), want_exits=True,
+                   temperature=temperature, seed=4)
+    s = VerifySession(verifier, PromptEncoder(tokenizer), request)
+    for _ in s.handle(request, lambda reply: None):
+        pass
+    g = torch.Generator().manual_seed(1)
+    position, rounds = len(prompt.input_ids), []
+    for r in range(ROUNDS):
+        tokens = torch.randint(20, 60, (GAMMA,), generator=g).numpy().astype(np.int32)
+        q = torch.softmax(torch.randn(GAMMA, verifier.stack.vocab_size, generator=g), -1).numpy() \
+            if temperature else None
+        out: list[ExitResult] = []
+        for _ in s.handle(DraftBlock(round=r, position=position, tokens=tokens, q=q), out.append):
+            pass
+        rounds.append(out)
+        position += len(out[-1].tokens)
+    return rounds
+
+
+def test_planned_exits_leave_every_verdict_unchanged(target_model, tokenizer, text_prompt):
+    for temperature in (0.0, 0.9):
+        every = EarlyExitVerifier(target_model)
+        every.exit_planner = None  # the FSD paper's verifier: every exit, every round
+        planned = EarlyExitVerifier(target_model)
+        planned.exit_planner = ExitPlanner(planned.exit_layers, planned.num_layers, warmup_rounds=2,
+                                           probe_every=5)
+        all_rounds = decide(every, tokenizer, text_prompt, temperature)
+        planned_rounds = decide(planned, tokenizer, text_prompt, temperature)
+        for a, b in zip(all_rounds, planned_rounds, strict=True):
+            final_a, final_b = a[-1], b[-1]
+            assert final_a.is_final and final_b.is_final
+            assert (final_a.accepted, final_a.tokens.tolist()) == (final_b.accepted, final_b.tokens.tolist())
+            # an exit that is computed gives the result it gives with all exits
+            early = {r.layer: (r.accepted, r.tokens.tolist()) for r in a[:-1]}
+            assert all(early[r.layer] == (r.accepted, r.tokens.tolist()) for r in b[:-1])
+        assert all(len(r) == every.num_layers for r in all_rounds)
+        assert [len(r) for r in planned_rounds[:2]] == [planned.num_layers] * 2  # warm-up: every exit
+        # the learned plan leaves exits out (the tiny random model's exits rarely match the final verdict)
+        assert min(len(r) for r in planned_rounds) < planned.num_layers
+        assert planned.exit_planner.rounds == ROUNDS
+
+
+def test_a_verifier_without_exits_has_no_planner(target_model):
+    from edge_spec_ros.models.adapters import ExitAdapters
+
+    hidden = target_model.config.text_config.hidden_size
+    assert EarlyExitVerifier(target_model).exit_planner is not None
+    assert EarlyExitVerifier(target_model, ExitAdapters(hidden, [])).exit_planner is None

@@ -1,0 +1,82 @@
+"""Which early exits earn their compute: ExitPlanner and its chain selection (spec.exits)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from edge_spec_ros.spec.exits import ExitPlanner, best_chain
+
+FINAL = (7, 8)
+WRONG = (7, 9)
+
+
+def run_rounds(planner: ExitPlanner, rounds: int, right: dict[int, bool], head_s: float, t_q_s: float) -> list:
+    """``rounds`` rounds in which exit l matches the final verdict iff right[l]; returns the plans."""
+    plans = []
+    for _ in range(rounds):
+        plan = planner.plan()
+        plans.append(plan)
+        outputs = {l: FINAL if right[l] else WRONG for l in plan}
+        planner.observe(outputs, FINAL, {l: head_s for l in plan}, t_q_s)
+    return plans
+
+
+def test_chain_value_by_hand():
+    # exits (layer, r, h); saving of a hit = 1.0 everywhere
+    exits = [(1, 0.5, 0.1), (2, 0.5, 0.1), (3, 0.9, 0.1)]
+    # {1}: 0.5 - 0.1 = 0.4; {1, 3}: 0.5 + 0.4 - 0.2 = 0.7; {3}: 0.9 - 0.1 = 0.8 (best); {1, 2, 3}: 0.6
+    assert best_chain(exits, lambda l: 1.0) == [3]
+    # an earlier hit is worth more: {1, 3} = 0.5·1 + 0.4·0.5 − 0.2 = 0.5 > {1} = 0.4 > {3} = 0.9·0.5 − 0.1
+    assert best_chain(exits, lambda l: 1.0 if l == 1 else 0.5) == [1, 3]
+    assert best_chain(exits, lambda l: 1.0 if l == 1 else 0.2) == [1]  # {1, 3}: 0.5 + 0.08 − 0.2 = 0.38
+    assert best_chain(exits, lambda l: 0.05) == []  # no exit pays: plain SD
+    assert best_chain([], lambda l: 1.0) == []
+
+
+def test_duplicates_of_an_earlier_exit_are_switched_off():
+    planner = ExitPlanner([1, 2, 3, 4], num_layers=5, warmup_rounds=2, probe_every=10)
+    plans = run_rounds(planner, 30, {1: True, 2: True, 3: True, 4: True}, head_s=0.001, t_q_s=0.05)
+    assert plans[0] == {1, 2, 3, 4}  # warm-up: every exit
+    learned = [p for i, p in enumerate(plans, 1) if i > 2 and i % 10]
+    assert learned and all(p == {1} for p in learned)  # exit 1 already gives every hit; the rest only cost
+    assert all(plans[i - 1] == {1, 2, 3, 4} for i in (10, 20, 30))  # probes keep the others measured
+    assert planner.plan(probe=True) == {1, 2, 3, 4}  # a decision's first round: every exit
+    assert ExitPlanner([1], num_layers=2).probe_every == 0  # by default only first rounds probe
+
+
+def test_exits_that_cost_more_than_they_save_are_off():
+    planner = ExitPlanner([1, 2, 3], num_layers=4, warmup_rounds=1, probe_every=1000)
+    plans = run_rounds(planner, 20, {1: False, 2: False, 3: True}, head_s=0.030, t_q_s=0.100)
+    # exit 3 saves at most (1 − 3/4)·100 ms = 25 ms on a hit but costs 30 ms: nothing pays
+    assert plans[-1] == frozenset()
+    cheap = ExitPlanner([1, 2, 3], num_layers=4, warmup_rounds=1, probe_every=1000)
+    plans = run_rounds(cheap, 20, {1: False, 2: False, 3: True}, head_s=0.001, t_q_s=0.100)
+    assert plans[-1] == {3}
+
+
+def test_the_robots_measured_saving_caps_the_head_start():
+    planner = ExitPlanner([1], num_layers=10, warmup_rounds=1, probe_every=1000)
+    run_rounds(planner, 5, {1: True}, head_s=0.010, t_q_s=0.600)
+    assert planner.hit_saving_s == math.inf
+    assert planner.plan() == {1}  # a hit could save up to 0.9 × 600 ms
+    planner.observe_gap(0.250, after_right_exit=True)
+    planner.observe_gap(0.255, after_right_exit=False)  # the robot gains 5 ms from a hit
+    assert planner.hit_saving_s == pytest.approx(0.005)
+    assert planner.plan() == frozenset()  # 5 ms saved < 10 ms of head
+    planner.observe_gap(-1.0, True)  # ignored
+    planner.observe_gap(math.nan, False)
+    assert planner.hit_saving_s == pytest.approx(0.005)
+
+
+def test_summary_and_validation():
+    planner = ExitPlanner([2, 1], num_layers=3)
+    assert planner.layers == (1, 2)
+    run_rounds(planner, 3, {1: True, 2: True}, 0.001, 0.01)
+    assert "1: 100% computed" in planner.summary()
+    assert [s.rounds for s in planner.stats()] == [3, 3]
+    with pytest.raises(ValueError):
+        ExitPlanner([3], num_layers=3)
+    with pytest.raises(ValueError):
+        ExitPlanner([1], num_layers=3, probe_every=-1)
