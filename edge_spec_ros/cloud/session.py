@@ -101,6 +101,7 @@ class VerifySession:
         self._kv = None
         self._arrivals: dict[int, float] = {}  # round → when its whole block was admitted
         self._last_final: tuple[float, bool] | None = None  # the last verdict's time, and whether an exit matched it
+        self._last_block: tuple[float, bool | None] | None = None  # the last block's arrival; did it compute a chain
 
     @property
     def prepared(self) -> "_Prepared | None":
@@ -213,8 +214,13 @@ class VerifySession:
             left, matched = self._last_final
             if arrived >= left and not draft.chained:  # a block sent after the verdict it follows
                 planner.observe_gap(arrived - left, matched)
-        exits = planner.plan(probe=self._last_final is None) if planner is not None else \
+        probe = self._last_final is None
+        exits = planner.plan(probe=probe) if planner is not None else \
             frozenset(self._verifier.exit_layers) if want_exits else frozenset()
+        if planner is not None and arrived is not None and not draft.chained:
+            if self._last_block is not None and self._last_block[1] is not None and arrived >= self._last_block[0]:
+                planner.observe_cycle(arrived - self._last_block[0], self._last_block[1])
+            self._last_block = (arrived, None if probe else bool(exits))
         return VerifyPlan(draft, tokens, None if split else self._dense_q(draft), t0, prepared,
                           want_exits, split, self._kv, self._committed + tokens,
                           len(self._committed) - 1 + done, exits)

@@ -17,6 +17,12 @@ without); a hit at exit l saves min(D, (1 − l/L)·T_q), the head start its pre
 nest (a later exit is right at least as often), so a chosen chain l_1 < l_2 < … earns
 Σ_k (r_{l_k} − r_{l_{k−1}})⁺ · saving(l_k) − Σ_k h_{l_k} per round, maximised exactly by dynamic
 programming over the chain's last exit; the empty chain (no exit: plain SD) is always a candidate.
+The model leaves out what the robot pays for exits beyond their heads (its pre-draft threads take
+cores the verifier may share, every early result is encoded and sent), so the planner also checks
+the chain end to end: it compares the cycle between consecutive blocks (verification, link, the
+robot's drafting or its hit) in rounds with the chain against rounds with no exit, uses the faster
+arm, and tries the other one every ``EXPLORE_EVERY``-th round. Exits never change the verdicts, so
+the two arms commit the same tokens per round and their cycles compare directly.
 The first round of every decision (and the planner's first ``warmup_rounds``; optionally every
 ``probe_every``-th) computes every exit, so rates of exits switched off stay measured, and two
 decisions given the same first draft stream the same early results. Only the final exit's verdict is ever emitted as tokens: the plan
@@ -68,6 +74,9 @@ def verify_exit(layer: int, logits: torch.Tensor, draft: Sequence[int], q: torch
 WARMUP_ROUNDS = 4  # rounds with every exit before the learned plan is used
 PROBE_EVERY = 0  # every so many rounds, every exit again (0: only each decision's first round does)
 PLAN_SMOOTHING = 0.1  # EMA weight of the newest round in r_l, h_l and the gaps
+EXPLORE_EVERY = 8  # every so many planned rounds, the arm (chain / no exit) that looks slower is tried
+MIN_ARM_ROUNDS = 3  # cycles measured in each arm before the faster one is preferred
+OUTLIER_FACTOR = 3.0  # a cycle above this many times its arm's mean counts as that much (a lost packet)
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,9 @@ class ExitPlanner:
         self._gap = {True: 0.0, False: 0.0}  # verdict → next block, after rounds with / without a right exit
         self._gaps = {True: 0, False: 0}
         self._t_q, self._t_q_rounds = 0.0, 0  # EMA of the verification time T_q (s)
+        self._cycle = {True: 0.0, False: 0.0}  # EMA of the block-to-block cycle with the chain / with no exit
+        self._cycles = {True: 0, False: 0}
+        self._bandit_rounds = 0
         self.rounds = 0  # rounds planned
         self.computed = {l: 0 for l in self.layers}  # rounds each exit was planned in
 
@@ -136,6 +148,8 @@ class ExitPlanner:
                 chosen = frozenset(best_chain(
                     [(l, self._right[l], self._head[l]) for l in self.layers],
                     lambda l: min(self._saving(), (1.0 - l / self.num_layers) * max(t_q_s, 0.0))))
+                if chosen and not self._chain_arm():
+                    chosen = frozenset()
             for l in chosen:
                 self.computed[l] += 1
             return chosen
@@ -162,6 +176,35 @@ class ExitPlanner:
                     self._head[l] += w * (cost - self._head[l])
                 self._seen[l] += 1
         return any(tuple(t) == tuple(final) for t in outputs.values())
+
+    def _chain_arm(self) -> bool:
+        """Whether this planned round computes its chain (True) or no exit (False): each arm until it
+        has MIN_ARM_ROUNDS cycles, then the faster, and the slower every EXPLORE_EVERY-th round."""
+        self._bandit_rounds += 1
+        for arm in (True, False):
+            if self._cycles[arm] < MIN_ARM_ROUNDS:
+                return arm
+        faster = self._cycle[True] <= self._cycle[False]
+        return (not faster) if self._bandit_rounds % EXPLORE_EVERY == 0 else faster
+
+    def observe_cycle(self, cycle_s: float, with_chain: bool) -> None:
+        """The time from a block's arrival to the next block's, after a round that computed a learned
+        chain of exits (``with_chain``) or no exit (a decision's first round, with every exit, is neither)."""
+        if not (math.isfinite(cycle_s) and cycle_s >= 0.0):
+            return
+        with self._lock:
+            arm = bool(with_chain)
+            if self._cycles[arm] == 0:
+                self._cycle[arm] = cycle_s
+            else:
+                x = min(cycle_s, OUTLIER_FACTOR * self._cycle[arm])
+                self._cycle[arm] += self.smoothing * (x - self._cycle[arm])
+            self._cycles[arm] += 1
+
+    def cycle_s(self, with_chain: bool) -> float | None:
+        """The measured cycle of an arm (None before its first)."""
+        with self._lock:
+            return self._cycle[with_chain] if self._cycles[with_chain] else None
 
     def observe_gap(self, gap_s: float, after_right_exit: bool) -> None:
         """The time from a round's final verdict leaving to the next block arriving; ``after_right_exit``:

@@ -80,3 +80,28 @@ def test_summary_and_validation():
         ExitPlanner([3], num_layers=3)
     with pytest.raises(ValueError):
         ExitPlanner([1], num_layers=3, probe_every=-1)
+
+
+def test_a_chain_that_slows_the_cycle_is_turned_off_and_tried_again_now_and_then():
+    from edge_spec_ros.spec.exits import EXPLORE_EVERY, MIN_ARM_ROUNDS
+
+    planner = ExitPlanner([1, 2], num_layers=3, warmup_rounds=0)
+    run_rounds(planner, 2, {1: True, 2: True}, head_s=0.0001, t_q_s=0.05)  # every exit measured once
+    arms = []
+    for _ in range(4 * EXPLORE_EVERY):
+        plan = planner.plan()
+        arms.append(bool(plan))
+        # the robot pays more with exits on (its threads take the cores): 30 ms cycles against 20 ms
+        planner.observe_cycle(0.030 if plan else 0.020, with_chain=bool(plan))
+    assert arms[:2 * MIN_ARM_ROUNDS].count(True) == MIN_ARM_ROUNDS  # both arms measured first
+    later = arms[2 * MIN_ARM_ROUNDS:]
+    assert 0 < later.count(True) <= len(later) // EXPLORE_EVERY + 1  # the chain only when exploring
+    assert planner.cycle_s(True) == pytest.approx(0.030) and planner.cycle_s(False) == pytest.approx(0.020)
+    # conditions change: now the chain makes cycles shorter, and the exploring rounds notice it
+    for _ in range(8 * EXPLORE_EVERY):
+        plan = planner.plan()
+        planner.observe_cycle(0.010 if plan else 0.020, with_chain=bool(plan))
+    chains = sum(bool(planner.plan()) for _ in range(2 * EXPLORE_EVERY))
+    assert chains >= 2 * EXPLORE_EVERY - 2  # the chain now, no exit only when exploring
+    planner.observe_cycle(math.inf, True)  # ignored
+    assert planner.cycle_s(True) < 0.02
