@@ -116,9 +116,6 @@ def table(report: dict) -> str:
     lines.append(f"exactness: {report['exact']}")
     if report.get("adaptive"):
         lines.extend(adaptive_table(report["adaptive"]))
-    if report.get("exit_plans"):
-        lines.append("early exits computed by the verifier (learned plan; layer: share of rounds it was computed in, "
-                     "share of its rounds it was the first exit right): " + report["exit_plans"])
     if report.get("ros_vs_zmq"):
         lines.extend(paths_table(report["ros_vs_zmq"]))
         lines.append(f"exactness across paths: {report['paths_exact']}")

@@ -220,7 +220,8 @@ class VerifySession:
         if planner is not None and arrived is not None and not draft.chained:
             if self._last_block is not None and self._last_block[1] is not None and arrived >= self._last_block[0]:
                 planner.observe_cycle(arrived - self._last_block[0], self._last_block[1])
-            self._last_block = (arrived, None if probe else bool(exits))
+            every = probe and exits == frozenset(self._verifier.exit_layers)  # a probe round: neither arm
+            self._last_block = (arrived, None if every else bool(exits))
         return VerifyPlan(draft, tokens, None if split else self._dense_q(draft), t0, prepared,
                           want_exits, split, self._kv, self._committed + tokens,
                           len(self._committed) - 1 + done, exits)

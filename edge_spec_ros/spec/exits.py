@@ -25,7 +25,8 @@ arm, and tries the other one every ``EXPLORE_EVERY``-th round. Exits never chang
 the two arms commit the same tokens per round and their cycles compare directly.
 The first round of every decision (and the planner's first ``warmup_rounds``; optionally every
 ``probe_every``-th) computes every exit, so rates of exits switched off stay measured, and two
-decisions given the same first draft stream the same early results. Only the final exit's verdict is ever emitted as tokens: the plan
+decisions given the same first draft stream the same early results; once rounds without exits are
+measured faster, first rounds plan like the others. Only the final exit's verdict is ever emitted as tokens: the plan
 changes which guesses reach the robot, never the output.
 """
 
@@ -136,11 +137,13 @@ class ExitPlanner:
 
     # --- planning -----------------------------------------------------------------------------
     def plan(self, probe: bool = False) -> frozenset[int]:
-        """The exits to compute in the next round; ``probe``: every exit (a decision's first round)."""
+        """The exits to compute in the next round; ``probe``: every exit (a decision's first round),
+        unless rounds without exits have been measured faster."""
         with self._lock:
             t_q_s = self._t_q
             self.rounds += 1
             n = self.rounds
+            probe = probe and not self._no_exit_is_faster()
             if probe or n <= self.warmup_rounds or (self.probe_every and n % self.probe_every == 0) \
                     or any(v == 0 for v in self._seen.values()):
                 chosen = frozenset(self.layers)
@@ -176,6 +179,12 @@ class ExitPlanner:
                     self._head[l] += w * (cost - self._head[l])
                 self._seen[l] += 1
         return any(tuple(t) == tuple(final) for t in outputs.values())
+
+    def _no_exit_is_faster(self) -> bool:
+        """Both arms measured and the cycle without exits the shorter: a decision's first round then
+        skips its every-exit probe too (the exploring rounds keep the chain measured)."""
+        return all(self._cycles[arm] >= MIN_ARM_ROUNDS for arm in (True, False)) \
+            and self._cycle[False] < self._cycle[True]
 
     def _chain_arm(self) -> bool:
         """Whether this planned round computes its chain (True) or no exit (False): each arm until it

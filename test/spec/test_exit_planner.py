@@ -105,3 +105,15 @@ def test_a_chain_that_slows_the_cycle_is_turned_off_and_tried_again_now_and_then
     assert chains >= 2 * EXPLORE_EVERY - 2  # the chain now, no exit only when exploring
     planner.observe_cycle(math.inf, True)  # ignored
     assert planner.cycle_s(True) < 0.02
+
+
+def test_first_rounds_skip_their_probe_once_no_exit_is_faster():
+    from edge_spec_ros.spec.exits import MIN_ARM_ROUNDS
+
+    planner = ExitPlanner([1, 2], num_layers=3, warmup_rounds=0)
+    run_rounds(planner, 2, {1: True, 2: True}, head_s=0.0001, t_q_s=0.05)
+    assert planner.plan(probe=True) == {1, 2}
+    for _ in range(MIN_ARM_ROUNDS):
+        planner.observe_cycle(0.030, with_chain=True)
+        planner.observe_cycle(0.020, with_chain=False)
+    assert planner.plan(probe=True) != {1, 2}
