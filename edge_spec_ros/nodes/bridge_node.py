@@ -69,9 +69,11 @@ class _LinkHealth:
 
 
 class _Session:
-    def __init__(self, decision: int, sid: bytes, timeout_s: float) -> None:
+    def __init__(self, decision: int, sid: bytes, timeout_s: float, stamp: tuple[int, int] = (0, 0)) -> None:
         self.decision = decision
         self.sid = sid
+        self.stamp = stamp  # the OPEN's header stamp: a repeat of it (same decision, same stamp) is no new session
+        self.answer: dict | None = None  # the status that answered the OPEN (OPENED or ERROR), for a repeat
         self.closed = threading.Event()
         self.waiting_since: float | None = None  # a request is outstanding since then
         self.timeout_s = timeout_s  # how long a request may go unanswered (open, then reply timeout)
@@ -141,8 +143,15 @@ class BridgeNode(Node):
                 session.closed.set()
                 self.client.end(session.sid)
             return
+        stamp = (msg.header.stamp.sec, msg.header.stamp.nanosec)
+        current = self.sessions.get(msg.decision)
+        if current is not None and current.stamp == stamp:  # the link repeats an OPEN it heard no answer to
+            answer = current.answer
+            if answer is not None:  # answered: the answer may have been lost, say it again
+                self._publish_status(msg.decision, **answer)
+            return  # else the verifier's answer is on its way
         sid = session_id(msg.decision)
-        session = self.sessions[msg.decision] = _Session(msg.decision, sid, self.config.open_timeout_s)
+        session = self.sessions[msg.decision] = _Session(msg.decision, sid, self.config.open_timeout_s, stamp)
         self.client.register(sid)
         request = Open(input_ids=np.asarray(msg.input_ids, dtype=np.int32), image=bytes(msg.image),
                        temperature=msg.temperature, seed=msg.seed, want_exits=msg.want_exits,
@@ -200,14 +209,18 @@ class BridgeNode(Node):
                                                             compute_s=msg.compute_s))
             session.waiting_since = None if msg.is_final else time.monotonic()
         elif isinstance(msg, Error):
-            self._publish_status(session.decision, BridgeStatus.ERROR, str(VerifierError(msg.code, msg.message)),
-                                 code=msg.code)
+            answer = dict(state=BridgeStatus.ERROR, message=str(VerifierError(msg.code, msg.message)), code=msg.code)
+            if session.answer is None:
+                session.answer = answer
+            self._publish_status(session.decision, **answer)
             session.waiting_since = None
         else:  # Opened
             session.timeout_s = self.config.reply_timeout_s
             session.waiting_since = None
-            self._publish_status(session.decision, BridgeStatus.OPENED, "", num_layers=msg.num_layers,
-                                 exit_layers=list(msg.exit_layers))
+            answer = dict(state=BridgeStatus.OPENED, message="", num_layers=msg.num_layers,
+                          exit_layers=list(msg.exit_layers))
+            session.answer = answer
+            self._publish_status(session.decision, **answer)
 
     def _watch(self, session: _Session) -> None:
         """Report a silent verifier (LINK_LOST) or a failed handshake (ERROR) of one decision."""

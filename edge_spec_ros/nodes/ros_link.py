@@ -35,6 +35,9 @@ RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, histor
 RECEIVER_WAIT_S = 0.5  # longest sleep of a Receiver's thread with nothing arriving (closing wakes it at once)
 PUMP_SLICE_S = 0.1  # longest wait of a receive taking the replies, before it looks at its deadline again
 FOLLOW_SLICE_S = 0.005  # a receive waiting while another thread takes the replies looks again this often
+# An OPEN unanswered this long is published again, the same (decision, stamp): one published before the
+# bridge's reader has matched the link's writer is lost, and the bridge answers a repeat, not a second session.
+OPEN_RETRY_S = 2.0
 
 
 class _OwnThread(CallbackGroup):
@@ -193,6 +196,8 @@ class RosVerifierLink:
         self._lock = threading.Lock()
         self._next = 1
         self._closed = False
+        self._opened: set[int] = set()  # decisions whose OPENED has been delivered (a repeat's is dropped)
+        self.open_retry_s = OPEN_RETRY_S
         self._requests = node.create_publisher(DecisionRequest, "edge_spec/decision_request", RELIABLE)
         self._drafts = node.create_publisher(DraftBlockMsg, "edge_spec/draft", RELIABLE)
         # the replies are taken by the thread that waits for them (receive), not by the node's executor:
@@ -238,7 +243,16 @@ class RosVerifierLink:
         msg.p_top_k = int(request.p_top_k)
         self._requests.publish(msg)
         self._count(sid, request)
-        reply = self.receive(sid, self.open_timeout_s)
+        deadline = time.monotonic() + self.open_timeout_s
+        while True:
+            try:
+                reply = self.receive(sid, min(self.open_retry_s, max(0.0, deadline - time.monotonic())))
+                break
+            except VerifierTimeout:
+                if time.monotonic() >= deadline:
+                    raise VerifierTimeout(f"no reply through the bridge within {self.open_timeout_s:.1f} s "
+                                          "(is bridge_node running and the verifier reachable?)") from None
+                self._requests.publish(msg)  # the same stamp: the bridge knows it for a repeat
         if not isinstance(reply, Opened):
             raise VerifierError(int(ErrorCode.INTERNAL), f"expected Opened, got {type(reply).__name__}")
         return sid, reply
@@ -316,6 +330,7 @@ class RosVerifierLink:
         self._count(sid, Close())
         with self._lock:
             self._inbox.pop(decision_of(sid), None)
+            self._opened.discard(decision_of(sid))
 
     def _count(self, sid: bytes, message: Message, up: bool = True) -> None:
         """Count the bytes the bridge puts on the wire for ``message``."""
@@ -343,7 +358,11 @@ class RosVerifierLink:
 
     def _on_status(self, msg: BridgeStatus) -> None:
         if msg.state == BridgeStatus.OPENED:
-            self._deliver(msg.decision, Opened(msg.num_layers, tuple(msg.exit_layers), 0.0))
+            with self._lock:  # a repeated OPEN may be answered twice: the first answer counts
+                first = msg.decision not in self._opened and msg.decision in self._inbox
+                self._opened.add(msg.decision)
+            if first:
+                self._deliver(msg.decision, Opened(msg.num_layers, tuple(msg.exit_layers), 0.0))
         elif msg.state == BridgeStatus.ERROR:
             self._deliver(msg.decision, Error(msg.code, msg.message))
         elif msg.state == BridgeStatus.LINK_LOST:

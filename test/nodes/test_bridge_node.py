@@ -1,5 +1,6 @@
 """bridge_node in its own process against a real verifier: a malformed draft on edge_spec/draft is
-answered with an ERROR status and dropped; the bridge keeps bridging (the next decision opens)."""
+answered with an ERROR status and dropped; the bridge keeps bridging (the next decision opens). A
+repeated OPEN (the same decision and stamp) is answered again."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ def test_a_malformed_draft_is_refused_and_the_bridge_goes_on(ros, server_endpoin
                  DISCOVERY_S, "the bridge")
         requests.publish(open_request(1, text_prompt))
         wait_for(lambda: any(s.decision == 1 and s.state == BridgeStatus.OPENED for s in status), OPEN_S, "OPENED")
+        # a repeat of the OPEN (same decision and stamp: the link heard no answer) is answered again
+        requests.publish(open_request(1, text_prompt))
+        wait_for(lambda: sum(s.decision == 1 and s.state == BridgeStatus.OPENED for s in status) == 2, OPEN_S,
+                 "the repeated OPEN's answer")
         bad = DraftBlockMsg()
         bad.decision, bad.round, bad.position = 1, 1, 0
         bad.tokens = [1, 2, 3]

@@ -1,6 +1,7 @@
 """RosVerifierLink and its Receiver, against a stand-in bridge in the test process: the thread that
 waits in ``receive`` takes the replies off the topics itself (not the node's executor), every
-session's replies reach that session's receive in order when two threads wait at once, ``close``
+session's replies reach that session's receive in order when two threads wait at once, an
+unanswered OPEN is repeated (same decision and stamp) and a second answer dropped, ``close``
 wakes a waiting receive, a silent bridge ends in VerifierTimeout, and the Receiver reports matches
 and takes messages on the pumping thread, none of its entities on the executor."""
 
@@ -59,13 +60,22 @@ class StandInBridge:
         self.sub = ros.node.create_subscription(DecisionRequest, f"{NS}/edge_spec/decision_request",
                                                 self._on_request, RELIABLE)
         self.answer_opens = True
+        self.lose_opens = 0  # this many OPENs are taken as lost (not answered)
+        self.answers_per_open = 1
 
     def _on_request(self, msg: DecisionRequest) -> None:
         self.requests.append(msg)
         if msg.command == DecisionRequest.OPEN and self.answer_opens:
-            out = BridgeStatus()
-            out.decision, out.state, out.num_layers, out.exit_layers = msg.decision, BridgeStatus.OPENED, 4, [2, 4]
-            self.status.publish(out)
+            if self.lose_opens > 0:
+                self.lose_opens -= 1
+                return
+            for _ in range(self.answers_per_open):
+                self.opened(msg.decision)
+
+    def opened(self, decision: int) -> None:
+        out = BridgeStatus()
+        out.decision, out.state, out.num_layers, out.exit_layers = decision, BridgeStatus.OPENED, 4, [2, 4]
+        self.status.publish(out)
 
     def exit(self, decision: int, layer: int, tokens: list[int], is_final: bool = False) -> None:
         msg = ExitResultMsg()
@@ -136,6 +146,21 @@ def test_two_threads_waiting_each_get_their_own_replies_in_order(pair):
     assert [list(m.tokens) for m in got[1]] == [[200 + i] for i in range(EXITS)]
 
 
+def test_an_unanswered_open_is_repeated_with_its_stamp_and_a_second_answer_is_dropped(pair):
+    robot, bridge = pair
+    bridge.lose_opens = 1  # as an OPEN published before the bridge's reader matched the link's writer
+    bridge.answers_per_open = 2  # as a bridge answering a repeat whose first answer was on its way
+    robot.link.open_retry_s = 0.3
+    sid, opened = robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32)))
+    assert opened.num_layers == 4
+    opens = [r for r in bridge.requests if r.command == DecisionRequest.OPEN]
+    assert len(opens) >= 2 and {r.decision for r in opens} == {1}
+    assert len({(r.header.stamp.sec, r.header.stamp.nanosec) for r in opens}) == 1  # one OPEN, repeated
+    bridge.exit(1, 0, [5], is_final=True)
+    reply = robot.link.receive(sid)  # the second OPENED never reaches the decoder
+    assert isinstance(reply, Tokens) and list(reply.tokens) == [5]
+
+
 def test_close_wakes_a_waiting_receive(pair):
     robot, bridge = pair
     sid, _ = robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32)))
@@ -153,11 +178,11 @@ def test_close_wakes_a_waiting_receive(pair):
 def test_a_silent_bridge_ends_in_a_timeout(pair):
     robot, bridge = pair
     bridge.answer_opens = False
-    robot.link.open_timeout_s = 0.5
-    with pytest.raises(VerifierTimeout, match="no reply through the bridge"):
+    robot.link.open_timeout_s, robot.link.open_retry_s = 3.0, 0.3
+    with pytest.raises(VerifierTimeout, match="no reply through the bridge within 3.0 s"):
         robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32)))
-    wait_for(lambda: [r.command for r in bridge.requests] == [DecisionRequest.OPEN], WAIT_S,
-             "the unanswered OPEN at the bridge")
+    wait_for(lambda: len(bridge.requests) >= 2, WAIT_S, "the OPEN and its repeats at the bridge")
+    assert {r.command for r in bridge.requests} == {DecisionRequest.OPEN}
 
 
 def test_receiver_reports_matches_and_takes_messages_on_the_pumping_thread_only(ros):
