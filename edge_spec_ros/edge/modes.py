@@ -244,7 +244,9 @@ class EdgeDecoder:
                 return sources, new_round
 
             sources, new_round = chain()
-            kv, seq, out = self.drafter.start(prompt), prompt.input_ids.tolist(), []
+            # the drafter's prefill waits for the first speculative round: a decision AS² hands to the
+            # cloud at once never pays for it
+            kv, seq, out = None, prompt.input_ids.tolist(), []
             number, gamma, resampled = 0, d.gamma, -1
             for _ in range(d.max_new_tokens + 1):
                 if not sources.in_flight:  # a block on the link already keeps the γ it was drafted with
@@ -263,6 +265,8 @@ class EdgeDecoder:
                             return out
                         sources, new_round = chain()
                         gamma = policy.gamma()  # a probe after enough cloud-only tokens (edge.gamma)
+                if kv is None:
+                    kv = self.drafter.start(prompt)
                 block = sources.draft(number, kv, seq, gamma, resampled)
                 sent = block.sent_at if block.sent_at is not None else link.send(number, block.draft, resampled)
                 kv, draft = block.kv, block.draft

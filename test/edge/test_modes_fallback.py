@@ -1,0 +1,53 @@
+"""A decode that AS² hands to the cloud comes back to speculation: a cloud-only chunk, then a probe
+round, then speculative rounds again, in one decision, in every exact mode; the greedy output stays the
+verifier's own, token for token, across the switches."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge_spec_ros.cloud.local_link import LocalVerifierLink
+from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
+from edge_spec_ros.edge import long_lived
+from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
+from edge_spec_ros.models.drafter import Drafter
+from edge_spec_ros.models.tiny import truncated_copy
+from edge_spec_ros.models.verifier import EarlyExitVerifier
+from edge_spec_ros.spec.draft_length import DraftLengthController, SpeculationChoice
+
+CONFIG = DecodeConfig(max_new_tokens=24, gamma=3)
+CLOUD_FIRST = 2  # AS² says "cloud" for the first choices of a decision, "speculate" after
+SPACING = 5  # cloud-only tokens between probes
+
+
+@pytest.fixture(scope="module")
+def setup(target_model, encoder, text_prompt):
+    verifier = EarlyExitVerifier(target_model)
+    return (LocalVerifierLink(verifier, encoder), Drafter(truncated_copy(target_model, 2)), text_prompt,
+            autoregressive(verifier, text_prompt, CONFIG).tokens)
+
+
+@pytest.mark.parametrize("mode", ["sd", "fsd", "dssd", "tkslt", "lowpay", "pico", "pico-fsd"])
+def test_a_decode_handed_to_the_cloud_comes_back_and_stays_exact(setup, monkeypatch, mode):
+    link, drafter, prompt, greedy = setup
+    choices: list[bool] = []
+
+    class Scripted(DraftLengthController):
+        """AS² says speculation loses for the first CLOUD_FIRST choices, wins after."""
+
+        def choice(self) -> SpeculationChoice:
+            choices.append(len(choices) >= CLOUD_FIRST)
+            return SpeculationChoice(choices[-1], CONFIG.gamma, 2.0 if choices[-1] else 0.5)
+
+        def probe_spacing(self, budget: float) -> int:
+            return SPACING
+
+    monkeypatch.setattr(long_lived, "DraftLengthController", Scripted)
+    with EdgeDecoder(link, drafter, EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True)) as decoder:
+        result = decoder.decode(mode, prompt, b"")
+        policy = decoder._parts.adaptive[mode][1]
+    assert result.tokens == greedy
+    s = result.stats
+    assert s.cloud_fallback == 1 and s.drafted > 0  # went to the cloud, and came back
+    assert policy.controller.cloud_tokens == SPACING  # one chunk up to the probe, then speculation
+    assert policy.probes == 1 and choices[:CLOUD_FIRST + 1] == [False, False, True]
