@@ -169,9 +169,10 @@ class Bench:
 
     def run_paths(self, modes: tuple[str, ...], paths: tuple[str, ...],
                   **overrides) -> dict[str, dict[str, ModeResult]]:
-        """path -> mode -> result. Every path decodes every prompt of a mode before the next mode;
-        the paths alternate prompt by prompt (zmq first on even prompts, last on odd ones), so the
-        machine's noise and any warming up hit them alike."""
+        """path -> mode -> result. After one untimed warm-up decision per mode, the modes alternate
+        prompt by prompt (each prompt starts with the next mode in turn) and so do the paths (zmq first
+        on even prompts, last on odd ones), so the machine's noise (other work on its cores) hits every
+        mode and path alike instead of whichever ran while it lasted."""
         c = self.config
         decode = DecodeConfig(max_new_tokens=c.max_new_tokens, gamma=overrides.pop("gamma", c.gamma),
                               sampling=SamplingConfig(c.temperature), seed=c.seed,
@@ -197,15 +198,19 @@ class Bench:
                     decoders[p].config = warm
                     decoders[p].decode(mode, *self.prompts[0])
                     decoders[p].config = edge
-                runs: dict[str, list] = {p: [] for p in paths}
-                for i, (prompt, jpg) in enumerate(self.prompts):
+            runs: dict[str, dict[str, list]] = {p: {m: [] for m in modes} for p in paths}
+            for i, (prompt, jpg) in enumerate(self.prompts):
+                shift = i % len(modes)
+                for mode in modes[shift:] + modes[:shift]:  # each prompt starts with the next mode
                     for p in (paths if i % 2 == 0 else paths[::-1]):
                         self.progress(f"{mode} γ={decode.gamma} N={edge.threads} prompt {i + 1}/{len(self.prompts)}"
                                       + (f" {p}" if len(paths) > 1 else ""))
-                        runs[p].append(decoders[p].decode(mode, prompt, jpg))
-                for p in paths:
-                    results[p][mode] = ModeResult(merge([r.stats for r in runs[p]]), [r.tokens for r in runs[p]],
-                                                  [r.stats for r in runs[p]], adaptive_state(decoders[p], mode))
+                        runs[p][mode].append(decoders[p].decode(mode, prompt, jpg))
+            for p in paths:
+                for mode in modes:
+                    done = runs[p][mode]
+                    results[p][mode] = ModeResult(merge([r.stats for r in done]), [r.tokens for r in done],
+                                                  [r.stats for r in done], adaptive_state(decoders[p], mode))
         return results
 
     def run(self) -> dict:
