@@ -275,6 +275,9 @@ class LinkFit:
     rounds: int  # observations behind the fit
 
 
+# a = T_AR/T_LLM is capped at 1: a cloud-only token (one position) costs no more than verifying γ + 1
+# positions, and a few slow cloud tokens (a busy verifier) must not make speculation look better
+A_MAX = 1.0
 MIN_RELATIVE_SPREAD = 0.02  # bytes must vary by this share of their mean before a slope is fitted
 
 
@@ -404,8 +407,8 @@ class DraftLengthController:
     def cost_ratios(self) -> tuple[float, float, float, float]:
         """(b, c, d, a) as ``choice`` uses them: with a link fit, b = transmission only and d =
         propagation, both over T_LLM; without one, the paper's b and d = 0. a = T_AR/T_LLM, 1 until
-        the standalone target has been measured."""
-        a = self._t_ar / self._t_llm if self._t_ar > 0.0 and self._t_llm > 0.0 else 1.0
+        the standalone target has been measured, at most A_MAX."""
+        a = min(self._t_ar / self._t_llm, A_MAX) if self._t_ar > 0.0 and self._t_llm > 0.0 else 1.0
         if self.link.rounds == 0 or self._t_llm <= 0.0:
             return self._b, self._c, 0.0, a
         fit = self.link.fit()

@@ -114,6 +114,10 @@ def test_controller_measures_the_cloud_token():
     feed(ctl, 1, accepted=2, gamma=4, t_verify=0.02, propagation=0.0, per_byte=0.0, bytes_per_token=10)
     ctl.observe_cloud(10, 0.1)  # 10 ms per cloud token, half a verification
     assert ctl.cost_ratios()[3] == pytest.approx(0.5)
+    slow = DraftLengthController(0.5, 0.05, 0.05)
+    feed(slow, 1, accepted=2, gamma=4, t_verify=0.02, propagation=0.0, per_byte=0.0, bytes_per_token=10)
+    slow.observe_cloud(1, 0.5)  # one slow cloud token (a busy verifier) does not make speculation look better
+    assert slow.cost_ratios()[3] == 1.0
     assert ctl.cloud_tokens == 10
     with pytest.raises(ValueError):
         ctl.observe_cloud(0, 0.1)
