@@ -18,6 +18,11 @@ all robots / wall time of the point), decisions per second, decision latency p50
 code (the robots' exceptions and the server's error counters), the server's mean batch size, and
 whether every decision equalled its solo run ("nothing lost or changed"). Exit status 1 if a decision
 differed or failed, or none completed.
+
+Priorities across robots: with ``--moving F`` a share F of the robots (spread evenly over the robot
+indices: robot r when ⌊(r + 1)F⌋ > ⌊rF⌋) are "in motion": their decisions are opened with
+``Open.priority`` 1 (``ClientConfig.priority``), the others' with 0, and each point also reports the
+latency p50/p95/p99 of the robots in motion and of the others separately.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ class FleetConfig:
     point); profile: link profile (bench/profiles.py); modes: rotated over decisions; prompts: distinct
     (image, instruction) decisions; settings: server settings (``off``, ``batchK``); procs: worker
     processes the robots are spread over; threads: FSD pre-draft threads per robot; temperature and
-    seed: sampling (0: greedy); server_threads: torch threads of the verifier."""
+    seed: sampling (0: greedy); server_threads: torch threads of the verifier;
+    moving: share of the robots in motion (their decisions opened with priority 1)."""
 
     robots: tuple[int, ...] = DEFAULT_ROBOTS
     decisions: int = 4
@@ -62,6 +68,19 @@ class FleetConfig:
     temperature: float = 0.0
     seed: int = 0
     server_threads: int = 1
+    moving: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.moving <= 1.0:
+            raise ValueError(f"moving is a share of the robots, in [0, 1], got {self.moving}")
+
+
+def in_motion(robot: int, share: float) -> bool:
+    """Whether robot ``robot`` is in motion when a share ``share`` of the fleet is (spread evenly)."""
+    return int((robot + 1) * share) > int(robot * share)
+
+
+MOVING_PRIORITY = 1  # Open.priority of a robot in motion (0: standing still)
 
 
 def serve_args(setting: str) -> tuple[str, ...]:
@@ -99,11 +118,11 @@ class _Robots:
                               stop_tokens=(self.pair.tokenizer.eos_token_id,))
         self.edge = EdgeConfig(decode=decode, threads=config.threads, tp_s=self.profile.tp_s)
 
-    def client_config(self, endpoint: str):
+    def client_config(self, endpoint: str, priority: int = 0):
         from edge_spec_ros.edge.client import ClientConfig
 
         return ClientConfig(endpoint=endpoint, uplink=self.profile.uplink, downlink=self.profile.downlink,
-                            open_timeout_s=REPLY_S, reply_timeout_s=REPLY_S)
+                            open_timeout_s=REPLY_S, reply_timeout_s=REPLY_S, priority=priority)
 
     def item(self, robot: int, d: int) -> tuple[int, str]:
         """(prompt index, mode) of robot ``robot``'s ``d``-th decision."""
@@ -120,7 +139,8 @@ class _Robots:
 
         rows: list[dict] = []
         lock = threading.Lock()
-        clients = [VerifierClient(self.client_config(endpoint)) for _ in robots]
+        moving = {r: in_motion(r, self.config.moving) for r in robots}
+        clients = [VerifierClient(self.client_config(endpoint, MOVING_PRIORITY if moving[r] else 0)) for r in robots]
         decoders = [EdgeDecoder(c, self.pair.drafter, self.edge) for c in clients]
 
         def robot(r: int, decoder) -> None:
@@ -128,7 +148,7 @@ class _Robots:
                 if time.monotonic() >= deadline:
                     break
                 p, mode = self.item(r, d)
-                row = {"robot": r, "decision": d, "prompt": p, "mode": mode}
+                row = {"robot": r, "decision": d, "prompt": p, "mode": mode, "moving": moving[r]}
                 t0 = time.perf_counter()
                 try:
                     result = decoder.decode(mode, *self.work[p])
@@ -236,6 +256,14 @@ def _point(rows: list[dict], wall: float, solo: dict, n: int, before: dict, afte
     server_errors = _errors_by_code(server)
     different = [(r["robot"], r["decision"], r["mode"]) for r in done if r["tokens"] != solo[(r["prompt"], r["mode"])]]
     batches = server.get("batches", 0)
+
+    def quantiles(rows_: list[dict]) -> dict[str, float]:
+        values = [r["latency_s"] for r in rows_]
+        return {"p50": _percentile(values, 50) * 1e3, "p95": _percentile(values, 95) * 1e3,
+                "p99": _percentile(values, 99) * 1e3, "decisions": len(values)}
+
+    by_motion = {"moving": quantiles([r for r in done if r.get("moving")]),
+                 "still": quantiles([r for r in done if not r.get("moving")])}
     return {
         "robots": n, "decisions": len(done), "tokens": tokens, "wall_s": wall,
         "tokens_per_s": tokens / wall if wall > 0 else 0.0,
@@ -246,6 +274,7 @@ def _point(rows: list[dict], wall: float, solo: dict, n: int, before: dict, afte
         "rounds_verified": server.get("rounds_verified", 0),
         "mean_batch": (server.get("batched_rounds", 0) / batches) if batches else 1.0,
         "exact": not different and not errors, "different": different[:20],
+        "latency_by_motion_ms": by_motion,
     }
 
 
@@ -352,8 +381,8 @@ def table(report: dict) -> str:
              f"{c['gamma']}, temperature {c['temperature']}; robots in {c['procs']} processes",
              *[f"  {line}" for line in report["emulated"]],
              "| server | N | decisions | tokens/s | × N=1 | decisions/s | p50 ms | p95 ms | p99 ms | mean batch | "
-             "errors | = solo |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "errors | = solo |" + (" in motion p50 / p95 / p99 ms | still p50 / p95 / p99 ms |" if c.get("moving") else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if c.get("moving") else "")]
     for setting, points in report["settings"].items():
         base = points[0]["tokens_per_s"] if points and points[0]["tokens_per_s"] else float("nan")
         for p in points:
@@ -362,10 +391,18 @@ def table(report: dict) -> str:
                          f"{p['tokens_per_s'] / base:.2f} | {p['decisions_per_s']:.2f} | {p['latency_ms']['p50']:.0f} | "
                          f"{p['latency_ms']['p95']:.0f} | {p['latency_ms']['p99']:.0f} | {p['mean_batch']:.2f} | "
                          f"{', '.join(f'{k} {v}' for k, v in errors.items()) or 'none'} | "
-                         f"{'yes' if p['exact'] else 'NO'} |")
+                         f"{'yes' if p['exact'] else 'NO'} |" + (_motion_cells(p) if c.get("moving") else ""))
     lines.append("every decision equal to its solo run" if report["exact"] else "DIFFERENT or failed decisions: "
                  "see the JSON")
     return "\n".join(lines)
+
+
+def _motion_cells(point: dict) -> str:
+    cells = []
+    for group in ("moving", "still"):
+        q = point["latency_by_motion_ms"][group]
+        cells.append(f" {q['p50']:.0f} / {q['p95']:.0f} / {q['p99']:.0f} |" if q["decisions"] else " – |")
+    return "".join(cells)
 
 
 def plot(report: dict, path: str | Path) -> Path:
@@ -420,6 +457,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--server-threads", type=int, default=1, help="torch threads of the verifier")
+    parser.add_argument("--moving", type=float, default=0.0,
+                        help="share of the robots in motion (their decisions opened with priority 1), 0 to 1")
 
 
 def config_from(args: argparse.Namespace) -> FleetConfig:
@@ -427,7 +466,8 @@ def config_from(args: argparse.Namespace) -> FleetConfig:
                        profile=args.profile, modes=tuple(m for m in args.modes.split(",") if m),
                        prompts=args.prompts, max_new_tokens=args.max_new_tokens, gamma=args.gamma,
                        settings=tuple(s for s in args.settings.split(",") if s), procs=args.procs,
-                       temperature=args.temperature, seed=args.seed, server_threads=args.server_threads)
+                       temperature=args.temperature, seed=args.seed, server_threads=args.server_threads,
+                       moving=args.moving)
 
 
 def run(config: FleetConfig, out_dir: str | Path) -> tuple[dict, Path, Path]:
