@@ -17,6 +17,8 @@ without); a hit at exit l saves min(D, (1 − l/L)·T_q), the head start its pre
 nest (a later exit is right at least as often), so a chosen chain l_1 < l_2 < … earns
 Σ_k (r_{l_k} − r_{l_{k−1}})⁺ · saving(l_k) − Σ_k h_{l_k} per round, maximised exactly by dynamic
 programming over the chain's last exit; the empty chain (no exit: plain SD) is always a candidate.
+Once rounds with every exit have been seen (a decision's first rounds), the choice is made on them
+jointly instead (``best_set``: no nesting assumed, the last ``HISTORY`` such rounds).
 The model leaves out what the robot pays for exits beyond their heads (its pre-draft threads take
 cores the verifier may share, every early result is encoded and sent), so the planner also checks
 the chain end to end: it compares the cycle between consecutive blocks (verification, link, the
@@ -25,8 +27,7 @@ arm, and tries the other one every ``EXPLORE_EVERY``-th round. Exits never chang
 the two arms commit the same tokens per round and their cycles compare directly.
 The first round of every decision (and the planner's first ``warmup_rounds``; optionally every
 ``probe_every``-th) computes every exit, so rates of exits switched off stay measured, and two
-decisions given the same first draft stream the same early results; once rounds without exits are
-measured faster, first rounds plan like the others. Only the final exit's verdict is ever emitted as tokens: the plan
+decisions given the same first draft stream the same early results. Only the final exit's verdict is ever emitted as tokens: the plan
 changes which guesses reach the robot, never the output.
 """
 
@@ -75,7 +76,8 @@ def verify_exit(layer: int, logits: torch.Tensor, draft: Sequence[int], q: torch
 WARMUP_ROUNDS = 4  # rounds with every exit before the learned plan is used
 PROBE_EVERY = 0  # every so many rounds, every exit again (0: only each decision's first round does)
 PLAN_SMOOTHING = 0.1  # EMA weight of the newest round in r_l, h_l and the gaps
-EXPLORE_EVERY = 8  # every so many planned rounds, the arm (chain / no exit) that looks slower is tried
+HISTORY = 64  # rounds with every exit computed that the joint choice looks back on
+EXPLORE_EVERY = 16  # every so many planned rounds, the arm (chain / no exit) that looks slower is tried
 MIN_ARM_ROUNDS = 3  # cycles measured in each arm before the faster one is preferred
 OUTLIER_FACTOR = 3.0  # a cycle above this many times its arm's mean counts as that much (a lost packet)
 
@@ -116,6 +118,7 @@ class ExitPlanner:
         self._cycle = {True: 0.0, False: 0.0}  # EMA of the block-to-block cycle with the chain / with no exit
         self._cycles = {True: 0, False: 0}
         self._bandit_rounds = 0
+        self._history: list[frozenset[int]] = []  # per round with every exit: the exits that were right
         self.rounds = 0  # rounds planned
         self.computed = {l: 0 for l in self.layers}  # rounds each exit was planned in
 
@@ -137,20 +140,20 @@ class ExitPlanner:
 
     # --- planning -----------------------------------------------------------------------------
     def plan(self, probe: bool = False) -> frozenset[int]:
-        """The exits to compute in the next round; ``probe``: every exit (a decision's first round),
-        unless rounds without exits have been measured faster."""
+        """The exits to compute in the next round; ``probe``: every exit (a decision's first round)."""
         with self._lock:
             t_q_s = self._t_q
             self.rounds += 1
             n = self.rounds
-            probe = probe and not self._no_exit_is_faster()
             if probe or n <= self.warmup_rounds or (self.probe_every and n % self.probe_every == 0) \
                     or any(v == 0 for v in self._seen.values()):
                 chosen = frozenset(self.layers)
             else:
-                chosen = frozenset(best_chain(
-                    [(l, self._right[l], self._head[l]) for l in self.layers],
-                    lambda l: min(self._saving(), (1.0 - l / self.num_layers) * max(t_q_s, 0.0))))
+                def saving(l: int) -> float:
+                    return min(self._saving(), (1.0 - l / self.num_layers) * max(t_q_s, 0.0))
+
+                chosen = frozenset(best_set(self._history, self._head, saving) if self._history else best_chain(
+                    [(l, self._right[l], self._head[l]) for l in self.layers], saving))
                 if chosen and not self._chain_arm():
                     chosen = frozenset()
             for l in chosen:
@@ -178,13 +181,10 @@ class ExitPlanner:
                     self._right[l] += w * (right - self._right[l])
                     self._head[l] += w * (cost - self._head[l])
                 self._seen[l] += 1
+            if set(outputs) >= set(self.layers):  # every exit computed: a joint observation
+                self._history.append(frozenset(l for l, t in outputs.items() if tuple(t) == tuple(final)))
+                del self._history[:-HISTORY]
         return any(tuple(t) == tuple(final) for t in outputs.values())
-
-    def _no_exit_is_faster(self) -> bool:
-        """Both arms measured and the cycle without exits the shorter: a decision's first round then
-        skips its every-exit probe too (the exploring rounds keep the chain measured)."""
-        return all(self._cycles[arm] >= MIN_ARM_ROUNDS for arm in (True, False)) \
-            and self._cycle[False] < self._cycle[True]
 
     def _chain_arm(self) -> bool:
         """Whether this planned round computes its chain (True) or no exit (False): each arm until it
@@ -231,6 +231,32 @@ class ExitPlanner:
             rounds = max(self.rounds, 1)
             return ", ".join(f"{l}: {self.computed[l] / rounds:.0%} computed, r {self._right[l]:.2f}"
                              for l in self.layers)
+
+
+def best_set(history: Sequence[frozenset[int]], head_s: Mapping[int, float], saving) -> list[int]:
+    """The exits maximising, over ``history`` (per round the exits that were right), the mean saving of
+    the earliest right exit in the set minus the set's head costs; greedy forward selection (each step
+    adds the exit that gains most, until none gains). No nesting assumed: an exit that is right where
+    an earlier one is wrong is worth its rounds. [] when no exit gains."""
+    layers = sorted(head_s)
+
+    def value(chosen: list[int]) -> float:
+        total = 0.0
+        for right in history:
+            first = next((l for l in chosen if l in right), None)
+            total += saving(first) if first is not None else 0.0
+        return total / len(history) - sum(head_s[l] for l in chosen)
+
+    chosen: list[int] = []
+    best = 0.0
+    while True:
+        gains = [(value(sorted(chosen + [l])), l) for l in layers if l not in chosen]
+        if not gains:
+            return chosen
+        v, l = max(gains)
+        if v <= best:
+            return chosen
+        chosen, best = sorted(chosen + [l]), v
 
 
 def best_chain(exits: Sequence[tuple[int, float, float]], saving) -> list[int]:

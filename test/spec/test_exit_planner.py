@@ -107,13 +107,28 @@ def test_a_chain_that_slows_the_cycle_is_turned_off_and_tried_again_now_and_then
     assert planner.cycle_s(True) < 0.02
 
 
-def test_first_rounds_skip_their_probe_once_no_exit_is_faster():
+def test_a_decisions_first_round_computes_every_exit_whatever_was_learned():
     from edge_spec_ros.spec.exits import MIN_ARM_ROUNDS
 
     planner = ExitPlanner([1, 2], num_layers=3, warmup_rounds=0)
     run_rounds(planner, 2, {1: True, 2: True}, head_s=0.0001, t_q_s=0.05)
-    assert planner.plan(probe=True) == {1, 2}
     for _ in range(MIN_ARM_ROUNDS):
         planner.observe_cycle(0.030, with_chain=True)
         planner.observe_cycle(0.020, with_chain=False)
-    assert planner.plan(probe=True) != {1, 2}
+    assert planner.plan() == frozenset()  # no exit is faster
+    assert planner.plan(probe=True) == {1, 2}  # two decisions' first rounds stream the same early results
+
+
+def test_the_joint_choice_keeps_an_exit_right_where_an_earlier_one_is_wrong():
+    from edge_spec_ros.spec.exits import best_set
+
+    # exit 1 right in 3 rounds of 4, exit 3 right in the 4th only (not nested: r_3 < r_1)
+    history = [frozenset({1}), frozenset({1}), frozenset({1}), frozenset({3})]
+    assert best_set(history, {1: 0.01, 2: 0.01, 3: 0.01}, lambda l: 1.0) == [1, 3]
+    assert best_chain([(1, 0.75, 0.01), (2, 0.0, 0.01), (3, 0.25, 0.01)], lambda l: 1.0) == [1]  # nested model
+    assert best_set(history, {1: 0.5, 3: 0.5}, lambda l: 1.0) == [1]  # exit 3 earns 0.25 for 0.5
+    assert best_set(history, {1: 1.0, 3: 1.0}, lambda l: 1.0) == []
+    planner = ExitPlanner([1, 2, 3], num_layers=4, warmup_rounds=4)
+    for right in ({1: True, 2: False, 3: False},) * 3 + ({1: False, 2: False, 3: True},):
+        run_rounds(planner, 1, right, head_s=0.0, t_q_s=1.0)
+    assert planner.plan() == {1, 3}
