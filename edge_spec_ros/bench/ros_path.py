@@ -9,7 +9,7 @@ round on this path pays what a deployment pays on top of direct ZeroMQ: two DDS 
 each exit result down), message conversion on both sides, and the wake-ups of the receiving
 threads of two processes (the bridge's receiver thread for a draft, the link's for each reply).
 
-Both nodes live in a namespace of their own (``/edge_spec_bench_<pid>``), so a bench never talks
+Both nodes live in a namespace of their own (``/edge_spec_bench_<pid>_<n>``), so a bench never talks
 to another bench's or a robot's bridge in the same ROS domain. rclpy is imported only here
 (``bench --paths ...,ros``); the DDS traffic stays on this machine where the project's one-machine
 profile (shared memory only) is in force: ``FASTDDS_BUILTIN_TRANSPORTS=SHM`` and
@@ -18,6 +18,7 @@ profile (shared memory only) is in force: ``FASTDDS_BUILTIN_TRANSPORTS=SHM`` and
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -31,6 +32,8 @@ from edge_spec_ros.bench.profiles import Profile
 
 START_TIMEOUT_S = 60.0  # wall seconds for bridge_node to start and its topics to match ours
 DDS_PROFILE = Path(__file__).resolve().parents[2] / "config" / "fastdds_local.xml"
+_PATHS = itertools.count()  # a namespace per RosPath: an earlier one's endpoints, not yet forgotten by
+# discovery, cannot count as matched for this one's
 BRIDGE_TOPICS = ("decision_request", "draft")  # the bridge's subscriptions, as its log names them
 
 
@@ -76,7 +79,7 @@ class RosPath:
         self.profile = profile
         self.open_timeout_s = open_timeout_s
         self.reply_timeout_s = reply_timeout_s
-        self.namespace = f"/edge_spec_bench_{os.getpid()}"
+        self.namespace = f"/edge_spec_bench_{os.getpid()}_{next(_PATHS)}"
         self.link = None
         self._context = self._node = self._executor = self._thread = self._bridge = None
         self._log = None

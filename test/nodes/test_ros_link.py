@@ -7,6 +7,7 @@ and takes messages on the pumping thread, none of its entities on the executor."
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 
@@ -21,7 +22,7 @@ from edge_spec_ros.nodes.ros_link import RELIABLE, Receiver, RosVerifierLink, i3
 from edge_spec_ros.wire.messages import ExitResult, Open, Tokens
 from edge_spec_ros.wire.verifier_link import VerifierError, VerifierTimeout
 
-NS = f"/ros_link_test_{os.getpid()}"
+_FRESH = itertools.count()
 MATCH_S = 30.0  # discovery on a loaded 2-core machine
 WAIT_S = 30.0  # a receive's own timeout: generous, the test waits on conditions only
 EXITS = 5  # replies per session in the two-thread test
@@ -31,9 +32,12 @@ class RobotSide:
     """A node with a RosVerifierLink in a context of its own, spun as drafter_node spins it."""
 
     def __init__(self) -> None:
+        # a namespace per test: an endpoint of an earlier test not yet forgotten by discovery cannot
+        # stand in for one of this test's in a matched count
+        self.ns = f"/ros_link_test_{os.getpid()}_{next(_FRESH)}"
         self.context = rclpy.Context()
         rclpy.init(context=self.context)
-        self.node = rclpy.create_node("drafter", namespace=NS, context=self.context)
+        self.node = rclpy.create_node("drafter", namespace=self.ns, context=self.context)
         self.link = RosVerifierLink(self.node, WAIT_S, WAIT_S)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
@@ -52,12 +56,12 @@ class StandInBridge:
     """The bridge's topics in the test harness's node: answers each OPEN with OPENED at once and
     records the requests; replies are published by the test."""
 
-    def __init__(self, ros) -> None:
+    def __init__(self, ros, ns: str) -> None:
         self.node = ros.node
         self.requests: list[DecisionRequest] = []
-        self.results = ros.node.create_publisher(ExitResultMsg, f"{NS}/edge_spec/exit_result", RELIABLE)
-        self.status = ros.node.create_publisher(BridgeStatus, f"{NS}/edge_spec/bridge_status", RELIABLE)
-        self.sub = ros.node.create_subscription(DecisionRequest, f"{NS}/edge_spec/decision_request",
+        self.results = ros.node.create_publisher(ExitResultMsg, f"{ns}/edge_spec/exit_result", RELIABLE)
+        self.status = ros.node.create_publisher(BridgeStatus, f"{ns}/edge_spec/bridge_status", RELIABLE)
+        self.sub = ros.node.create_subscription(DecisionRequest, f"{ns}/edge_spec/decision_request",
                                                 self._on_request, RELIABLE)
         self.answer_opens = True
         self.lose_opens = 0  # this many OPENs are taken as lost (not answered)
@@ -91,7 +95,7 @@ def link_subscriptions(robot: RobotSide) -> list:
 @pytest.fixture
 def pair(ros):
     robot = RobotSide()
-    bridge = StandInBridge(ros)
+    bridge = StandInBridge(ros, robot.ns)
     link_subs = link_subscriptions(robot)
     # both ways, on the reader's side: a message sent before its reader matched the writer is lost
     wait_for(lambda: bridge.sub.get_publisher_count() > 0 and all(s.get_publisher_count() > 0 for s in link_subs),
@@ -199,8 +203,8 @@ def test_receiver_reports_matches_and_takes_messages_on_the_pumping_thread_only(
         assert receiver.pump(0.0) and matched == [0]  # no publisher of the topic yet
         sentinel: list[BridgeStatus] = []  # an ordinary subscription, served by the executor
         plain = robot.node.create_subscription(BridgeStatus, "receiver_test_sentinel", sentinel.append, RELIABLE)
-        pub = ros.node.create_publisher(BridgeStatus, f"{NS}/receiver_test", RELIABLE)
-        pub_sentinel = ros.node.create_publisher(BridgeStatus, f"{NS}/receiver_test_sentinel", RELIABLE)
+        pub = ros.node.create_publisher(BridgeStatus, f"{robot.ns}/receiver_test", RELIABLE)
+        pub_sentinel = ros.node.create_publisher(BridgeStatus, f"{robot.ns}/receiver_test_sentinel", RELIABLE)
         # the pump reports the publishers matched on this side: none first, then the test's one
         wait_for(lambda: receiver.pump(0.05) and matched[-1:] == [1], MATCH_S, "the Receiver to report a match")
         assert matched[0] == 0 and sub.get_publisher_count() == 1
