@@ -10,7 +10,7 @@ decision, repeated) beside each of two hogs:
 - a hog running cloud-only generations back to back (``--hog-generate-tokens`` each, 1,000 by default:
   generation yields after every token).
 
-Each hog is a process of its own (its client work does not compete with the robot's drafter for one
+The robot's drafter runs on one torch thread (``ROBOT_THREADS``). Each hog is a process of its own (its client work does not compete with the robot's drafter for one
 interpreter lock), bounded in time (``HOG_DEADLINE_S``, and it stops when the benchmark's process is
 gone) and in requests. The measurement alternates: ``--block`` decisions alone (the hog paused: its
 session closed, which cancels its work on the server), then the hog resumed, ``--hog-warm-s`` seconds
@@ -50,6 +50,7 @@ HOG_START_S = 120.0  # a hog process's start (imports) on a loaded machine
 HOG_PAUSE_S = 60.0  # a paused hog has closed its session within this
 HOG_WARM_S = 3.0  # after resuming a hog, before the robot's block beside it: its request is under way
 BLOCK = 2  # robot decisions per block (alone or beside), alternating
+ROBOT_THREADS = 1  # torch threads of the robot's drafter (the benchmark's process)
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,12 @@ def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog
     from edge_spec_ros.models.prompt import decode_image, encode_image
     from edge_spec_ros.server_process import verifier_server
 
+    import torch
+
+    # The robot's drafter on one thread, as on a robot's own computer: with torch's default (one thread
+    # per core) its operations wait at a barrier for a thread the scheduler has given to the verifier's
+    # hog, and the robot measures this machine's core count rather than the verifier's sharing.
+    torch.set_num_threads(ROBOT_THREADS)
     block = max(1, min(block, decisions))
     pair = load_pair("embedded")
     encoder = pair.prompt_encoder()
