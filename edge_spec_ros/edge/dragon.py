@@ -39,6 +39,9 @@ from edge_spec_ros.wire.link import CurveKeys
 from edge_spec_ros.wire.messages import Close, Envelope, Error
 
 
+CANCEL_POLL_S = 0.05  # while waiting for the cloud, a cancellable decision looks at cancel() this often
+
+
 class DragonLink(Protocol):
     def open(self, request: DragonOpen) -> DragonOpened: ...
 
@@ -79,6 +82,7 @@ class DragonDecision:
     cloud_prefill_s: float
     decode_s: float  # from sending the open to the last target token
     first_token_s: float  # from sending the open to the first target token (+ prefill_s: TTFT)
+    cancelled: bool = False  # ``cancel()`` ended it before the end of the answer: tokens is a prefix
 
 
 class RobotDragon:
@@ -109,7 +113,11 @@ class RobotDragon:
                           down_delay_s=c.down_delay_s, down_jitter_s=c.down_jitter_s,
                           down_bandwidth_bps=c.down_bandwidth_bps)
 
-    def decode(self, query: str, link: DragonLink, stop_tokens: Sequence[int] = ()) -> DragonDecision:
+    def decode(self, query: str, link: DragonLink, stop_tokens: Sequence[int] = (),
+               cancel: Callable[[], bool] | None = None) -> DragonDecision:
+        """Answer ``query`` over ``link``. ``cancel()`` turning true (a new instruction) ends the
+        decision between tokens, or within ``CANCEL_POLL_S`` while waiting for the cloud: the link is
+        closed (the cloud drops the session) and the tokens so far come back with ``cancelled``."""
         c = self.config
         start = self.clock()
         self._reload_if_written()
@@ -118,6 +126,11 @@ class RobotDragon:
                           SamplingConfig(c.temperature), c.relevance_scale, c.relevance_every)
         prefill_s = self.clock() - start
         request = self.request(query, stop_tokens)
+        cancelled = cancel if cancel is not None else (lambda: False)
+        if cancelled():  # before anything is sent: the cloud never hears of it
+            link.close()
+            return DragonDecision((), DragonTrace((), (), (), (), 0, 0, 0, 0, 0), side.documents, prefill_s, 0.0,
+                                  0.0, float("nan"), cancelled=True)
         t0 = self.clock()
         try:
             opened = link.open(request)
@@ -138,12 +151,22 @@ class RobotDragon:
             for m in messages:
                 link.send(m)
 
+        def receive(timeout_s: float) -> DragonMessage | None:  # waits in short slices while cancellable
+            if cancel is None:
+                return link.receive(timeout_s)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                msg = link.receive(min(CANCEL_POLL_S, max(0.0, deadline - time.monotonic())))
+                if msg is not None or cancelled() or time.monotonic() >= deadline:
+                    return msg
+
         try:
-            run_peer(peer, send, link.receive, c.timeout_s)
+            run_peer(peer, send, receive, c.timeout_s, stop=cancelled)
         finally:
             link.close()
         return DragonDecision(tuple(peer.tokens), peer.trace(), side.documents, prefill_s, opened.prefill_s,
-                              self.clock() - t0, peer.commit_times[0] - t0 if peer.commit_times else float("nan"))
+                              self.clock() - t0, peer.commit_times[0] - t0 if peer.commit_times else float("nan"),
+                              cancelled=not peer.done)
 
 
 def _file_stamp(memory: RobotMemory) -> tuple[int, int] | None:

@@ -130,18 +130,21 @@ class DragonAnswerer:
 
     def answer(self, question: str, current: Callable[[], bool]) -> str | None:
         """Answer ``question`` and publish it (unless ``current()`` turned false meanwhile: a new
-        instruction or a stop voids it). Returns the text, None when it failed or was voided."""
+        instruction or a stop voids it; the decision stops at the next token, or within
+        ``edge.dragon.CANCEL_POLL_S`` while it waits for the cloud, which drops the session). Returns the
+        text, None when it failed or was voided."""
         t0 = time.monotonic()
         self.count += 1
         msg = AnswerMsg()
         msg.answer, msg.question = self.count, question
+        out = None
         try:
             if self.dragon is None:
                 raise _Unavailable(self.unavailable)
             with self.lock:
                 link = ZmqDragonLink(self.config.verifier_endpoint, open_timeout_s=self.config.dragon_timeout_s,
                                      curve=self.curve)
-                out = self.dragon.decode(question, link, self.stop_tokens)
+                out = self.dragon.decode(question, link, self.stop_tokens, cancel=lambda: not current())
         except _Unavailable as exc:
             msg.error = str(exc)
         except DragonLinkError as exc:
@@ -159,8 +162,11 @@ class DragonAnswerer:
             msg.cloud_acceptance = sum(map(bool, trace.accept_cloud)) / n
             msg.ttft_s = out.prefill_s + out.first_token_s
         msg.wall_s = time.monotonic() - t0
-        if not current():
-            return None  # superseded while answering: void, not published
+        if not current():  # superseded (a new instruction or a stop): void, not published
+            if out is not None and out.cancelled:
+                self.node.get_logger().info(f"answer {msg.answer} to {question!r} cancelled after {msg.tokens} "
+                                            f"tokens ({msg.wall_s * 1e3:.0f} ms): a new instruction")
+            return None
         msg.header.stamp = self.node.get_clock().now().to_msg()
         self.publisher.publish(msg)
         log = self.node.get_logger()

@@ -189,3 +189,45 @@ def test_dragon_model_answers_with_its_own_lm_or_says_why_it_cannot(ros, tmp_pat
     assert answers[0].tokens == len(expected) and answers[0].memory_entries == 1
     error = answers[1].error
     assert answers[1].text == "" and "dragon_model 'smollm2' cannot be loaded" in error and "no GGUF here" in error
+
+
+def test_a_new_instruction_cancels_an_answer_mid_way(ros, tmp_path, target_model, tokenizer, encoder):
+    """``current()`` turning false while an answer decodes stops it at once (long before its token budget):
+    nothing is published, the cloud's session is closed, and the next question is answered in full."""
+    import threading
+
+    docs = write_documents(tmp_path / "docs")
+    memory = RobotMemory(tmp_path / "memory")
+    memory.add("observation", "I saw the red chair in the kitchen", (1.0, 2.0, 0.0), time=1.0)
+    verifier = EarlyExitVerifier(target_model)
+    robot_stack = DecoderStack(build_tiny_qwen2vl(DRAFTER_SPEC, tokenizer, seed=1))
+    pair = SimpleNamespace(drafter=SimpleNamespace(stack=robot_stack), tokenizer=tokenizer)
+    answers = ros.collect(AnswerMsg, ANSWER_TOPIC, RELIABLE)
+    budget = 500
+    server = VerifierServer(verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", idle_exit_s=60.0,
+                                                            max_requests=100000, documents=str(docs)))
+    endpoint = server.start()
+    try:
+        config = DragonNodeConfig(verifier_endpoint=endpoint, memory_dir=str(memory.directory), dragon_timeout_s=30.0)
+        answerer = DragonAnswerer(ros.node, pair, encoder, config, max_new_tokens=budget, temperature=0.0, seed=0)
+        answerer.stop_tokens = ()  # no eos: only the budget or a cancel ends the answer
+        wait_for(lambda: answerer.publisher.get_subscription_count() > 0, 10, "the answer subscription")
+        superseded = threading.Event()
+        result = []
+        worker = threading.Thread(target=lambda: result.append(
+            answerer.answer(QUESTION, lambda: not superseded.is_set())))
+        worker.start()
+        wait_for(lambda: answerer.dragon.last_peer is not None and len(answerer.dragon.last_peer.tokens) >= 3, 60,
+                 "the answer's first tokens")
+        superseded.set()  # a new instruction arrives
+        worker.join(30)
+        assert not worker.is_alive() and result == [None]
+        committed = len(answerer.dragon.last_peer.tokens)
+        assert 3 <= committed < budget and not answerer.dragon.last_peer.done
+        wait_for(lambda: not server.sessions, 10, "the cloud to drop the cancelled session")
+        answerer.dragon.config = replace(answerer.dragon.config, max_new_tokens=4)
+        assert answerer.answer(QUESTION, lambda: True) is not None  # the next question: answered in full
+        wait_for(lambda: len(answers) == 1, 10, "the next answer")
+    finally:
+        server.stop()
+    assert answers[0].tokens == 4 and answers[0].error == ""
