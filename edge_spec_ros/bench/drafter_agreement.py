@@ -202,7 +202,7 @@ def summary(r: Replay, timing: Replay, verifier_token_s: float) -> dict[str, flo
 
 def markdown(reports: list[SourceReport], kinds: tuple[str, ...]) -> str:
     head = "| source | " + " | ".join(kinds) + " | all | α | lookup share | cost (MACs) | cost (time) |"
-    rows = [head, "|" + "---|" * (len(kinds) + 7)]
+    rows = [head, "|" + "---|" * (len(kinds) + 6)]
     for rep in reports:
         taus = " | ".join(f"{rep.per_kind[k]['tau']:.2f}" for k in kinds)
         o = rep.overall
