@@ -5,9 +5,10 @@ No sockets here: the server and the in-process link hand each decoded request to
 machine (open, round order, PicoSpec partial and chained blocks, verification, generation) exists
 here only. Algorithm 2 of the FSD paper (LISTENER): verify the draft at the exits (eq. 5), emit
 each exit's output with its confidence (eq. 4) as soon as its layer is done, and the final exit
-marked final. Which early exits a round computes is the verifier's ``ExitPlanner``'s (``spec.exits``):
-every exit in a decision's first round, then those that earn their compute; each round reports back which exits matched the final verdict, what
-their heads cost on the critical path, and the gap to the next block (the robot's saving on a hit).
+marked final. Which early exits a round computes is the verifier's ``ExitPlanner``'s
+(``spec.exits``): every exit in a decision's first round, then those that earn their compute; each
+round reports back which exits matched the final verdict, what their heads cost on the critical
+path, and the gaps to the next block (the robot's saving on a hit, the cycle with and without exits).
 
 Legend: γ — draft length; δ^(l) — accepted by exit l; L — final layer; T_q — verification time.
 """

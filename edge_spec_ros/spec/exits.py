@@ -27,8 +27,8 @@ arm, and tries the other one every ``EXPLORE_EVERY``-th round. Exits never chang
 the two arms commit the same tokens per round and their cycles compare directly.
 The first round of every decision (and the planner's first ``warmup_rounds``; optionally every
 ``probe_every``-th) computes every exit, so rates of exits switched off stay measured, and two
-decisions given the same first draft stream the same early results. Only the final exit's verdict is ever emitted as tokens: the plan
-changes which guesses reach the robot, never the output.
+decisions given the same first draft stream the same early results. Only the final exit's verdict
+is ever emitted as tokens: the plan changes which guesses reach the robot, never the output.
 """
 
 from __future__ import annotations
@@ -222,7 +222,8 @@ class ExitPlanner:
             return
         with self._lock:
             key = bool(after_right_exit)
-            self._gap[key] = gap_s if self._gaps[key] == 0 else self._gap[key] + self.smoothing * (gap_s - self._gap[key])
+            old = self._gap[key]
+            self._gap[key] = gap_s if self._gaps[key] == 0 else old + self.smoothing * (gap_s - old)
             self._gaps[key] += 1
 
     def summary(self) -> str:

@@ -77,7 +77,8 @@ def test_a_chunk_ends_where_the_next_probe_is_due():
     spacing = policy.controller.probe_spacing(PROBE_BUDGET)
     assert policy.cloud_chunk() == spacing
     policy.observe_cloud(spacing - 3, (spacing - 3) * T_LLM)
-    assert policy.gamma() is None and policy.cloud_chunk() == policy.controller.probe_spacing(PROBE_BUDGET) - (spacing - 3)
+    left = policy.controller.probe_spacing(PROBE_BUDGET) - (spacing - 3)
+    assert policy.gamma() is None and policy.cloud_chunk() == left
 
 
 def test_fixed_gamma_never_hands_over():
