@@ -241,6 +241,7 @@ class RosVerifierLink:
         msg.want_exits = bool(request.want_exits)
         msg.queue_policy = request.queue_policy
         msg.p_top_k = int(request.p_top_k)
+        msg.priority = int(request.priority)
         self._requests.publish(msg)
         self._count(sid, request)
         deadline = time.monotonic() + self.open_timeout_s
