@@ -3,8 +3,8 @@ the robot's answer path (``edge/dragon.RobotDragon`` over a ``ZmqDragonLink`` to
 with the item's documents, as ``nodes/dragon_answer.DragonAnswerer`` and ``serve --documents DIR
 --dragon-model SOURCE`` run it), greedy, ending at eos or ``<|im_end|>``.
 
-    python -m edge_spec_ros.rag.answer_survey --model smollm2     # SmolLM2-135M-Instruct on both sides
-    python -m edge_spec_ros.rag.answer_survey --model embedded    # the shipped navigation pair
+    python -m edge_spec_ros.bench.answer_survey --model smollm2     # SmolLM2-135M-Instruct on both sides
+    python -m edge_spec_ros.bench.answer_survey --model embedded    # the shipped navigation pair
 
 One JSON line per item on stdout (the answer's text, whether it holds a reference answer, tokens,
 wall time from the question to the last token, S^l and S^r rates, memory entries read), then the

@@ -1,11 +1,11 @@
-"""rag/answer_survey.py runs the question set through the robot's answer path (a real VerifierServer
+"""bench/answer_survey.py runs the question set through the robot's answer path (a real VerifierServer
 with the item's documents, a ZmqDragonLink) and writes one JSON line per item."""
 
 from __future__ import annotations
 
 import json
 
-from edge_spec_ros.rag.answer_survey import SurveyRow, main, summary
+from edge_spec_ros.bench.answer_survey import SurveyRow, main, summary
 
 
 def test_summary_counts_per_kind():
