@@ -6,6 +6,7 @@
   bringup           the robot-side ROS 2 nodes in one process, with the launch file's YAML
   record            record topics of the running graph into a rosbag2
   train-exits       train the verifier's early-exit adapters (base model frozen)
+  distill-drafter   distil a small drafter from the verifier's greedy answers to the text task set
   sim-episodes      expert episodes in the simulated room, one rosbag each
   train-sim-pair    train the small Qwen2-VL drafter/verifier pair + exits on the simulated room
   sim-eval          closed loop in the simulated room: success rate and trajectory pictures
@@ -333,6 +334,21 @@ def cmd_record(args: argparse.Namespace) -> int:
         topics = {t.split(":")[0]: (t.split(":")[1] if ":" in t else DEFAULT_TOPICS[t]) for t in args.topic}
     n = record(args.out, topics, args.duration, args.storage)
     print(f"recorded {n} messages into {args.out}")
+    return 0
+
+
+def cmd_distill_drafter(args: argparse.Namespace) -> int:
+    from edge_spec_ros.bench.tasks import task_prompts, text_encoder
+    from edge_spec_ros.training.drafter_distill import run
+
+    def prompts_of(tokenizer, split: str) -> list[list[int]]:
+        return [t.prompt.input_ids.tolist() for t in task_prompts(text_encoder(tokenizer), split=split)]
+
+    try:
+        run(args, prompts_of)
+    except ValueError as exc:
+        _log(f"error: {exc}")
+        return 2
     return 0
 
 
@@ -717,6 +733,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--gen-tokens", type=int, default=96, help="with --text tasks: answer length")
     train.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     train.set_defaults(func=cmd_train_exits, adapters=None)
+
+    from edge_spec_ros.training.drafter_distill import add_arguments as distill_arguments
+
+    distill = sub.add_parser("distill-drafter", help="distil a small drafter from the verifier's greedy answers "
+                                                      "to the text task set (resumable; docs/smollm2_drafter.md)")
+    distill_arguments(distill)
+    distill.set_defaults(func=cmd_distill_drafter)
 
     episodes = sub.add_parser("sim-episodes", help="expert episodes in the simulated room, as rosbags")
     episodes.add_argument("--out", required=True, help="directory for the bags")

@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--verifier", default="smollm2")
     parser.add_argument("--adapters", default=None, help="exit-adapter directory (train-exits) for the self-drafter")
     parser.add_argument("--draft-layers", type=int, default=6, help="self-drafter depth K (0: no self-drafter)")
-    parser.add_argument("--distilled", default=None, help="a distilled drafter (training/drafter_distill.py --out)")
+    parser.add_argument("--distilled", default=None, help="a distilled drafter (edge-spec-ros distill-drafter --out)")
     parser.add_argument("--prompts", type=int, default=6, help="prompts per task kind")
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
     parser.add_argument("--gamma", type=int, default=GAMMA)

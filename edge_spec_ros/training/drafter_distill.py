@@ -210,8 +210,8 @@ def save_samples(samples: list[Sample], path: Path) -> None:
     tmp.replace(path)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros distill-drafter`` (cli.py, which gives ``run`` the task set)."""
     parser.add_argument("--verifier", default="smollm2", help="model source (docs/models.md)")
     parser.add_argument("--splits", default="train,distill",
                         help="text task set splits whose prompts the verifier answers (never bench)")
@@ -229,9 +229,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--generate-only", action="store_true", help="stop after the training answers")
     parser.add_argument("--max-minutes", type=float, default=40.0, help="training time (a rerun continues)")
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, prompts_of: Callable[[object, str], list[list[int]]]) -> None:
+    """Answer the prompts of ``args.splits`` with the verifier (resumable), then distil; ``prompts_of``
+    (tokenizer, split) gives a split's prompts as token ids (the text task set, bench/tasks.py)."""
     torch.set_num_threads(args.threads)
-    from edge_spec_ros.bench.tasks import task_prompts, text_encoder
     from edge_spec_ros.models.pairs import load_pair
 
     splits = [s for s in args.splits.split(",") if s]
@@ -241,8 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     model = pair.verifier.stack.model
     stop = pair.tokenizer.eos_token_id
     pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else stop
-    encoder = text_encoder(pair.tokenizer)
-    prompts = [t.prompt.input_ids.tolist() for split in splits for t in task_prompts(encoder, split=split)]
+    prompts = [ids for split in splits for ids in prompts_of(pair.tokenizer, split)]
     data = Path(args.out) / DATA_FILE
     started = time.monotonic()
 
@@ -253,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     samples = generate_samples(model, prompts, pad, stop, args.answer_tokens, args.top_k, args.gen_batch,
                                load_samples(data), checkpoint)
     if args.stream:
-        train_prompts = [t.prompt.input_ids.tolist() for t in task_prompts(encoder, split="train")]
+        train_prompts = prompts_of(pair.tokenizer, "train")
         stream = [int(t) for t in json.loads(Path(args.stream).read_text())]
         samples += split_stream(stream, train_prompts, ANSWER_TOKENS, stop)
     if args.generate_only:
@@ -272,6 +274,3 @@ def main(argv: list[str] | None = None) -> None:
     Path(args.out, "distill_report.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report))
 
-
-if __name__ == "__main__":
-    main()
