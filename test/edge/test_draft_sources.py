@@ -34,6 +34,8 @@ from edge_spec_ros.training.drafter_distill import (
     split_stream,
 )
 
+INSTRUCTIONS = ("find the silver bottle", "go to the red chair", "turn left at the door", "stop")
+
 
 @pytest.fixture(scope="module")
 def verifier(target_model):
@@ -65,7 +67,6 @@ def test_prompt_lookup_proposes_what_followed_the_latest_longest_match():
 @pytest.mark.parametrize("gamma", [1, 4])
 def test_greedy_output_with_the_lookup_chain_is_the_verifiers_own(verifier, drafter, prompts, encoder, tokenizer,
                                                                   gamma):
-    from conftest import INSTRUCTIONS
 
     chain = LookupDrafter(drafter, PromptLookup())
     lookup_only = LookupDrafter(None, PromptLookup())
@@ -151,7 +152,6 @@ def test_a_distilled_drafter_trains_saves_loads_and_keeps_the_output_exact(targe
 
 def test_distillation_data_are_the_verifiers_greedy_answers_with_its_top_k(target_model, verifier, encoder, tokenizer,
                                                                              tmp_path):
-    from conftest import INSTRUCTIONS
 
     prompts = [encoder.encode(text) for text in INSTRUCTIONS[:3]]
     ids = [p.input_ids.tolist() for p in prompts]
@@ -184,7 +184,6 @@ def test_distillation_data_are_the_verifiers_greedy_answers_with_its_top_k(targe
 
 
 def test_the_teacher_forced_replay_equals_drafting_round_by_round(verifier, drafter, prompts, encoder, tokenizer):
-    from conftest import INSTRUCTIONS
 
     accepted = 0
     for prompt in [*prompts[:2], *(encoder.encode(text) for text in INSTRUCTIONS[1:3])]:

@@ -31,11 +31,13 @@ MAX_NEW_TOKENS = 64  # the replies name what is in view before the action
 STACK_UP_S = 60.0
 
 
-def params_file(tmp_path, endpoint: str, mode: str, temperature: float = 0.0) -> Path:
+def params_file(tmp_path, endpoint: str, mode: str, temperature: float = 0.0, max_decisions: int = 0) -> Path:
     config = yaml.safe_load((ROOT / "config" / "go2_nav.yaml").read_text())
     config["bridge"]["ros__parameters"]["verifier_endpoint"] = endpoint
     drafter = config["drafter"]["ros__parameters"]
     drafter.update(mode=mode, max_new_tokens=MAX_NEW_TOKENS, predraft_threads=2, temperature=temperature)
+    if max_decisions:
+        drafter.update(max_decisions=max_decisions)
     config["action"]["ros__parameters"]["odom_topic"] = ""  # no odometry without the sim: timed motions
     path = tmp_path / f"params_{mode}.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -102,10 +104,12 @@ def test_bag_replay_through_the_stack_and_record(ros, server_endpoint, tmp_path,
     bag = write_camera_bag(tmp_path / "input_bag", [synthetic_camera_image() for _ in range(25)], INSTRUCTION,
                            rate_hz=5.0, instruction_at_s=3.0)  # time for every process to discover the others
     recorded = tmp_path / "recorded_bag"
-    record = [sys.executable, "-m", "edge_spec_ros.cli", "record", "--out", str(recorded), "--duration", "40",
+    record = [sys.executable, "-m", "edge_spec_ros.cli", "record", "--out", str(recorded), "--duration", "120",
               "--topic", "/instruction", "--topic", "/edge_spec/decision", "--topic", "/cmd_vel"]
+    # the episode ends with its one decision's motion; --duration is only the safety net (a loaded
+    # computer can take seconds for the first decision)
     stack = [sys.executable, "-m", "edge_spec_ros.cli", "bringup", "--params",
-             str(params_file(tmp_path, server_endpoint, "sd")), "--bag", str(bag), "--duration", "15"]
+             str(params_file(tmp_path, server_endpoint, "sd", max_decisions=1)), "--bag", str(bag), "--duration", "60"]
     def recording(topic: str) -> bool:
         return any(i.node_name == "bag_recorder" for i in ros.node.get_subscriptions_info_by_topic(topic))
 
@@ -113,7 +117,7 @@ def test_bag_replay_through_the_stack_and_record(ros, server_endpoint, tmp_path,
         wait_for(lambda: all(recording(t) for t in ("/instruction", "/edge_spec/decision", "/cmd_vel")), 30,
                  "the recorder's subscriptions")
         with process(stack, tmp_path / "stack.log") as proc:
-            proc.wait(timeout=60)
+            proc.wait(timeout=90)
         time.sleep(1.0)  # the last messages reach the recorder
         recorder.send_signal(signal.SIGINT)  # stops and closes the bag
         recorder.wait(timeout=20)
