@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import time
 from pathlib import Path
 
 from edge_spec_ros.bench.profiles import Profile
+from edge_spec_ros.nodes.matched import matched_publishers
 
 START_TIMEOUT_S = 60.0  # wall seconds for bridge_node to start and its topics to match ours
 DDS_PROFILE = Path(__file__).resolve().parents[2] / "config" / "fastdds_local.xml"
@@ -40,8 +40,7 @@ BRIDGE_TOPICS = ("decision_request", "draft")  # the bridge's subscriptions, as 
 def bridge_matched(log_text: str, topic: str) -> int:
     """How many publishers of ``topic`` the bridge's subscription has matched, by its log line
     ``<topic>: N publisher(s) matched`` (the latest; 0 before the first)."""
-    counts = re.findall(rf"\]: {re.escape(topic)}: (\d+) publisher\(s\) matched", log_text)
-    return int(counts[-1]) if counts else 0
+    return matched_publishers(log_text, topic)
 
 
 def local_dds_env() -> None:

@@ -12,6 +12,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from edge_spec_ros.bags import BagWriter
 from edge_spec_ros.nodes.bag_replay_node import message_class
 from edge_spec_ros.nodes.lifecycle import init
+from edge_spec_ros.nodes.matched import matched_line
 
 DEFAULT_TOPICS = {
     "/camera/image_raw": "sensor_msgs/msg/Image",
@@ -40,7 +41,7 @@ class BagRecorder(Node):
         """Log each change in a topic's publishers matched on the recorder's side: a message sent
         before its publisher is matched here is not in the bag (the graph showing both ends is not
         enough; on a loaded computer matching can take seconds)."""
-        self.get_logger().info(f"{topic}: {info.current_count} publisher(s) matched")
+        self.get_logger().info(matched_line(topic, info.current_count))
 
     def _write(self, topic: str, msgtype: str, data: bytes) -> None:
         self.bag.write(topic, msgtype, self.get_clock().now().nanoseconds, data)

@@ -25,6 +25,7 @@ from edge_spec_ros.edge.client import ClientConfig, VerifierAuthError, VerifierC
 from edge_spec_ros.msg import BridgeStatus, DecisionRequest
 from edge_spec_ros.msg import DecodeStats as DecodeStatsMsg, DraftBlock as DraftBlockMsg, ExitResult as ExitResultMsg
 from edge_spec_ros.nodes.lifecycle import main_for
+from edge_spec_ros.nodes.matched import matched_line
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE, Receiver, f32, i32, session_id
 from edge_spec_ros.wire.curve import client_keys
@@ -133,7 +134,7 @@ class BridgeNode(Node):
         publisher that counts the bridge's subscription (``get_subscription_count``) may not be
         matched here yet, and a request it publishes in between is lost: wait for this line."""
         def log(count: int) -> None:
-            self.get_logger().info(f"{topic}: {count} publisher(s) matched")
+            self.get_logger().info(matched_line(topic, count))
         return log
 
     def on_request(self, msg: DecisionRequest) -> None:

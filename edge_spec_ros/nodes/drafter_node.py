@@ -45,6 +45,7 @@ from edge_spec_ros.nodes.describe_service import DescribeService, ExclusiveDecod
 from edge_spec_ros.nodes.dragon_answer import DragonAnswerer, DragonNodeConfig
 from edge_spec_ros.nodes.image_input import ImageInput, ImageInputConfig
 from edge_spec_ros.nodes.lifecycle import main_for
+from edge_spec_ros.nodes.matched import matched_line
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE, RosVerifierLink
 from edge_spec_ros.spec.sampling import SamplingConfig
@@ -153,7 +154,7 @@ class DrafterNode(Node):
         subscription has matched it: an instruction published in between is lost (a volatile reader
         never receives what a writer sent before the reader matched it). Tests and operators wait for
         this line before the first instruction."""
-        self.get_logger().info(f"instruction: {info.current_count} publisher(s) matched")
+        self.get_logger().info(matched_line("instruction", info.current_count))
 
     def on_action(self, msg: NavActionMsg) -> None:
         with self._cv:

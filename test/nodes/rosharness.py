@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -14,6 +13,7 @@ from contextlib import contextmanager
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 
+from edge_spec_ros.nodes.matched import matched_publishers
 from edge_spec_ros.server_process import stop
 
 
@@ -83,12 +83,8 @@ def node_command(executable: str, *ros_args: str) -> list[str]:
     return [sys.executable, "-m", f"edge_spec_ros.nodes.{executable}", "--ros-args", *ros_args]
 
 
-MATCHED = re.compile(r"\[drafter\]: instruction: (\d+) publisher\(s\) matched")
-
-
 def drafter_matched_instruction(log_text: str) -> int:
     """How many publishers of ``instruction`` the drafter's subscription has matched, by its log (0
     before the first line). A publisher's ``get_subscription_count`` only says the publisher matched
     the drafter; a message it sends before the drafter has matched it back is lost."""
-    counts = MATCHED.findall(log_text)
-    return int(counts[-1]) if counts else 0
+    return matched_publishers(log_text, "instruction", node="drafter")
