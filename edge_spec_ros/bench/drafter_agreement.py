@@ -31,7 +31,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -67,8 +67,8 @@ class Replay:
     draft_s: float = 0.0
 
     def add(self, other: "Replay") -> None:
-        for name in ("rounds", "committed", "drafted", "accepted", "lookup", "draft_s"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     @property
     def tau(self) -> float:
