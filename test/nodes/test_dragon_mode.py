@@ -97,6 +97,13 @@ def test_a_question_through_the_stack_is_answered_from_memory_and_documents(ros,
     ros.node.destroy_client(notes)
 
 
+def drafter_pair(tokenizer) -> SimpleNamespace:
+    """The drafter node's pair as the answerer reads it: the robot's stack (a tiny model) and the tokenizer."""
+    return SimpleNamespace(drafter=SimpleNamespace(stack=DecoderStack(build_tiny_qwen2vl(DRAFTER_SPEC, tokenizer,
+                                                                                        seed=1))),
+                           tokenizer=tokenizer)
+
+
 def reference(robot_stack, cloud_stack, memory, docs, prompt_ids, decode_text, n):
     sampling = SamplingConfig(0.0)
     store = DocumentStore(docs)
@@ -113,8 +120,7 @@ def test_the_answerer_publishes_drdg_tw_s_answer_or_the_servers_refusal(ros, tmp
     memory.add("observation", "I saw the red chair in the kitchen", (1.0, 2.0, 0.0), time=1.0)
     memory.add("note", "the charger is behind the sofa", (0.0, 0.0, 0.0), time=2.0)
     verifier = EarlyExitVerifier(target_model)
-    robot_stack = DecoderStack(build_tiny_qwen2vl(DRAFTER_SPEC, tokenizer, seed=1))
-    pair = SimpleNamespace(drafter=SimpleNamespace(stack=robot_stack), tokenizer=tokenizer)
+    pair = drafter_pair(tokenizer)
     answers = ros.collect(AnswerMsg, ANSWER_TOPIC, RELIABLE)
     n = 8
     for documents in ("", str(docs)):
@@ -134,7 +140,7 @@ def test_the_answerer_publishes_drdg_tw_s_answer_or_the_servers_refusal(ros, tmp
         if not documents:
             assert text is None
             assert "no DRAGON documents" in answers[0].error and answers[0].text == ""
-    expected = reference(robot_stack, verifier.stack, memory, docs, chat_prompt_ids(encoder), tokenizer.decode, n)
+    expected = reference(pair.drafter.stack, verifier.stack, memory, docs, chat_prompt_ids(encoder), tokenizer.decode, n)
     answer = answers[1]
     assert answer.error == "" and text == answer.text == encoder.decode(list(expected)).strip()
     assert [h.doc_id for h in memory.top_k(QUESTION, 2)] == ["mem-0"]  # the charger note shares no word
@@ -151,8 +157,7 @@ def test_dragon_model_answers_with_its_own_lm_or_says_why_it_cannot(ros, tmp_pat
     memory = RobotMemory(tmp_path / "memory")
     memory.add("observation", "I saw the red chair in the kitchen", (1.0, 2.0, 0.0), time=1.0)
     verifier = EarlyExitVerifier(target_model)
-    drafter_pair = SimpleNamespace(drafter=SimpleNamespace(stack=DecoderStack(build_tiny_qwen2vl(
-        DRAFTER_SPEC, tokenizer, seed=1))), tokenizer=tokenizer)
+    pair = drafter_pair(tokenizer)
     answering = DecoderStack(build_tiny_qwen2vl(DRAFTER_SPEC, tokenizer, seed=2))
     loaded = []
 
@@ -172,13 +177,13 @@ def test_dragon_model_answers_with_its_own_lm_or_says_why_it_cannot(ros, tmp_pat
     try:
         config = DragonNodeConfig(verifier_endpoint=endpoint, memory_dir=str(memory.directory), dragon_timeout_s=30.0,
                                   dragon_model="answering-lm")
-        answerer = DragonAnswerer(ros.node, drafter_pair, encoder, config, max_new_tokens=n, temperature=0.0, seed=0,
+        answerer = DragonAnswerer(ros.node, pair, encoder, config, max_new_tokens=n, temperature=0.0, seed=0,
                                   load=load)
         assert loaded == [("answering-lm", ("drafter",))] and answerer.dragon.stack is answering
         wait_for(lambda: answerer.publisher.get_subscription_count() > 0, 10, "the answer subscription")
         text = answerer.answer(QUESTION, lambda: True)
         wait_for(lambda: len(answers) == 1, 10, "the Answer message")
-        broken = DragonAnswerer(ros.node, drafter_pair, encoder, replace(config, dragon_model="smollm2"),
+        broken = DragonAnswerer(ros.node, pair, encoder, replace(config, dragon_model="smollm2"),
                                 max_new_tokens=n, temperature=0.0, seed=0, load=missing)
         assert broken.dragon is None and broken.answer(QUESTION, lambda: True) is None
         wait_for(lambda: len(answers) == 2, 10, "the refusal's Answer message")
@@ -200,8 +205,7 @@ def test_a_new_instruction_cancels_an_answer_mid_way(ros, tmp_path, target_model
     memory = RobotMemory(tmp_path / "memory")
     memory.add("observation", "I saw the red chair in the kitchen", (1.0, 2.0, 0.0), time=1.0)
     verifier = EarlyExitVerifier(target_model)
-    robot_stack = DecoderStack(build_tiny_qwen2vl(DRAFTER_SPEC, tokenizer, seed=1))
-    pair = SimpleNamespace(drafter=SimpleNamespace(stack=robot_stack), tokenizer=tokenizer)
+    pair = drafter_pair(tokenizer)
     answers = ros.collect(AnswerMsg, ANSWER_TOPIC, RELIABLE)
     budget = 500
     server = VerifierServer(verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", idle_exit_s=60.0,
