@@ -27,7 +27,7 @@ from edge_spec_ros.msg import DecodeStats as DecodeStatsMsg, DraftBlock as Draft
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.matched import matched_line
 from edge_spec_ros.nodes.params import declare_config, doc
-from edge_spec_ros.nodes.ros_link import RELIABLE, Receiver, f32, i32, session_id
+from edge_spec_ros.nodes.ros_link import MATCH_WAIT_S, RELIABLE, Receiver, f32, i32, session_id, unmatched
 from edge_spec_ros.wire.curve import client_keys
 from edge_spec_ros.wire.emulator import LinkShape
 from edge_spec_ros.wire.messages import DraftBlock, Error, ExitResult, Generate, Open, Tokens
@@ -123,8 +123,12 @@ class BridgeNode(Node):
         self._receiver = Receiver(self)
         self._receiver.subscribe(DecisionRequest, "edge_spec/decision_request", self.on_request, RELIABLE,
                                  on_matched=self._matched_logger("decision_request"))
-        self._receiver.subscribe(DraftBlockMsg, "edge_spec/draft", self.on_draft, RELIABLE,
-                                 on_matched=self._matched_logger("draft"))
+        drafts = self._receiver.subscribe(DraftBlockMsg, "edge_spec/draft", self.on_draft, RELIABLE,
+                                          on_matched=self._matched_logger("draft"))
+        # the ends of the bridge's side that a decision needs matched before it starts (see on_request)
+        self._ends = {"exit_result publisher": self.results.get_subscription_count,
+                      "bridge_status publisher": self.status.get_subscription_count,
+                      "draft subscription": drafts.get_publisher_count}
         self._receiver.start("bridge-receiver")
         self._diagnostics_init()
         self.get_logger().info(f"bridging to the verifier at {c.verifier_endpoint}")
@@ -151,6 +155,13 @@ class BridgeNode(Node):
             if answer is not None:  # answered: the answer may have been lost, say it again
                 self._publish_status(msg.decision, **answer)
             return  # else the verifier's answer is on its way
+        # the drafter's first draft, or the answer to this OPEN, sent before this side has matched the
+        # drafter's reader or writer is lost: wait for the match (at once once matched; the drafter has
+        # waited for its own side)
+        missing = unmatched(self._ends, MATCH_WAIT_S)
+        if missing:
+            self.get_logger().warning(f"opening decision {msg.decision} although no drafter is matched yet "
+                                      f"by: {', '.join(missing)}")
         sid = session_id(msg.decision)
         session = self.sessions[msg.decision] = _Session(msg.decision, sid, self.config.open_timeout_s, stamp)
         self.client.register(sid)

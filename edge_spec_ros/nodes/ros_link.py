@@ -38,6 +38,10 @@ FOLLOW_SLICE_S = 0.005  # a receive waiting while another thread takes the repli
 # An OPEN unanswered this long is published again, the same (decision, stamp): one published before the
 # bridge's reader has matched the link's writer is lost, and the bridge answers a repeat, not a second session.
 OPEN_RETRY_S = 2.0
+# How long an end waits, before its first message of a decision, for every topic of the exchange to have
+# matched the other end on its side (writer and reader match separately; DDS drops what either has not).
+MATCH_WAIT_S = 5.0
+MATCH_POLL_S = 0.01
 
 
 class _OwnThread(CallbackGroup):
@@ -178,6 +182,18 @@ def i32(values) -> array.array:
     return array.array("i", np.ascontiguousarray(values, dtype=np.int32).tobytes())
 
 
+def unmatched(ends: dict[str, Callable[[], int]], timeout_s: float) -> list[str]:
+    """Wait up to ``timeout_s`` until every end (a publisher's ``get_subscription_count`` or a
+    subscription's ``get_publisher_count``) counts at least one match on its side; return the names of
+    those that still count none (empty: all matched). Returns at once when all have matched already."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = [name for name, count in ends.items() if count() < 1]
+        if not missing or time.monotonic() >= deadline:
+            return missing
+        time.sleep(MATCH_POLL_S)
+
+
 def session_id(decision: int) -> bytes:
     return decision.to_bytes(16, "big")
 
@@ -203,8 +219,13 @@ class RosVerifierLink:
         # the replies are taken by the thread that waits for them (receive), not by the node's executor:
         # no hand-off between threads on the way to the decoder
         self._receiver = Receiver(node)
-        self._receiver.subscribe(ExitResultMsg, "edge_spec/exit_result", self._on_exit, RELIABLE)
-        self._receiver.subscribe(BridgeStatus, "edge_spec/bridge_status", self._on_status, RELIABLE)
+        results = self._receiver.subscribe(ExitResultMsg, "edge_spec/exit_result", self._on_exit, RELIABLE)
+        status = self._receiver.subscribe(BridgeStatus, "edge_spec/bridge_status", self._on_status, RELIABLE)
+        # the ends of this side of the exchange: each must count the bridge before a decision starts
+        self._ends = {"decision_request publisher": self._requests.get_subscription_count,
+                      "draft publisher": self._drafts.get_subscription_count,
+                      "exit_result subscription": results.get_publisher_count,
+                      "bridge_status subscription": status.get_publisher_count}
         self._pumping = threading.Lock()  # held by the receive that takes the replies for everyone
 
     @property
@@ -230,6 +251,12 @@ class RosVerifierLink:
             self._inbox[decision] = queue.Queue()
         sid = session_id(decision)
         self.traffic[sid] = Traffic()
+        # a reply the bridge sends before this side's reader has matched its writer is lost, and the
+        # decision would wait out a reply timeout: wait for the match (at once once matched)
+        missing = unmatched(self._ends, min(MATCH_WAIT_S, self.open_timeout_s))
+        if missing:
+            self.node.get_logger().warning(f"opening decision {decision} although the bridge is not matched "
+                                           f"yet by: {', '.join(missing)} (is bridge_node running?)")
         msg = DecisionRequest()
         msg.header.stamp = self.node.get_clock().now().to_msg()
         msg.decision = decision
@@ -253,6 +280,8 @@ class RosVerifierLink:
                 if time.monotonic() >= deadline:
                     raise VerifierTimeout(f"no reply through the bridge within {self.open_timeout_s:.1f} s "
                                           "(is bridge_node running and the verifier reachable?)") from None
+                self.node.get_logger().warning(f"no answer to OPEN of decision {decision} within "
+                                               f"{self.open_retry_s:.1f} s; sending it again")
                 self._requests.publish(msg)  # the same stamp: the bridge knows it for a repeat
         if not isinstance(reply, Opened):
             raise VerifierError(int(ErrorCode.INTERNAL), f"expected Opened, got {type(reply).__name__}")

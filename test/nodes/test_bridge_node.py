@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rosharness import node_command, process, wait_for
 from edge_spec_ros.bench.ros_path import BRIDGE_TOPICS, bridge_matched
-from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftBlockMsg
+from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftBlockMsg, ExitResult as ExitResultMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
 
 DISCOVERY_S = 60.0  # discovery and matching on a loaded 2-core machine
@@ -26,12 +26,13 @@ def test_a_malformed_draft_is_refused_and_the_bridge_goes_on(ros, server_endpoin
     drafts = ros.node.create_publisher(DraftBlockMsg, "edge_spec/draft", RELIABLE)
     status: list[BridgeStatus] = []
     status_sub = ros.node.create_subscription(BridgeStatus, "edge_spec/bridge_status", status.append, RELIABLE)
+    results_sub = ros.node.create_subscription(ExitResultMsg, "edge_spec/exit_result", lambda m: None, RELIABLE)
     cmd = node_command("bridge_node", "-p", f"verifier_endpoint:={server_endpoint}")
     log = tmp_path / "bridge.log"
     with process(cmd, log) as proc:
         # matched on both sides of every topic: a message sent before its reader matched the writer is lost
         wait_for(lambda: requests.get_subscription_count() > 0 and drafts.get_subscription_count() > 0
-                 and status_sub.get_publisher_count() > 0
+                 and status_sub.get_publisher_count() > 0 and results_sub.get_publisher_count() > 0
                  and all(bridge_matched(log.read_text(), topic) > 0 for topic in BRIDGE_TOPICS),
                  DISCOVERY_S, "the bridge")
         requests.publish(open_request(1, text_prompt))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ import rclpy
 from rclpy.executors import SingleThreadedExecutor
 
 from rosharness import wait_for
-from edge_spec_ros.msg import BridgeStatus, DecisionRequest, ExitResult as ExitResultMsg
+from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftBlockMsg, ExitResult as ExitResultMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE, Receiver, RosVerifierLink, i32
 from edge_spec_ros.wire.messages import ExitResult, Open, Tokens
 from edge_spec_ros.wire.verifier_link import VerifierError, VerifierTimeout
@@ -56,16 +57,30 @@ class StandInBridge:
     """The bridge's topics in the test harness's node: answers each OPEN with OPENED at once and
     records the requests; replies are published by the test."""
 
-    def __init__(self, ros, ns: str) -> None:
-        self.node = ros.node
+    def __init__(self, ros, ns: str, replies: bool = True) -> None:
+        self.node, self.ns = ros.node, ns
         self.requests: list[DecisionRequest] = []
-        self.results = ros.node.create_publisher(ExitResultMsg, f"{ns}/edge_spec/exit_result", RELIABLE)
-        self.status = ros.node.create_publisher(BridgeStatus, f"{ns}/edge_spec/bridge_status", RELIABLE)
+        self.results = self.status = None
+        if replies:
+            self.add_replies()
         self.sub = ros.node.create_subscription(DecisionRequest, f"{ns}/edge_spec/decision_request",
                                                 self._on_request, RELIABLE)
+        self.drafts = ros.node.create_subscription(DraftBlockMsg, f"{ns}/edge_spec/draft", lambda m: None, RELIABLE)
         self.answer_opens = True
         self.lose_opens = 0  # this many OPENs are taken as lost (not answered)
         self.answers_per_open = 1
+
+    def add_replies(self) -> None:
+        """The publishers of the replies (a bridge whose reply writers the link has not matched yet)."""
+        self.results = self.node.create_publisher(ExitResultMsg, f"{self.ns}/edge_spec/exit_result", RELIABLE)
+        self.status = self.node.create_publisher(BridgeStatus, f"{self.ns}/edge_spec/bridge_status", RELIABLE)
+
+    def destroy(self) -> None:
+        for pub in (self.results, self.status):
+            if pub is not None:
+                self.node.destroy_publisher(pub)
+        self.node.destroy_subscription(self.sub)
+        self.node.destroy_subscription(self.drafts)
 
     def _on_request(self, msg: DecisionRequest) -> None:
         self.requests.append(msg)
@@ -98,13 +113,12 @@ def pair(ros):
     bridge = StandInBridge(ros, robot.ns)
     link_subs = link_subscriptions(robot)
     # both ways, on the reader's side: a message sent before its reader matched the writer is lost
-    wait_for(lambda: bridge.sub.get_publisher_count() > 0 and all(s.get_publisher_count() > 0 for s in link_subs),
+    wait_for(lambda: bridge.sub.get_publisher_count() > 0 and bridge.drafts.get_publisher_count() > 0
+             and all(s.get_publisher_count() > 0 for s in link_subs),
              MATCH_S, "the link and the stand-in bridge to match")
     yield robot, bridge
     robot.close()
-    for entity in (bridge.results, bridge.status):
-        ros.node.destroy_publisher(entity)
-    ros.node.destroy_subscription(bridge.sub)
+    bridge.destroy()
 
 
 def test_receive_takes_the_replies_itself_not_the_executor(pair):
@@ -163,6 +177,31 @@ def test_an_unanswered_open_is_repeated_with_its_stamp_and_a_second_answer_is_dr
     bridge.exit(1, 0, [5], is_final=True)
     reply = robot.link.receive(sid)  # the second OPENED never reaches the decoder
     assert isinstance(reply, Tokens) and list(reply.tokens) == [5]
+
+
+def test_open_waits_until_the_link_has_matched_the_bridges_reply_writers(ros):
+    """A reply published before the link's reader has matched the bridge's writer is lost: the link
+    publishes no OPEN until its reply subscriptions count the bridge's publishers."""
+    robot = RobotSide()
+    bridge = StandInBridge(ros, robot.ns, replies=False)
+    try:
+        wait_for(lambda: bridge.sub.get_publisher_count() > 0 and bridge.drafts.get_publisher_count() > 0,
+                 MATCH_S, "the stand-in bridge's readers to match the link")
+        robot.link.open_retry_s = WAIT_S  # no repeat: the first OPEN must be the one answered
+        outcome: list = []
+        opening = threading.Thread(target=lambda: outcome.append(
+            robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32)))))
+        opening.start()
+        time.sleep(1.0)
+        assert bridge.requests == [] and opening.is_alive()  # waiting for the reply writers
+        bridge.add_replies()
+        opening.join(timeout=MATCH_S)
+        assert not opening.is_alive() and len(outcome) == 1
+        sid, opened = outcome[0]
+        assert opened.num_layers == 4 and len(bridge.requests) == 1
+    finally:
+        robot.close()
+        bridge.destroy()
 
 
 def test_close_wakes_a_waiting_receive(pair):
