@@ -173,7 +173,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               prefill_chunk_tokens=args.prefill_chunk_tokens,
                               prefill_chunk_cells=args.prefill_chunk_cells,
                               documents="" if dragon is not None else args.documents or "",
-                              max_batch=args.max_batch if args.batch else 1)
+                              max_batch=args.max_batch if args.batch else 1,
+                              **({} if args.priority_lead_s is None else {"priority_lead_s": args.priority_lead_s}))
     except ValueError as exc:
         _log(f"error: {exc}")
         return 2
@@ -632,6 +633,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="batched verification: the pending rounds of up to --max-batch sessions go through the "
                             "verifier in one forward (docs/fleet.md)")
     serve.add_argument("--max-batch", type=int, default=8, help="with --batch: sessions per forward (default 8)")
+    serve.add_argument("--priority-lead-s", type=float, default=None, metavar="S",
+                       help="compute a session may use ahead of sessions one priority level lower (Open.priority: "
+                            "a robot in motion is level 1); the bound of any session's wait behind higher ones "
+                            "(default: cloud/server.py PRIORITY_LEAD_S, 1 s; 0: priorities off)")
     serve.add_argument("--emulate-tq-s", type=float, default=0.0,
                        help="benchmarks: every verification forward takes at least this long (s; default 0: off)")
     serve.add_argument("--documents", help="DRAGON: the cloud's document folder (*.txt, *.md; one document per "

@@ -89,6 +89,10 @@ class DrafterNodeConfig:
                                                                0.0, 600.0))
     open_timeout_s: float = field(default=30.0, metadata=doc("wait for the verifier's prefill (s)", 0.1, 3600.0))
     reply_timeout_s: float = field(default=10.0, metadata=doc("wait for one verification (s)", 0.1, 3600.0))
+    motion_priority: int = field(default=1, metadata=doc(
+        "Open.priority of what is decoded while a motion runs (a Describe, an answer, an instruction that "
+        "interrupts it): the verifier serves higher priorities first, within serve --priority-lead-s "
+        "per level; 0 when standing", 0, 3))
 
     def __post_init__(self) -> None:
         find_mode(self.mode)
@@ -157,8 +161,10 @@ class DrafterNode(Node):
         self.get_logger().info(matched_line("instruction", info.current_count))
 
     def on_action(self, msg: NavActionMsg) -> None:
+        moving = msg.status == NavActionMsg.STARTED  # the action node runs one motion at a time
+        self.link.priority = self.config.motion_priority if moving else 0
         with self._cv:
-            if msg.status == NavActionMsg.STARTED:
+            if moving:
                 self._started.add(msg.decision)
             else:
                 self._ends[msg.decision] = msg

@@ -214,6 +214,7 @@ class RosVerifierLink:
         self._closed = False
         self._opened: set[int] = set()  # decisions whose OPENED has been delivered (a repeat's is dropped)
         self.open_retry_s = OPEN_RETRY_S
+        self.priority = 0  # Open.priority of the next decisions opened, unless a request sets its own
         self._requests = node.create_publisher(DecisionRequest, "edge_spec/decision_request", RELIABLE)
         self._drafts = node.create_publisher(DraftBlockMsg, "edge_spec/draft", RELIABLE)
         # the replies are taken by the thread that waits for them (receive), not by the node's executor:
@@ -268,7 +269,7 @@ class RosVerifierLink:
         msg.want_exits = bool(request.want_exits)
         msg.queue_policy = request.queue_policy
         msg.p_top_k = int(request.p_top_k)
-        msg.priority = int(request.priority)
+        msg.priority = int(request.priority or self.priority)
         self._requests.publish(msg)
         self._count(sid, request)
         deadline = time.monotonic() + self.open_timeout_s

@@ -4,6 +4,8 @@ served first although the standing robot's round reached the server first."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -17,6 +19,7 @@ from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Generate, Open, 
 EMULATED_TQ_S = 0.5  # each forward (a generation's token, a round): both rounds arrive within one
 LONG_GENERATION = 200  # tokens: the worker is busy with it throughout, unless closed
 REPLY_S = 30.0
+REFUSAL_S = 120.0  # the command loads the verifier before it checks its configuration
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +62,11 @@ def test_a_robot_in_motion_is_served_before_a_standing_one(server, text_prompt):
         still.end(still_sid)
         moving.end(moving_sid)
     assert arrived["moving"] < arrived["still"], arrived
+
+
+def test_serve_passes_its_priority_lead_to_the_server():
+    """``serve --priority-lead-s`` reaches the server's configuration: a negative lead is refused there."""
+    done = subprocess.run([sys.executable, "-m", "edge_spec_ros.cli", "serve", "--bind", "tcp://127.0.0.1:*",
+                           "--device", "cpu", "--priority-lead-s", "-1"], capture_output=True, text=True,
+                          timeout=REFUSAL_S)
+    assert done.returncode == 2 and "priority_lead_s must be finite and >= 0, got -1" in done.stderr + done.stdout

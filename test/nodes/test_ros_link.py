@@ -204,6 +204,15 @@ def test_open_waits_until_the_link_has_matched_the_bridges_reply_writers(ros):
         bridge.destroy()
 
 
+def test_the_links_priority_goes_with_each_open_unless_the_request_sets_its_own(pair):
+    robot, bridge = pair
+    robot.link.priority = 1  # as the drafter node sets it while the robot moves
+    for request_priority in (0, 3):
+        robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32), priority=request_priority))
+    opens = {r.decision: r.priority for r in bridge.requests if r.command == DecisionRequest.OPEN}  # and repeats
+    assert opens == {1: 1, 2: 3}
+
+
 def test_close_wakes_a_waiting_receive(pair):
     robot, bridge = pair
     sid, _ = robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32)))
