@@ -29,6 +29,7 @@ import torch
 from edge_spec_ros.bench.dragon_quality import DATA, NEEDS, contains_answer, load_items, write_item_world
 from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
 from edge_spec_ros.edge.dragon import DragonConfig, RobotDragon, ZmqDragonLink
+from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
 from edge_spec_ros.rag.document_lm import chat_prompt_ids, stop_token_ids
 
 OPEN_TIMEOUT_S = 120.0
@@ -68,7 +69,8 @@ def survey(model: str, data: str | Path = DATA, items: int = 0, max_new_tokens: 
                 robot = RobotDragon(robot_pair.drafter.stack, memory, chat_prompt_ids(encoder),
                                     robot_pair.tokenizer.decode, DragonConfig(
                                         max_new_tokens=max_new_tokens, robot_top_k=top_k, cloud_top_k=top_k,
-                                        policy=policy, timeout_s=OPEN_TIMEOUT_S))
+                                        policy=policy, timeout_s=OPEN_TIMEOUT_S),
+                                    tokenizer_fingerprint=tokenizer_fingerprint(robot_pair.tokenizer))
                 start = time.monotonic()
                 out = robot.decode(item.question, ZmqDragonLink(endpoint, open_timeout_s=OPEN_TIMEOUT_S), stops)
                 wall = time.monotonic() - start

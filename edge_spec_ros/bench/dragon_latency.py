@@ -52,6 +52,7 @@ from edge_spec_ros.cloud.dragon import LocalDragonLink
 from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
 from edge_spec_ros.edge.dragon import DragonConfig, RobotDragon, ZmqDragonLink
 from edge_spec_ros.models.pairs import load_pair
+from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
 from edge_spec_ros.rag.document_lm import chat_prompt_ids
 from edge_spec_ros.rag.stores import DocumentStore, RobotMemory
 
@@ -182,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pair = load_pair("embedded")
     encoder = pair.prompt_encoder()
     prompt_ids, decode_text = chat_prompt_ids(encoder), pair.tokenizer.decode
+    fingerprint = tokenizer_fingerprint(pair.tokenizer)  # both sides: the pair's one tokenizer
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         memory, store = write_world(Path(tmp))
@@ -213,8 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 link = ZmqDragonLink(endpoint, uplink=link_shape(rtt_ms / 1e3, bandwidth), seed=seed)
                             else:
                                 link = LocalDragonLink(pair.verifier.stack, store, prompt_ids, decode_text,
-                                                       one_way_s=one_way, jitter_s=one_way / 5.0, seed=seed)
-                            robot = RobotDragon(pair.drafter.stack, memory, prompt_ids, decode_text, config)
+                                                       one_way_s=one_way, jitter_s=one_way / 5.0, seed=seed,
+                                                       tokenizer_fingerprint=fingerprint)
+                            robot = RobotDragon(pair.drafter.stack, memory, prompt_ids, decode_text, config,
+                                                tokenizer_fingerprint=fingerprint)
                             out = robot.decode(QUERY, link)
                             if reference is None:
                                 reference = out.tokens

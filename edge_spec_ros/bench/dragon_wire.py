@@ -52,13 +52,16 @@ def synthetic_side(v: int, side_seed: int, sigma: float = 4.0, nu: float = 0.5):
     return side
 
 
+SAMPLE_FINGERPRINT = "0123456789abcdef" * 2  # a tokenizer fingerprint's size (32 hex digits)
+
+
 def message_sizes(v: int) -> dict[str, int]:
     """Encoded bytes of one message of each DRAGON type at vocabulary V (a softmax-shaped p^s_t)."""
     probs = torch.softmax(torch.randn(v, generator=torch.Generator().manual_seed(0)) * 4.0, -1).numpy()
     msgs = {
         "DragonOpen": DragonOpen(query="where did you see the red chair?", max_new_tokens=64, temperature=0.7,
-                                 seed=12345, top_k=2),
-        "DragonOpened": DragonOpened(vocab_size=v, prefill_s=0.21),
+                                 seed=12345, top_k=2, tokenizer_fingerprint=SAMPLE_FINGERPRINT),
+        "DragonOpened": DragonOpened(vocab_size=v, prefill_s=0.21, tokenizer_fingerprint=SAMPLE_FINGERPRINT),
         "DragonDraft (full)": DragonDraft(position=17, epoch=3, token=v - 5, log_h=1.2345678901234,
                                           probs=probs, decode_s=0.0123456, echo_stamp=1234.56789, echo_hold_s=0.00123),
         "DragonDraft (on_demand)": DragonDraft(position=17, epoch=3, token=v - 5, log_h=1.2345678901234,

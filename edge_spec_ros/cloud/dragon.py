@@ -5,7 +5,8 @@ Legend: r ≡ cloud (fixed label); D^r — the cloud's documents (rag/stores.Doc
 folder given to ``serve --documents``); p^r_t, log h̃^r_t — its local aggregate; x_t — target token.
 
 ``DragonSession`` is one decision: built from the robot's DragonOpen (the query and decoding
-parameters; nothing of the robot's memory), it retrieves the top-k documents for the query, prefills
+parameters and the robot's tokenizer fingerprint, which must be the cloud's; nothing of the robot's
+memory), it retrieves the top-k documents for the query, prefills
 one KV cache per document and runs a ``rag.dragon_peer.DragonPeer`` named cloud. ``handle(msg)``
 applies a robot message, ``work()`` does one unit (aggregate, else draft) — the shape of the server's
 session state machine, so a server can interleave sessions. ``LocalDragonLink`` runs a session in a
@@ -29,6 +30,7 @@ import numpy as np
 from edge_spec_ros.cloud.limits import RequestError
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.stack import DecoderStack
+from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
 from edge_spec_ros.rag.document_lm import PromptIds, RetrievalSide, build_side, chat_prompt_ids
 from edge_spec_ros.rag.dragon_peer import DragonPeer, DragonProtocolError, FrameLog, PeerConfig, run_peer
 from edge_spec_ros.rag.stores import DocumentStore
@@ -52,14 +54,18 @@ class DragonServeConfig:
 class DragonSession:
     """The cloud side of one DRAGON decision.
 
-    Built cheaply from the robot's DragonOpen (validated here: ValueError); ``start()`` does the slow
-    part (retrieval, one prefill per document) and returns the DragonOpened to send."""
+    Built cheaply from the robot's DragonOpen (validated here, its tokenizer fingerprint against this
+    side's ``tokenizer_fingerprint``: ValueError); ``start()`` does the slow part (retrieval, one
+    prefill per document) and returns the DragonOpened to send."""
 
     def __init__(self, stack: DecoderStack, store: DocumentStore, prompt_ids: PromptIds,
                  decode_text: Callable[[Sequence[int]], str], request: DragonOpen,
-                 config: DragonServeConfig = DragonServeConfig(), clock: Callable[[], float] = time.monotonic) -> None:
-        check_open(request, stack.vocab_size, config.max_new_tokens, config.max_top_k)
+                 config: DragonServeConfig = DragonServeConfig(), clock: Callable[[], float] = time.monotonic, *,
+                 tokenizer_fingerprint: str) -> None:
+        check_open(request, stack.vocab_size, config.max_new_tokens, config.max_top_k,
+                   tokenizer_fingerprint=tokenizer_fingerprint)
         self.stack, self.store, self.prompt_ids, self.decode_text = stack, store, prompt_ids, decode_text
+        self.tokenizer_fingerprint = tokenizer_fingerprint
         self.request, self.config, self.clock = request, config, clock
         self.side: RetrievalSide | None = None
         self.peer: DragonPeer | None = None
@@ -78,7 +84,8 @@ class DragonSession:
                                self.config.relevance_every)
         self.peer = DragonPeer(CLOUD, self.side.next_distribution, PeerConfig.from_open(request),
                                self.stack.vocab_size, self.side.rollback, self.clock)
-        self.opened = DragonOpened(vocab_size=self.stack.vocab_size, prefill_s=self.clock() - start)
+        self.opened = DragonOpened(vocab_size=self.stack.vocab_size, prefill_s=self.clock() - start,
+                                   tokenizer_fingerprint=self.tokenizer_fingerprint)
         return self.opened
 
     @property
@@ -148,7 +155,8 @@ class DragonSession:
 
 class DragonService:
     """The server's DRAGON part: the cloud's documents (``serve --documents DIR``) and how the cloud's
-    LM reads them; ``session(request)`` makes a DragonSession (ValueError for a bad request)."""
+    LM reads them (``encoder``'s tokenizer, whose fingerprint every open must carry);
+    ``session(request)`` makes a DragonSession (ValueError for a bad request or another tokenizer)."""
 
     def __init__(self, stack: DecoderStack, encoder: PromptEncoder, documents: str | Path,
                  config: DragonServeConfig = DragonServeConfig()) -> None:
@@ -156,9 +164,11 @@ class DragonService:
         self.store = DocumentStore(documents)
         self.prompt_ids = chat_prompt_ids(encoder)
         self.decode_text = encoder.tokenizer.decode
+        self.tokenizer_fingerprint = tokenizer_fingerprint(encoder.tokenizer)
 
     def session(self, request: DragonOpen) -> DragonSession:
-        return DragonSession(self.stack, self.store, self.prompt_ids, self.decode_text, request, self.config)
+        return DragonSession(self.stack, self.store, self.prompt_ids, self.decode_text, request, self.config,
+                             tokenizer_fingerprint=self.tokenizer_fingerprint)
 
 
 PROBS_FIELD = "probs"  # DRAGON's one array field (wire/dragon.py), capped per field by the codec
@@ -222,12 +232,15 @@ class LocalDragonLink:
 
     Every message is encoded and decoded on the way, and counted in ``log`` (up: robot → cloud).
     ``one_way_s`` ± ``jitter_s`` delays each message in each direction (an emulated network; the
-    decision's open is not delayed)."""
+    decision's open is not delayed). ``tokenizer_fingerprint``: the cloud's tokenizer's
+    (models/tokenizer.tokenizer_fingerprint), checked against the robot's at open."""
 
     def __init__(self, stack: DecoderStack, store: DocumentStore, prompt_ids: PromptIds,
                  decode_text: Callable[[Sequence[int]], str], config: DragonServeConfig = DragonServeConfig(),
-                 timeout_s: float = 60.0, one_way_s: float = 0.0, jitter_s: float = 0.0, seed: int = 0) -> None:
+                 timeout_s: float = 60.0, one_way_s: float = 0.0, jitter_s: float = 0.0, seed: int = 0, *,
+                 tokenizer_fingerprint: str) -> None:
         self.stack, self.store, self.prompt_ids, self.decode_text = stack, store, prompt_ids, decode_text
+        self.tokenizer_fingerprint = tokenizer_fingerprint
         self.config, self.timeout_s = config, timeout_s
         self.session = uuid.uuid4().bytes
         self.log = FrameLog()
@@ -246,7 +259,8 @@ class LocalDragonLink:
     def open(self, request: DragonOpen) -> DragonOpened:
         frames = self._frames("up", request)
         self.cloud = DragonSession(self.stack, self.store, self.prompt_ids, self.decode_text,
-                                   decode(frames).message, self.config)  # type: ignore[arg-type]
+                                   decode(frames).message, self.config,  # type: ignore[arg-type]
+                                   tokenizer_fingerprint=self.tokenizer_fingerprint)
         opened = decode(self._frames("down", self.cloud.start())).message
         self._thread = threading.Thread(target=self._serve, name="dragon-cloud", daemon=True)
         self._thread.start()

@@ -5,9 +5,10 @@ Legend: l ≡ robot (fixed label); D^l — the robot's memory entries (rag/store
 saw, where and when; what it was told); p^l_t, log h̃^l_t — its local aggregate; x_t — target token.
 
 ``RobotDragon.decode(query, link)`` retrieves the top-k memory entries for the query, prefills one
-KV cache per entry, opens the decision on the link (DragonOpen: the query and decoding parameters,
-nothing of the memory) and runs a ``rag.dragon_peer.DragonPeer`` named robot until the decision
-ends. The memory's text, ids, caches and scores never leave this object: the peer sends drafts
+KV cache per entry, opens the decision on the link (DragonOpen: the query, decoding parameters and
+the robot's tokenizer fingerprint, nothing of the memory), checks that the cloud's DragonOpened
+names the same vocabulary size and tokenizer fingerprint, and runs a ``rag.dragon_peer.DragonPeer``
+named robot until the decision ends. The memory's text, ids, caches and scores never leave this object: the peer sends drafts
 (x^l_t, log h̃^l_t, p^l_t or p^l_t(x^l_t)) and target tokens only.
 
 A link is anything with ``open(DragonOpen) -> DragonOpened``, ``send(msg)``, ``receive(timeout_s)``
@@ -33,7 +34,9 @@ from edge_spec_ros.rag.stores import RobotMemory
 from edge_spec_ros.spec.aggregation import ROBOT
 from edge_spec_ros.spec.sampling import SamplingConfig
 from edge_spec_ros.wire.codec import decode, encode
-from edge_spec_ros.wire.dragon import DragonMessage, DragonOpen, DragonOpened
+from edge_spec_ros.wire.dragon import (
+    DRAGON_PROTOCOL, DragonMessage, DragonOpen, DragonOpened, check_fingerprint, check_tokenizer,
+)
 from edge_spec_ros.wire.emulator import LinkEmulator, LinkShape
 from edge_spec_ros.wire.link import CurveKeys
 from edge_spec_ros.wire.messages import Close, Envelope, Error
@@ -86,12 +89,16 @@ class DragonDecision:
 
 
 class RobotDragon:
-    """The robot's DRAGON decoder over its memory."""
+    """The robot's DRAGON decoder over its memory. ``tokenizer_fingerprint``: the robot's tokenizer's
+    (models/tokenizer.tokenizer_fingerprint of the tokenizer behind ``prompt_ids`` and ``decode_text``);
+    the open carries it and the cloud's reply must name the same."""
 
     def __init__(self, stack: DecoderStack, memory: RobotMemory, prompt_ids: PromptIds,
                  decode_text: Callable[[Sequence[int]], str], config: DragonConfig = DragonConfig(),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *, tokenizer_fingerprint: str) -> None:
+        check_fingerprint(tokenizer_fingerprint, "RobotDragon's tokenizer_fingerprint")
         self.stack, self.memory, self.prompt_ids, self.decode_text = stack, memory, prompt_ids, decode_text
+        self.tokenizer_fingerprint = tokenizer_fingerprint
         self._memory_stamp = _file_stamp(memory)
         self.config, self.clock = config, clock
         self.last_peer: DragonPeer | None = None  # the last decision's state (tests, benches)
@@ -110,8 +117,8 @@ class RobotDragon:
         return DragonOpen(query=query, max_new_tokens=c.max_new_tokens, temperature=c.temperature, seed=c.seed,
                           stop_tokens=tuple(int(t) for t in stop_tokens), top_k=c.cloud_top_k,
                           aggregator=c.aggregator, policy=c.policy, payload=c.payload, max_queue=c.max_queue,
-                          down_delay_s=c.down_delay_s, down_jitter_s=c.down_jitter_s,
-                          down_bandwidth_bps=c.down_bandwidth_bps)
+                          tokenizer_fingerprint=self.tokenizer_fingerprint, down_delay_s=c.down_delay_s,
+                          down_jitter_s=c.down_jitter_s, down_bandwidth_bps=c.down_bandwidth_bps)
 
     def decode(self, query: str, link: DragonLink, stop_tokens: Sequence[int] = (),
                cancel: Callable[[], bool] | None = None) -> DragonDecision:
@@ -137,12 +144,11 @@ class RobotDragon:
         except BaseException:
             link.close()  # a refused or timed-out open: free the link (its Close is harmless)
             raise
-        if opened.vocab_size != self.stack.vocab_size:
+        try:
+            self._check_opened(opened)
+        except ValueError:
             link.close()
-            raise ValueError(f"the cloud's vocabulary ({opened.vocab_size}) differs from the robot's "
-                             f"({self.stack.vocab_size}): DRAGON aggregates distributions over one vocabulary, so "
-                             "both sides need the same model source (the drafter's dragon_model and the verifier's "
-                             "serve --dragon-model)")
+            raise
         peer = DragonPeer(ROBOT, side.next_distribution, PeerConfig.from_open(request), self.stack.vocab_size,
                           side.rollback, self.clock)
         self.last_peer, self.last_side = peer, side
@@ -167,6 +173,18 @@ class RobotDragon:
         return DragonDecision(tuple(peer.tokens), peer.trace(), side.documents, prefill_s, opened.prefill_s,
                               self.clock() - t0, peer.commit_times[0] - t0 if peer.commit_times else float("nan"),
                               cancelled=not peer.done)
+
+    def _check_opened(self, opened: DragonOpened) -> None:
+        """ValueError unless the cloud speaks this protocol over this vocabulary with this tokenizer."""
+        if opened.protocol != DRAGON_PROTOCOL:
+            raise ValueError(f"the cloud answered with DRAGON protocol {opened.protocol} (this side speaks "
+                             f"{DRAGON_PROTOCOL})")
+        if opened.vocab_size != self.stack.vocab_size:
+            raise ValueError(f"the cloud's vocabulary ({opened.vocab_size}) differs from the robot's "
+                             f"({self.stack.vocab_size}): DRAGON aggregates distributions over one vocabulary, so "
+                             "both sides need the same model source (the drafter's dragon_model and the verifier's "
+                             "serve --dragon-model)")
+        check_tokenizer(self.tokenizer_fingerprint, opened.tokenizer_fingerprint)
 
 
 def _file_stamp(memory: RobotMemory) -> tuple[int, int] | None:

@@ -33,6 +33,7 @@ from rclpy.node import Node
 from edge_spec_ros.edge.dragon import DragonConfig, DragonLinkError, RobotDragon, ZmqDragonLink
 from edge_spec_ros.models.pairs import ModelPair, ModelSourceError, load_pair
 from edge_spec_ros.models.prompt import PromptEncoder
+from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
 from edge_spec_ros.msg import Answer as AnswerMsg
 from edge_spec_ros.nodes.memory_node import DEFAULT_MEMORY_DIR
 from edge_spec_ros.nodes.params import doc
@@ -126,7 +127,8 @@ class DragonAnswerer:
                                       max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                                       robot_top_k=config.memory_top_k, cloud_top_k=config.documents_top_k,
                                       policy=config.dragon_policy, payload=config.dragon_payload,
-                                      timeout_s=config.dragon_timeout_s))
+                                      timeout_s=config.dragon_timeout_s),
+                                  tokenizer_fingerprint=tokenizer_fingerprint(pair.tokenizer))
 
     def answer(self, question: str, current: Callable[[], bool]) -> str | None:
         """Answer ``question`` and publish it (unless ``current()`` turned false meanwhile: a new

@@ -15,6 +15,13 @@ acceptance flags and the aggregator-switch signal, and scalar timings for the sc
 holds document text, a document id, a document KV cache or a retrieval-score vector (a test checks
 the field names and every encoded message of a session).
 
+One vocabulary: the open carries the robot's tokenizer fingerprint (models/tokenizer.py:
+tokenizer_fingerprint, a digest of the id → token mapping and the vocabulary size) and the reply the
+cloud's. The cloud refuses an open whose fingerprint is not its own (check_open), the robot a reply
+whose fingerprint is not its own (check_tokenizer): equal vocabulary sizes alone would let two
+tokenizers that give one id two meanings aggregate nonsense. The fingerprint came with protocol 2;
+an open of protocol 1 (no fingerprint) gets the protocol refusal, an empty or malformed one is refused.
+
 Flow (either side may aggregate; the aggregator is named at open and moved by the switch signal):
   robot → cloud  DragonOpen                      the query; the cloud retrieves its own documents
   cloud → robot  DragonOpened                    its documents are prefilled
@@ -30,12 +37,16 @@ before the rejection. After ``switch`` the old aggregator sends its queued draft
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from enum import IntEnum
 
 import numpy as np
 
-DRAGON_PROTOCOL = 1  # DragonOpen.protocol / DragonOpened.protocol: bumped on any incompatible change
+DRAGON_PROTOCOL = 2  # DragonOpen.protocol / DragonOpened.protocol: bumped on any incompatible change
+# (2: the tokenizer fingerprints)
+FINGERPRINT_HEX_DIGITS = 32  # models/tokenizer.tokenizer_fingerprint: sha256's first 16 bytes, lowercase hex
+_FINGERPRINT = re.compile(f"[0-9a-f]{{{FINGERPRINT_HEX_DIGITS}}}")
 PAYLOADS = ("full", "on_demand")  # how p^s_t travels (see DragonOpen.payload)
 AGGREGATOR_POLICIES = ("dragon", "robot", "cloud")  # eq. 8 scheduler, or a fixed aggregator
 MAX_EMULATED_DELAY_S = 5.0  # the most downlink delay + jitter a robot may ask the server to emulate
@@ -64,6 +75,7 @@ class DragonOpen:
     # in full only when Algorithm 1 cannot finish without it (DragonDistRequest)
     max_queue: int = 4  # drafts a side decodes ahead of the target (the paper's queues are unbounded)
     protocol: int = DRAGON_PROTOCOL
+    tokenizer_fingerprint: str = ""  # the robot's (models/tokenizer.tokenizer_fingerprint); "" is refused
     down_delay_s: float = 0.0  # emulated downlink (wire.emulator.LinkShape), benches and tests only
     down_jitter_s: float = 0.0
     down_bandwidth_bps: float = 0.0
@@ -75,6 +87,7 @@ class DragonOpened:
     vocab_size: int  # V of the cloud's LM: must equal the robot's
     prefill_s: float = 0.0
     protocol: int = DRAGON_PROTOCOL
+    tokenizer_fingerprint: str = ""  # the cloud's: must equal the robot's
     TYPE = DragonType.DRAGON_OPENED
 
 
@@ -137,11 +150,32 @@ def field_names() -> dict[str, tuple[str, ...]]:
     return {cls.__name__: tuple(f.name for f in fields(cls)) for cls in DRAGON_TYPES.values()}
 
 
+def check_fingerprint(fingerprint: str, field: str) -> None:
+    """ValueError unless ``fingerprint`` has the form of models/tokenizer.tokenizer_fingerprint's."""
+    if not isinstance(fingerprint, str) or not _FINGERPRINT.fullmatch(fingerprint):
+        raise ValueError(f"{field} must be {FINGERPRINT_HEX_DIGITS} lowercase hex digits "
+                         f"(models/tokenizer.tokenizer_fingerprint), got {str(fingerprint)[:40]!r}")
+
+
+def check_tokenizer(robot: str, cloud: str) -> None:
+    """ValueError unless the robot's tokenizer fingerprint (DragonOpen's) and the cloud's (DragonOpened's)
+    are well formed and equal."""
+    check_fingerprint(robot, "DragonOpen.tokenizer_fingerprint")
+    check_fingerprint(cloud, "DragonOpened.tokenizer_fingerprint")
+    if robot != cloud:
+        raise ValueError(f"the tokenizers differ: the robot's tokenizer fingerprint {robot} is not the cloud's "
+                         f"{cloud}; DRAGON aggregates distributions over one vocabulary, so both sides need the "
+                         "same tokenizer (the same model source: the drafter's dragon_model and the verifier's "
+                         "serve --dragon-model)")
+
+
 def check_open(msg: DragonOpen, vocab_size: int, max_new_tokens: int, max_top_k: int = 16,
-               max_query_chars: int = 4096) -> None:
-    """Raise ValueError unless ``msg`` is a request this side can serve."""
+               max_query_chars: int = 4096, *, tokenizer_fingerprint: str) -> None:
+    """Raise ValueError unless ``msg`` is a request this side can serve: this side's vocabulary has
+    ``vocab_size`` ids and its tokenizer ``tokenizer_fingerprint`` (which the request must carry)."""
     if msg.protocol != DRAGON_PROTOCOL:
         raise ValueError(f"DRAGON protocol {msg.protocol} (this side speaks {DRAGON_PROTOCOL})")
+    check_tokenizer(msg.tokenizer_fingerprint, tokenizer_fingerprint)
     if not msg.query.strip() or len(msg.query) > max_query_chars:
         raise ValueError(f"the query must be 1..{max_query_chars} characters")
     if not 1 <= msg.max_new_tokens <= max_new_tokens:

@@ -10,6 +10,7 @@ import pytest
 
 from edge_spec_ros.cloud.limits import Limits
 from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
+from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.wire.codec import WireError, decode, encode
 from edge_spec_ros.wire.dragon import DragonDist, DragonDraft, DragonOpen, DragonOpened
@@ -47,7 +48,9 @@ def test_a_hostile_oversized_probs_gets_a_clear_error_and_the_server_keeps_servi
     endpoint = server.start()
     peer = RawPeer(endpoint)
     try:
+        fingerprint = tokenizer_fingerprint(encoder.tokenizer)
         opened = peer.request(encode(Envelope(SID, DragonOpen(query="where is the red chair", max_new_tokens=2,
+                                                              tokenizer_fingerprint=fingerprint,
                                                               aggregator="cloud", policy="cloud"))))
         assert isinstance(opened, DragonOpened) and opened.vocab_size == vocab
         declared = 16 * 1024 * 1024 // 4  # 16 MB of zeros: a few KB once LZ4-compressed
@@ -61,7 +64,8 @@ def test_a_hostile_oversized_probs_gets_a_clear_error_and_the_server_keeps_servi
             assert "'probs'" in reply.message and f"limit of {4 * vocab}" in reply.message, reply.message
         assert server.stats()["too_large"] >= 3
         # the server keeps serving: a new decision opens
-        again = peer.request(encode(Envelope(bytes(16), DragonOpen(query="where is the door", max_new_tokens=2))))
+        again = peer.request(encode(Envelope(bytes(16), DragonOpen(query="where is the door", max_new_tokens=2,
+                                                                   tokenizer_fingerprint=fingerprint))))
         assert isinstance(again, DragonOpened)
     finally:
         peer.close()

@@ -1,7 +1,8 @@
 """DRAGON through the real verifier server (cloud/server.py routing to cloud/dragon.DragonSession) over
 ZeroMQ on 127.0.0.1: the robot's RobotDragon with edge/dragon.ZmqDragonLink gives DRDG/TW's tokens
-(greedy and sampled, either first aggregator, both payloads); refusals come back as clear errors.
-Small models with the project's tokenizer; servers stop by themselves (idle exit, request cap)."""
+(greedy and sampled, either first aggregator, both payloads); refusals come back as clear errors,
+among them a cloud whose tokenizer differs from the robot's at the same vocabulary size. Small models
+with the project's tokenizer; servers stop by themselves (idle exit, request cap)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
 from edge_spec_ros.edge.dragon import DragonConfig, DragonLinkError, RobotDragon, ZmqDragonLink
 from edge_spec_ros.models.stack import DecoderStack
+from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.tiny import DRAFTER_SPEC, build_tiny_qwen2vl
+from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.rag.document_lm import build_side, chat_prompt_ids
 from edge_spec_ros.rag.dragon_peer import wire_precision
@@ -21,6 +24,8 @@ from edge_spec_ros.spec.aggregation import drdg_tw
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 from edge_spec_ros.wire.dragon import DragonOpen
 from edge_spec_ros.wire.messages import ErrorCode
+
+from tokenizer_variants import swapped_tokenizer
 
 QUERY = "where is the red chair"
 
@@ -50,7 +55,18 @@ def setup(target_model, tokenizer, encoder, tmp_path_factory):
     robot_stack = DecoderStack(build_tiny_qwen2vl(DRAFTER_SPEC, tokenizer, seed=1))
     assert robot_stack.vocab_size == verifier.stack.vocab_size
     return {"root": root, "memory": memory, "verifier": verifier, "robot": robot_stack,
-            "prompt_ids": chat_prompt_ids(encoder), "decode_text": tokenizer.decode}
+            "prompt_ids": chat_prompt_ids(encoder), "decode_text": tokenizer.decode,
+            "fingerprint": tokenizer_fingerprint(tokenizer)}
+
+
+def robot_dragon(s, config, memory=None):
+    """The robot's decoder of ``s`` (the test's tokenizer on both sides unless a test says otherwise)."""
+    return RobotDragon(s["robot"], s["memory"] if memory is None else memory, s["prompt_ids"], s["decode_text"],
+                       config, tokenizer_fingerprint=s["fingerprint"])
+
+
+def dragon_open(s, **kw) -> DragonOpen:
+    return DragonOpen(query=QUERY, tokenizer_fingerprint=s["fingerprint"], **kw)
 
 
 def reference(s, n, temperature, seed):
@@ -72,7 +88,7 @@ def test_dragon_through_the_server_equals_drdg_tw(setup, encoder):
                  (1.0, "robot", "on_demand")]):
             config = DragonConfig(max_new_tokens=n, temperature=temperature, seed=case, aggregator=aggregator,
                                   payload=payload, policy="dragon", timeout_s=30.0)
-            robot = RobotDragon(s["robot"], s["memory"], s["prompt_ids"], s["decode_text"], config)
+            robot = robot_dragon(s, config)
             link = ZmqDragonLink(endpoint, open_timeout_s=60.0)
             out = robot.decode(QUERY, link)
             ref = reference(s, n, temperature, case)
@@ -86,15 +102,76 @@ def test_refusals(setup, encoder):
     with server(s["verifier"], encoder) as endpoint:  # no --documents
         link = ZmqDragonLink(endpoint, open_timeout_s=30.0)
         with pytest.raises(DragonLinkError, match="no DRAGON documents") as info:
-            link.open(DragonOpen(query=QUERY, max_new_tokens=4))
+            link.open(dragon_open(s, max_new_tokens=4))
         assert info.value.code == ErrorCode.BAD_REQUEST
         link.close()
     with server(s["verifier"], encoder, s["root"] / "docs") as endpoint:
         link = ZmqDragonLink(endpoint, open_timeout_s=30.0)
         with pytest.raises(DragonLinkError, match="top_k") as info:
-            link.open(DragonOpen(query=QUERY, max_new_tokens=4, top_k=1000))
+            link.open(dragon_open(s, max_new_tokens=4, top_k=1000))
         assert info.value.code == ErrorCode.BAD_REQUEST
         link.close()
+
+
+def test_a_cloud_with_another_tokenizer_of_the_same_size_refuses_the_open(setup, encoder, tmp_path):
+    """The cloud's tokenizer is the robot's with two token strings swapped (same vocabulary size, same
+    model): the server refuses the robot's DragonOpen with BAD_REQUEST naming both fingerprints and
+    keeps serving; with the robot's tokenizer the same server's open succeeds and names it. An open
+    without a fingerprint (empty, protocol 2) and a protocol-1 open are refused with their reasons;
+    a fingerprint that is no string is MALFORMED naming the field."""
+    import json
+    import re
+
+    from edge_spec_ros.wire.codec import HEADER, encode
+    from edge_spec_ros.wire.dragon import DragonOpened
+    from edge_spec_ros.wire.messages import Envelope, Error
+
+    from raw_peer import RawPeer
+
+    s = setup
+    other = swapped_tokenizer(tmp_path / "swapped")
+    assert len(other) == len(encoder.tokenizer) and s["verifier"].stack.vocab_size == s["robot"].vocab_size
+    theirs = tokenizer_fingerprint(other)
+    assert theirs != s["fingerprint"]
+    with server(s["verifier"], PromptEncoder(other), s["root"] / "docs") as endpoint:
+        link = ZmqDragonLink(endpoint, open_timeout_s=30.0)
+        with pytest.raises(DragonLinkError, match=f"DRAGON: the tokenizers differ: the robot's tokenizer fingerprint "
+                                                  f"{s['fingerprint']} is not the cloud's {theirs}") as info:
+            robot_dragon(s, DragonConfig(max_new_tokens=4)).decode(QUERY, link)
+        assert info.value.code == ErrorCode.BAD_REQUEST
+        peer = RawPeer(endpoint)
+        try:
+            opened = peer.request(encode(Envelope(bytes(range(16)), DragonOpen(
+                query=QUERY, max_new_tokens=2, aggregator="cloud", policy="cloud", tokenizer_fingerprint=theirs))))
+            assert isinstance(opened, DragonOpened) and opened.tokenizer_fingerprint == theirs  # it keeps serving
+        finally:
+            peer.close()
+    with server(s["verifier"], encoder, s["root"] / "docs") as endpoint:
+        link = ZmqDragonLink(endpoint, open_timeout_s=30.0)
+        try:
+            opened = link.open(dragon_open(s, max_new_tokens=2))
+            assert opened.tokenizer_fingerprint == s["fingerprint"] and opened.vocab_size == s["robot"].vocab_size
+        finally:
+            link.close()
+        peer = RawPeer(endpoint)
+        try:
+            for sid, (msg, code, reason) in enumerate([
+                    (DragonOpen(query=QUERY, max_new_tokens=2), ErrorCode.BAD_REQUEST,
+                     "DRAGON: DragonOpen.tokenizer_fingerprint must be 32 lowercase hex digits"),
+                    (DragonOpen(query=QUERY, max_new_tokens=2, protocol=1), ErrorCode.BAD_REQUEST,
+                     r"DRAGON: DRAGON protocol 1 \(this side speaks 2\)"),
+                    (dragon_open(s, max_new_tokens=2), ErrorCode.MALFORMED,
+                     "DragonOpen.tokenizer_fingerprint: int does not fit")]):
+                frames = encode(Envelope(bytes([sid + 1]) * 16, msg))
+                if code == ErrorCode.MALFORMED:
+                    meta = json.loads(frames[0][HEADER.size:])
+                    meta["tokenizer_fingerprint"] = 7
+                    frames[0] = frames[0][:HEADER.size] + json.dumps(meta).encode()
+                reply = peer.request(frames)
+                assert isinstance(reply, Error) and reply.code == code, reply
+                assert re.search(reason, reply.message), reply.message
+        finally:
+            peer.close()
 
 
 def test_misplaced_dragon_messages_get_errors_and_the_server_keeps_serving(setup, encoder):
@@ -115,8 +192,8 @@ def test_misplaced_dragon_messages_get_errors_and_the_server_keeps_serving(setup
         try:
             reply = peer.request(encode(Envelope(sid, DragonTarget(0, 1, True, True))))
             assert isinstance(reply, Error) and reply.code == ErrorCode.UNKNOWN_SESSION
-            opened = peer.request(encode(Envelope(sid, DragonOpen(query=QUERY, max_new_tokens=3, aggregator="cloud",
-                                                                  policy="cloud"))))
+            opened = peer.request(encode(Envelope(sid, dragon_open(s, max_new_tokens=3, aggregator="cloud",
+                                                                   policy="cloud"))))
             assert isinstance(opened, DragonOpened)
             peer.send_raw(encode(Envelope(sid, DraftBlock(0, 0, np.array([1], dtype=np.int32)))))
             peer.send_raw(encode(Envelope(sid, DragonTarget(0, 1, True, True))))  # the cloud aggregates
@@ -131,8 +208,7 @@ def test_misplaced_dragon_messages_get_errors_and_the_server_keeps_serving(setup
             assert "does not belong" in errors[0].message and "sent to the aggregator" in errors[1].message
         finally:
             peer.close()
-        out = RobotDragon(s["robot"], s["memory"], s["prompt_ids"], s["decode_text"],
-                          DragonConfig(max_new_tokens=4)).decode(QUERY, ZmqDragonLink(endpoint))
+        out = robot_dragon(s, DragonConfig(max_new_tokens=4)).decode(QUERY, ZmqDragonLink(endpoint))
         assert len(out.tokens) == 4
 
 
@@ -154,11 +230,12 @@ def test_serve_documents_option(start_server, tmp_path):
     pair = load_pair("embedded")
     encoder = pair.prompt_encoder()
     s = {"root": tmp_path, "memory": memory, "verifier": pair.verifier, "robot": pair.drafter.stack,
-         "prompt_ids": chat_prompt_ids(encoder), "decode_text": pair.tokenizer.decode}
+         "prompt_ids": chat_prompt_ids(encoder), "decode_text": pair.tokenizer.decode,
+         "fingerprint": tokenizer_fingerprint(pair.tokenizer)}
     n = 8
     with start_server("--documents", str(docs), "--max-requests", "2000") as endpoint:
-        out = RobotDragon(s["robot"], memory, s["prompt_ids"], s["decode_text"],
-                          DragonConfig(max_new_tokens=n, aggregator="cloud")).decode(QUERY, ZmqDragonLink(endpoint))
+        out = robot_dragon(s, DragonConfig(max_new_tokens=n, aggregator="cloud")).decode(QUERY,
+                                                                                         ZmqDragonLink(endpoint))
     assert out.tokens == reference(s, n, 0.0, 0).tokens
     done = subprocess.run([sys.executable, "-m", "edge_spec_ros.cli", "serve", "--documents", str(tmp_path / "none"),
                            "--bind", "tcp://127.0.0.1:*", "--idle-exit", "5"], capture_output=True, text=True,
@@ -191,8 +268,8 @@ def test_fuzzed_dragon_frames_never_break_the_server(setup, encoder):
     def sample():
         t = rng.randrange(3)
         return rng.choice([
-            DragonOpen(query=QUERY, max_new_tokens=rng.randint(1, 6), temperature=rng.choice([0.0, 1.0]),
-                       aggregator=rng.choice(["robot", "cloud"]), payload=rng.choice(["full", "on_demand"]),
+            dragon_open(s, max_new_tokens=rng.randint(1, 6), temperature=rng.choice([0.0, 1.0]),
+                        aggregator=rng.choice(["robot", "cloud"]), payload=rng.choice(["full", "on_demand"]),
                        policy=rng.choice(["dragon", "robot", "cloud"]), max_queue=rng.randint(1, 3)),
             DragonDraft(t, 0, rng.randrange(v), 0.5, probs=probs, decode_s=0.01, echo_stamp=1.0),
             DragonDraft(t, 0, rng.randrange(v), 0.5, p_token=0.25),
@@ -210,8 +287,7 @@ def test_fuzzed_dragon_frames_never_break_the_server(setup, encoder):
                 peer.send_raw(frames)
         peer.close()
         time.sleep(1.0)  # the sessions' jobs run on the workers
-        out = RobotDragon(s["robot"], s["memory"], s["prompt_ids"], s["decode_text"],
-                          DragonConfig(max_new_tokens=4)).decode(QUERY, ZmqDragonLink(endpoint))
+        out = robot_dragon(s, DragonConfig(max_new_tokens=4)).decode(QUERY, ZmqDragonLink(endpoint))
         assert len(out.tokens) == 4
         stats = RawPeer(endpoint)
         try:
@@ -236,9 +312,7 @@ def test_an_emulated_link_both_ways_changes_timing_not_tokens(setup, encoder):
     config = DragonConfig(max_new_tokens=8, temperature=1.0, seed=3, aggregator="robot", policy="robot")
     slow = dataclasses.replace(config, down_delay_s=0.015, down_jitter_s=0.003)
     with server(s["verifier"], encoder, s["root"] / "docs") as endpoint:
-        plain = RobotDragon(s["robot"], s["memory"], s["prompt_ids"], s["decode_text"], config).decode(
-            QUERY, ZmqDragonLink(endpoint))
-        shaped = RobotDragon(s["robot"], s["memory"], s["prompt_ids"], s["decode_text"], slow).decode(
-            QUERY, ZmqDragonLink(endpoint, uplink=LinkShape(0.015, 0.003)))
+        plain = robot_dragon(s, config).decode(QUERY, ZmqDragonLink(endpoint))
+        shaped = robot_dragon(s, slow).decode(QUERY, ZmqDragonLink(endpoint, uplink=LinkShape(0.015, 0.003)))
     assert shaped.tokens == plain.tokens == reference(s, 8, 1.0, 3).tokens
     assert shaped.first_token_s >= 0.015 * 2  # the open's round trip alone takes 30 ms

@@ -20,13 +20,14 @@ from edge_spec_ros.cloud.dragon import DragonServeConfig, DragonSession, LocalDr
 from edge_spec_ros.edge.dragon import DragonConfig, RobotDragon
 from edge_spec_ros.models.stack import DecoderStack
 from edge_spec_ros.models.tiny import build_tiny_qwen2vl
+from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
 from edge_spec_ros.rag.document_lm import build_side
 from edge_spec_ros.rag.dragon_peer import DragonPeer, PeerConfig, run_interleaved, wire_precision
 from edge_spec_ros.rag.stores import DocumentStore, RobotMemory
 from edge_spec_ros.spec.aggregation import CLOUD, ROBOT, drdg_tw
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 from edge_spec_ros.wire.codec import HEADER
-from edge_spec_ros.wire.dragon import DragonOpen
+from edge_spec_ros.wire.dragon import DRAGON_PROTOCOL, DragonOpen, DragonOpened
 
 from dragon_controls import StaleDraftsAggregator
 from small_vocab import SMALL, VOCAB, aggregated_two_token_joint
@@ -45,6 +46,32 @@ DOCUMENTS = {"furniture.md": "Chairs are furniture for sitting; a red chair is e
 
 def decode_text(ids):
     return " ".join(WORDS[i] for i in ids)
+
+
+class WordVocabulary:
+    """The id → word mapping of ``decode_text`` as a tokenizer for ``tokenizer_fingerprint``."""
+
+    def __init__(self, words):
+        self.words = tuple(words)
+
+    def get_vocab(self):
+        return {w: i for i, w in enumerate(self.words)}
+
+    def __len__(self):
+        return len(self.words)
+
+
+FINGERPRINT = tokenizer_fingerprint(WordVocabulary(WORDS))  # both sides of this world
+
+
+def robot_dragon(world, config, memory=None, stack=None, fingerprint=FINGERPRINT):
+    return RobotDragon(world["robot"] if stack is None else stack, world["memory"] if memory is None else memory,
+                       world["prompt_ids"], decode_text, config, tokenizer_fingerprint=fingerprint)
+
+
+def local_link(world, stack=None, fingerprint=FINGERPRINT, **kw):
+    return LocalDragonLink(world["cloud"] if stack is None else stack, world["store"], world["prompt_ids"],
+                           decode_text, tokenizer_fingerprint=fingerprint, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +104,8 @@ def reference(world, n, temperature, seed, k=2):
 
 
 def decide(world, config):
-    robot = RobotDragon(world["robot"], world["memory"], world["prompt_ids"], decode_text, config)
-    link = LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text, timeout_s=30.0)
+    robot = robot_dragon(world, config)
+    link = local_link(world, timeout_s=30.0)
     return robot, link, robot.decode(QUERY, link)
 
 
@@ -179,23 +206,80 @@ def test_sampled_pairs_with_models_follow_the_aggregated_target_and_stale_drafts
 
 def test_the_cloud_refuses_bad_requests_and_a_vocabulary_mismatch(world, tokenizer):
     stack, store = world["cloud"], world["store"]
-    for bad in (DragonOpen(query="", max_new_tokens=4), DragonOpen(query="q", max_new_tokens=10_000),
-                DragonOpen(query="q", max_new_tokens=4, top_k=99), DragonOpen(query="q", max_new_tokens=4,
-                                                                               stop_tokens=(VOCAB,))):
-        with pytest.raises(ValueError):
-            DragonSession(stack, store, world["prompt_ids"], decode_text, bad, DragonServeConfig())
+    ok = DragonOpen(query="q", max_new_tokens=4, tokenizer_fingerprint=FINGERPRINT)
+    DragonSession(stack, store, world["prompt_ids"], decode_text, ok, tokenizer_fingerprint=FINGERPRINT)
+    for bad, reason in ((dataclasses.replace(ok, query=""), "query"),
+                        (dataclasses.replace(ok, max_new_tokens=10_000), "max_new_tokens"),
+                        (dataclasses.replace(ok, top_k=99), "top_k"),
+                        (dataclasses.replace(ok, stop_tokens=(VOCAB,)), "stop tokens"),
+                        (dataclasses.replace(ok, tokenizer_fingerprint=""), "tokenizer_fingerprint must be"),
+                        (dataclasses.replace(ok, tokenizer_fingerprint="f" * 32), "the tokenizers differ")):
+        with pytest.raises(ValueError, match=reason):
+            DragonSession(stack, store, world["prompt_ids"], decode_text, bad, DragonServeConfig(),
+                          tokenizer_fingerprint=FINGERPRINT)
     other = DecoderStack(build_tiny_qwen2vl(SMALL.__class__(**{**SMALL.__dict__, "vocab_size": VOCAB + 1}),
                                             tokenizer, seed=1))
-    robot = RobotDragon(other, world["memory"], world["prompt_ids"], decode_text, DragonConfig(max_new_tokens=2))
+    robot = robot_dragon(world, DragonConfig(max_new_tokens=2), stack=other)
     with pytest.raises(ValueError, match="vocabulary"):
-        robot.decode(QUERY, LocalDragonLink(stack, store, world["prompt_ids"], decode_text))
+        robot.decode(QUERY, local_link(world))
+
+
+class ReplyLink:
+    """A link whose cloud answers the open with ``opened`` (and nothing else)."""
+
+    def __init__(self, opened):
+        self.opened, self.requests, self.sent, self.closed = opened, [], [], 0
+
+    def open(self, request):
+        self.requests.append(request)
+        return self.opened
+
+    def send(self, msg):
+        self.sent.append(msg)
+
+    def receive(self, timeout_s):
+        return None
+
+    def close(self):
+        self.closed += 1
+
+
+def test_the_robot_refuses_another_tokenizer_of_the_same_size(world):
+    """Same V, other words: the cloud (LocalDragonLink) refuses the open with both fingerprints named,
+    and the robot refuses a DragonOpened naming another tokenizer, an empty fingerprint or protocol 1,
+    closing the link before anything else is sent."""
+    swapped = list(WORDS)
+    swapped[0], swapped[1] = swapped[1], swapped[0]
+    other = tokenizer_fingerprint(WordVocabulary(swapped))
+    assert other != FINGERPRINT
+    robot = robot_dragon(world, DragonConfig(max_new_tokens=2))
+    with pytest.raises(ValueError, match=f"the tokenizers differ: the robot's tokenizer fingerprint {FINGERPRINT} "
+                                         f"is not the cloud's {other}"):
+        robot.decode(QUERY, local_link(world, fingerprint=other))
+    v = world["robot"].vocab_size
+    for opened, reason in ((DragonOpened(vocab_size=v, tokenizer_fingerprint=other), "the tokenizers differ"),
+                           (DragonOpened(vocab_size=v), "DragonOpened.tokenizer_fingerprint"),
+                           (DragonOpened(vocab_size=v, protocol=1, tokenizer_fingerprint=FINGERPRINT),
+                            "protocol 1")):
+        link = ReplyLink(opened)
+        with pytest.raises(ValueError, match=reason):
+            robot.decode(QUERY, link)
+        assert link.closed == 1 and not link.sent and link.requests[0].tokenizer_fingerprint == FINGERPRINT
+        assert link.requests[0].protocol == DRAGON_PROTOCOL
+    link = ReplyLink(DragonOpened(vocab_size=v, tokenizer_fingerprint=FINGERPRINT))
+    with pytest.raises(TimeoutError):  # accepted: the robot drafts, and this cloud never answers
+        robot_dragon(world, DragonConfig(max_new_tokens=2, timeout_s=0.2, aggregator=CLOUD, policy="cloud",
+                                         max_queue=1)).decode(QUERY, link)
+    assert link.closed == 1 and len(link.sent) == 1
+    for bad in ("", "F" * 32, "0" * 31, FINGERPRINT + "\n"):
+        with pytest.raises(ValueError, match="tokenizer_fingerprint must be 32 lowercase hex digits"):
+            robot_dragon(world, DragonConfig(), fingerprint=bad)
 
 
 def test_an_empty_memory_and_no_matching_document_still_decode(world, tmp_path):
     """Nothing retrieved on either side: each LM reads the query alone (one row, R = 0)."""
-    robot = RobotDragon(world["robot"], RobotMemory(tmp_path / "empty"), world["prompt_ids"], decode_text,
-                        DragonConfig(max_new_tokens=6))
-    link = LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text)
+    robot = robot_dragon(world, DragonConfig(max_new_tokens=6), memory=RobotMemory(tmp_path / "empty"))
+    link = local_link(world)
     out = robot.decode("zebra quantum", link)
     assert len(out.tokens) == 6 and out.memory_entries == 0 and link.cloud.side.documents == 0
 
@@ -226,11 +310,8 @@ def test_an_emulated_network_delay_changes_no_token(world):
     """The same greedy decision with 10 ms ± 2 ms each way gives the tokens of the undelayed one; its
     first token (the cloud aggregates) waits for the robot's draft to go up and the target to come down."""
     config = DragonConfig(max_new_tokens=10, seed=4, aggregator=CLOUD, policy="dragon")
-    plain = RobotDragon(world["robot"], world["memory"], world["prompt_ids"], decode_text, config).decode(
-        QUERY, LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text))
-    slow = RobotDragon(world["robot"], world["memory"], world["prompt_ids"], decode_text, config).decode(
-        QUERY, LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text, one_way_s=0.01,
-                               jitter_s=0.002))
+    plain = robot_dragon(world, config).decode(QUERY, local_link(world))
+    slow = robot_dragon(world, config).decode(QUERY, local_link(world, one_way_s=0.01, jitter_s=0.002))
     assert slow.tokens == plain.tokens and slow.first_token_s >= 2 * 0.008
 
 
@@ -251,9 +332,8 @@ def test_the_robot_reads_entries_another_process_appended(world, tmp_path):
     the next decision retrieves the new entry."""
     directory = tmp_path / "shared_memory"
     RobotMemory(directory).add("note", "the lamp is broken", time=1.0)
-    robot = RobotDragon(world["robot"], RobotMemory(directory), world["prompt_ids"], decode_text,
-                        DragonConfig(max_new_tokens=2))
+    robot = robot_dragon(world, DragonConfig(max_new_tokens=2), memory=RobotMemory(directory))
     RobotMemory(directory).add("observation", "a red chair by the window", (2.0, 1.0, 0.0), time=2.0)  # the writer
-    robot.decode(QUERY, LocalDragonLink(world["cloud"], world["store"], world["prompt_ids"], decode_text))
+    robot.decode(QUERY, local_link(world))
     assert len(robot.memory) == 2 and robot.last_side.documents == 1
     assert robot.memory.top_k(QUERY, 1)[0].doc_id == "mem-1"

@@ -13,6 +13,7 @@ import yaml
 from edge_spec_ros import bringup, cli
 from edge_spec_ros.bringup import BringupConfig, serve_args, yaml_dragon_model
 from edge_spec_ros.edge.dragon import DragonLinkError, ZmqDragonLink
+from edge_spec_ros.models.tokenizer import load_tokenizer, tokenizer_fingerprint
 from edge_spec_ros.server_process import verifier_process
 from edge_spec_ros.wire.dragon import DragonOpen, DragonOpened
 
@@ -70,7 +71,8 @@ def test_the_started_verifier_serves_the_folder(tmp_path):
     """The verifier bringup starts (its serve_args) opens a DRAGON decision over the folder; without
     the folder the same server refuses it, naming the option."""
     folder = documents(tmp_path)
-    request = DragonOpen(query="where is the charger?", max_new_tokens=2)
+    request = DragonOpen(query="where is the charger?", max_new_tokens=2,
+                         tokenizer_fingerprint=tokenizer_fingerprint(load_tokenizer()))  # the shipped pair's
     for config in (BringupConfig(PARAMS, serve=True, documents=str(folder)), BringupConfig(PARAMS, serve=True)):
         with verifier_process(*serve_args(config, 1), idle_exit_s=60.0) as endpoint:
             link = ZmqDragonLink(endpoint, open_timeout_s=OPEN_S)

@@ -45,6 +45,7 @@ from small_vocab import aggregated_two_token_joint
 
 GREEDY, SAMPLED = SamplingConfig(0.0), SamplingConfig(1.0)
 SESSION = bytes(range(16))
+FINGERPRINT = "0123456789abcdef" * 2  # a tokenizer fingerprint's form (models/tokenizer.tokenizer_fingerprint)
 
 
 def table_side(seed: int, v: int, docs: int = 2):
@@ -95,8 +96,8 @@ def run_pair(robot_fn, cloud_fn, v, config, seed, placement=None, log=None, peer
 SAMPLES = [
     wd.DragonOpen(query="where did you see the red chair?", max_new_tokens=64, temperature=0.7, seed=2**63 + 5,
                   stop_tokens=(151_643, 151_645), top_k=3, aggregator="cloud", policy="robot",
-                  payload="on_demand", max_queue=6),
-    wd.DragonOpened(vocab_size=151_657, prefill_s=0.25),
+                  payload="on_demand", max_queue=6, tokenizer_fingerprint=FINGERPRINT),
+    wd.DragonOpened(vocab_size=151_657, prefill_s=0.25, tokenizer_fingerprint=FINGERPRINT),
     wd.DragonDraft(position=7, epoch=2, token=151_000, log_h=-1.25,
                    probs=np.random.default_rng(0).random(300).astype(np.float32), decode_s=0.01,
                    echo_stamp=12.5, echo_hold_s=0.002),
@@ -159,17 +160,72 @@ def test_no_message_has_a_field_for_documents_or_scores():
 
 
 def test_check_open_refuses_bad_requests():
-    ok = wd.DragonOpen(query="q", max_new_tokens=4)
-    wd.check_open(ok, vocab_size=10, max_new_tokens=8)
-    for bad in (dataclasses.replace(ok, query=" "), dataclasses.replace(ok, max_new_tokens=9),
-                dataclasses.replace(ok, temperature=-1.0), dataclasses.replace(ok, stop_tokens=(10,)),
-                dataclasses.replace(ok, aggregator="moon"), dataclasses.replace(ok, payload="zip"),
-                dataclasses.replace(ok, policy="x"), dataclasses.replace(ok, protocol=2),
-                dataclasses.replace(ok, top_k=99), dataclasses.replace(ok, max_queue=0),
-                dataclasses.replace(ok, down_delay_s=-1.0), dataclasses.replace(ok, down_delay_s=60.0),
-                dataclasses.replace(ok, down_bandwidth_bps=float("nan"))):
-        with pytest.raises(ValueError):
-            wd.check_open(bad, vocab_size=10, max_new_tokens=8)
+    ok = wd.DragonOpen(query="q", max_new_tokens=4, tokenizer_fingerprint=FINGERPRINT)
+    wd.check_open(ok, vocab_size=10, max_new_tokens=8, tokenizer_fingerprint=FINGERPRINT)
+    for bad, reason in ((dataclasses.replace(ok, query=" "), "query"),
+                        (dataclasses.replace(ok, max_new_tokens=9), "max_new_tokens"),
+                        (dataclasses.replace(ok, temperature=-1.0), "temperature"),
+                        (dataclasses.replace(ok, stop_tokens=(10,)), "stop tokens"),
+                        (dataclasses.replace(ok, aggregator="moon"), "aggregator"),
+                        (dataclasses.replace(ok, payload="zip"), "payload"),
+                        (dataclasses.replace(ok, policy="x"), "policy"),
+                        (dataclasses.replace(ok, protocol=wd.DRAGON_PROTOCOL + 1), "DRAGON protocol"),
+                        (dataclasses.replace(ok, top_k=99), "top_k"),
+                        (dataclasses.replace(ok, max_queue=0), "max_queue"),
+                        (dataclasses.replace(ok, down_delay_s=-1.0), "emulated downlink"),
+                        (dataclasses.replace(ok, down_delay_s=60.0), "emulated downlink"),
+                        (dataclasses.replace(ok, down_bandwidth_bps=float("nan")), "emulated downlink"),
+                        (dataclasses.replace(ok, tokenizer_fingerprint=""), "DragonOpen.tokenizer_fingerprint must"),
+                        (dataclasses.replace(ok, tokenizer_fingerprint=FINGERPRINT.upper()), "lowercase hex"),
+                        (dataclasses.replace(ok, tokenizer_fingerprint=FINGERPRINT[:-1]), "32 lowercase hex"),
+                        (dataclasses.replace(ok, tokenizer_fingerprint=FINGERPRINT + "0"), "32 lowercase hex"),
+                        (dataclasses.replace(ok, tokenizer_fingerprint=FINGERPRINT[::-1]), "the tokenizers differ")):
+        with pytest.raises(ValueError, match=reason):
+            wd.check_open(bad, vocab_size=10, max_new_tokens=8, tokenizer_fingerprint=FINGERPRINT)
+
+
+def test_the_fingerprint_came_with_protocol_2_and_an_old_open_gets_the_protocol_refusal():
+    """A protocol-1 robot's open (no fingerprint field: encoded as it would encode it) decodes and is
+    refused for its protocol, not for the missing fingerprint; a protocol-2 open must carry one."""
+    assert wd.DRAGON_PROTOCOL == 2
+    old = wd.DragonOpen(query="q", max_new_tokens=4, protocol=1)
+    frames = encode(Envelope(SESSION, old))
+    assert b"tokenizer_fingerprint" not in frames[0]
+    decoded = decode(frames).message
+    assert decoded.tokenizer_fingerprint == "" and decoded.protocol == 1
+    with pytest.raises(ValueError, match=r"DRAGON protocol 1 \(this side speaks 2\)"):
+        wd.check_open(decoded, vocab_size=10, max_new_tokens=8, tokenizer_fingerprint=FINGERPRINT)
+    with pytest.raises(ValueError, match="DragonOpen.tokenizer_fingerprint must be 32 lowercase hex digits"):
+        wd.check_open(dataclasses.replace(decoded, protocol=2), vocab_size=10, max_new_tokens=8,
+                      tokenizer_fingerprint=FINGERPRINT)
+
+
+def test_check_tokenizer_names_both_fingerprints():
+    wd.check_tokenizer(FINGERPRINT, FINGERPRINT)
+    other = "f" * 32
+    with pytest.raises(ValueError, match=f"the tokenizers differ: the robot's tokenizer fingerprint {FINGERPRINT} "
+                                         f"is not the cloud's {other}"):
+        wd.check_tokenizer(FINGERPRINT, other)
+    with pytest.raises(ValueError, match="DragonOpened.tokenizer_fingerprint must be"):
+        wd.check_tokenizer(FINGERPRINT, "")
+    with pytest.raises(ValueError, match="DragonOpen.tokenizer_fingerprint must be"):
+        wd.check_tokenizer(None, FINGERPRINT)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cls", [wd.DragonOpen, wd.DragonOpened], ids=lambda c: c.__name__)
+def test_the_fingerprint_field_is_type_checked_by_the_codec(cls):
+    """tokenizer_fingerprint is a string on the wire: a number, list or null is MALFORMED naming it."""
+    import json
+
+    from edge_spec_ros.wire.codec import HEADER
+    msg = next(m for m in SAMPLES if type(m) is cls)
+    frames = encode(Envelope(SESSION, msg))
+    for value in (12345, ["ab"], None, True):
+        meta = json.loads(frames[0][HEADER.size:])
+        meta["tokenizer_fingerprint"] = value
+        with pytest.raises(WireError, match=f"{cls.__name__}.tokenizer_fingerprint: .* does not fit") as info:
+            decode([frames[0][:HEADER.size] + json.dumps(meta).encode(), *frames[1:]])
+        assert info.value.code == ErrorCode.MALFORMED
 
 
 # --------------------------------------------------------------------------- exactness
