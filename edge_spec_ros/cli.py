@@ -652,7 +652,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "emulated over go2-paper's link)")
     bench.add_argument("--modes", default="ar,sd,fsd",
                        help=f"comma-separated, of: {', '.join(MODES)}")
-    bench.add_argument("--adaptive-gamma", action="store_true", help="γ by ODLD, cloud fallback by AS² (TK-SLT)")
+    bench.add_argument("--adaptive-gamma", action=argparse.BooleanOptionalAction, default=True,
+                       help="γ by ODLD, cloud fallback by AS² with probes back (TK-SLT; edge/gamma.py; default on); "
+                            "--no-adaptive-gamma: every round drafts --gamma, as in the papers' tables (the "
+                            "sweeps always do)")
     bench.add_argument("--prompts", type=int, default=3, help="number of image + instruction prompts")
     bench.add_argument("--max-new-tokens", type=int, default=24)
     bench.add_argument("--gamma", type=int, default=4, help="draft length γ")

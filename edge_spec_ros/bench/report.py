@@ -99,6 +99,11 @@ def table(report: dict) -> str:
     lines = [stamp_line(report["stamp"])] if report.get("stamp") else []
     lines.append(f"profile {report['profile']}: {report['description']}")
     lines += [f"  {line}" for line in report["emulated"]]
+    config = report.get("config", {})
+    if "gamma" in config:
+        lines.append("γ: ODLD per round, AS² hands over to cloud-only decoding and probes back (--no-adaptive-gamma: "
+                     f"fixed γ = {config['gamma']})" if config.get("adaptive_gamma")
+                     else f"γ: fixed, {config['gamma']} every round (sweeps likewise)")
     width = max(12, *(len(m) + 2 for m in modes))
     lines.append(f"{'':<22}" + "".join(f"{m.upper():>{width}}" for m in modes))
     for label, key, fmt in ROWS:

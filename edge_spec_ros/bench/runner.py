@@ -29,6 +29,7 @@ from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
 from edge_spec_ros.edge.modes import EXIT_MODES, LOSSY_MODES, MODES, PIPELINED_MODES, EdgeConfig, EdgeDecoder
+from edge_spec_ros.edge.registry import get_mode
 from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.prompt import EncodedPrompt, PromptEncoder, decode_image, encode_image
 from edge_spec_ros.sim.samples import SimDataConfig, sim_sample
@@ -55,7 +56,7 @@ class BenchConfig:
     sweep_threads: tuple[int, ...] = ()
     sweep_gamma: tuple[int, ...] = ()
     sweep_policies: bool = False
-    adaptive_gamma: bool = False  # γ by ODLD, cloud-only chunks by AS² with probes back (edge.gamma)
+    adaptive_gamma: bool = True  # γ by ODLD, cloud-only chunks by AS² with probes back (edge.gamma)
     task_set: str = "camera"  # camera: image + instruction prompts; text: bench/tasks.py, ``prompts`` per kind
     tasks: tuple[str, ...] = TASK_KINDS  # the task kinds of the text set
     # zmq: EdgeDecoder over the direct ZeroMQ client; ros: the same decoder over RosVerifierLink through a
@@ -239,17 +240,20 @@ class Bench:
             report["picospec_model"] = picospec_check(main, c.gamma)
         if c.task_set == "text":
             report["tasks"] = per_task(main, self.labels)
+        # the sweeps are the FSD paper's Fig. 4 at a fixed γ (every round drafts γ): AS² off
+        fixed = {"adaptive_gamma": False}
         if c.sweep_threads:
-            base = main["sd"].stats if "sd" in main else self.run_modes(("sd",))["sd"].stats
+            base = main["sd"].stats if "sd" in main and not c.adaptive_gamma else \
+                self.run_modes(("sd",), **fixed)["sd"].stats
             rows = []
             for n in c.sweep_threads:
-                fsd = self.run_modes(("fsd",), threads=n)["fsd"].stats
+                fsd = self.run_modes(("fsd",), threads=n, **fixed)["fsd"].stats
                 rows.append({"threads": n, "speedup_sd_fsd": base.wall_s / fsd.wall_s, "miss_rate": fsd.miss_rate})
             report["sweeps"]["threads"] = rows
         if c.sweep_gamma:
             rows = []
             for g in c.sweep_gamma:
-                res = self.run_modes(("ar", "sd", "fsd"), gamma=g)
+                res = self.run_modes(("ar", "sd", "fsd"), gamma=g, **fixed)
                 rows.append({"gamma": g, **speedups({m: r.stats for m, r in res.items()}),
                              "tau": res["sd"].stats.tau, "miss_rate": res["fsd"].stats.miss_rate})
             report["sweeps"]["gamma"] = rows
@@ -257,7 +261,8 @@ class Bench:
             rows = []
             for client, server in itertools.product(("priority", "random", "fifo"), ("priority", "fifo")):
                 for n in c.sweep_threads or (c.threads,):
-                    fsd = self.run_modes(("fsd",), threads=n, client_policy=client, server_policy=server)["fsd"]
+                    fsd = self.run_modes(("fsd",), threads=n, client_policy=client, server_policy=server,
+                                         **fixed)["fsd"]
                     rows.append({"client": client, "server": server, "threads": n, "miss_rate": fsd.stats.miss_rate})
             report["sweeps"]["policies"] = rows
         return report
@@ -266,8 +271,8 @@ class Bench:
 def timing_dependent(mode: str, temperature: float, adaptive_gamma: bool) -> bool:
     """Whether ``mode``'s tokens may change with timing alone (between two runs on one path): sampled
     PicoSpec modes cut blocks where the verdict arrives, and ODLD picks γ from measured times; both
-    stay exact in distribution. Greedy output never depends on timing."""
-    return temperature > 0 and (mode in PIPELINED_MODES or adaptive_gamma)
+    stay exact in distribution. Greedy output never depends on timing, nor cloud-only AR's."""
+    return temperature > 0 and (mode in PIPELINED_MODES or (adaptive_gamma and get_mode(mode).speculative))
 
 
 def ros_vs_zmq(zmq: dict[str, ModeResult], ros: dict[str, ModeResult], temperature: float = 0.0,

@@ -102,7 +102,8 @@ class EdgeConfig:
     lossy_p_k: int = 10  # PicoSpec's K for the pruned downlink of p_δ (LOSSY)
     # γ per round by ODLD, cloud-only chunks by AS², probes back (edge.gamma). Off here, in the protocol's
     # own configuration, so that a decoder built without it keeps the published fixed-γ schedules (the
-    # exactness tests compare SD and FSD round by round); on by default in the bench (BenchConfig)
+    # exactness tests compare SD and FSD round by round); on by default where the robot decodes (the
+    # drafter node's adaptive_gamma) and in the bench (BenchConfig)
     adaptive_gamma: bool = False
     alpha_prior: float = 0.5  # the controller's α, b, c before the first measured round
     b_prior: float = 0.05

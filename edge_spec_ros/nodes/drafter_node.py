@@ -61,7 +61,10 @@ class DrafterNodeConfig:
     mode: str = field(default="fsd", metadata=doc(
         f"decoding mode: {', '.join(ALL_MODES)} (edge/registry.py; dragon: an instruction is a question, answered "
         "on edge_spec/answer from the memory and the cloud's documents, no motion)"))
-    gamma: int = field(default=4, metadata=doc("draft length γ", 1, 64))
+    gamma: int = field(default=4, metadata=doc("draft length γ of every round (adaptive_gamma false)", 1, 64))
+    adaptive_gamma: bool = field(default=True, metadata=doc(
+        "γ per round by ODLD and a hand-over to cloud-only decoding when speculation does not pay (AS²), with "
+        "probes back (TK-SLT; edge/gamma.py); false: every round drafts gamma"))
     max_new_tokens: int = field(default=48, metadata=doc("token budget of one decision", 1, 4096))
     temperature: float = field(default=0.0, metadata=doc("0: greedy", 0.0, 100.0))
     seed: int = field(default=0, metadata=doc("seed of the position-indexed random draws", 0, 9223372036854775807))
@@ -122,7 +125,7 @@ class DrafterNode(Node):
         # one decoder for decisions and Describe requests; a Describe's decode never overlaps a decision's
         self.decoder = ExclusiveDecoder(EdgeDecoder(self.link, drafter, EdgeConfig(
             decode=decode, threads=predraft, client_policy=c.client_queue_policy,
-            server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s)))
+            server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s, adaptive_gamma=c.adaptive_gamma)))
         self.decisions = self.create_publisher(Decision, "edge_spec/decision", RELIABLE)
         self.stats = self.create_publisher(DecodeStatsMsg, "edge_spec/stats", RELIABLE)
         self.create_subscription(String, "instruction", self.on_instruction, RELIABLE, event_callbacks=(

@@ -59,9 +59,10 @@ def test_bench_rejects_unknown_modes():
 def test_bench_ros_path_beside_zmq(server_endpoint):
     """Both paths in one run: every decision also through RosVerifierLink and a bridge_node process,
     the same tokens on both, the per-round overhead in the report (no timing bound: shared cores)."""
-    # sampled hot (the trained pair is peaked) so that DSSD rejects and p_δ comes down on both paths
+    # sampled hot (the trained pair is peaked) so that DSSD rejects and p_δ comes down on both paths; a
+    # fixed γ: with ODLD the sampled tokens follow each path's timing
     config = BenchConfig(profile="loopback", prompts=2, max_new_tokens=12, threads=2, temperature=3.0,
-                         modes=("fsd", "dssd", "dssd-topk-lossy"), paths=("zmq", "ros"))
+                         modes=("fsd", "dssd", "dssd-topk-lossy"), paths=("zmq", "ros"), adaptive_gamma=False)
     report = Bench(embedded_pair(), server_endpoint, config).run()
     rows = report["ros_vs_zmq"]
     modes = {"fsd", "dssd", "dssd-topk-lossy"}

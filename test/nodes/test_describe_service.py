@@ -135,16 +135,16 @@ def test_no_frame_and_a_failing_decode_are_answers(drafter, monkeypatch):
 
 def test_the_drafter_raises_its_priority_while_a_motion_runs():
     """NavAction STARTED: what the drafter opens next goes at ``motion_priority``; DONE or CANCELLED: 0."""
-    from edge_spec_ros.msg import NavAction
+    from edge_spec_ros.msg import NavAction as NavActionMsg
     from edge_spec_ros.nodes.drafter_node import DrafterNode
 
     node = types.SimpleNamespace(config=DrafterNodeConfig(motion_priority=2), link=types.SimpleNamespace(priority=0),
                                  _cv=threading.Condition(), _started=set(), _ends={})
     seen = []
-    for status in (NavAction.STARTED, NavAction.DONE, NavAction.STARTED, NavAction.CANCELLED):
-        msg = NavAction()
+    for status in (NavActionMsg.STARTED, NavActionMsg.DONE, NavActionMsg.STARTED, NavActionMsg.CANCELLED):
+        msg = NavActionMsg()
         msg.decision, msg.status = 7, status
         DrafterNode.on_action(node, msg)
         seen.append(node.link.priority)
     assert seen == [2, 0, 2, 0]
-    assert node._started == {7} and node._ends[7].status == NavAction.CANCELLED
+    assert node._started == {7} and node._ends[7].status == NavActionMsg.CANCELLED

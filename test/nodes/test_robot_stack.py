@@ -36,6 +36,8 @@ def params_file(tmp_path, endpoint: str, mode: str, temperature: float = 0.0, ma
     config["bridge"]["ros__parameters"]["verifier_endpoint"] = endpoint
     drafter = config["drafter"]["ros__parameters"]
     drafter.update(mode=mode, max_new_tokens=MAX_NEW_TOKENS, predraft_threads=2, temperature=temperature)
+    if temperature > 0:  # sampled tokens follow the γ schedule: the reference's fixed γ (ODLD's γ follows timing)
+        drafter["adaptive_gamma"] = False
     if max_decisions:
         drafter.update(max_decisions=max_decisions)
     config["action"]["ros__parameters"]["odom_topic"] = ""  # no odometry without the sim: timed motions
