@@ -175,8 +175,11 @@ ADAPTIVE_ROWS = (
     ("transmit ms/kB", "per_kb_ms", "{:.4f}"),
     ("γ*", "gamma", "{:.0f}"),
     ("AS² speedup est.", "speedup_estimate", "{:.2f}"),
+    ("measured ms/token spec", "spec_ms", "{:.2f}"),
+    ("measured ms/token cloud", "cloud_ms", "{:.2f}"),
     ("speculating", "speculate", "{:.0f}"),
     ("probe rounds", "probes", "{:.0f}"),
+    ("cloud probes", "cloud_probes", "{:.0f}"),
     ("hand-overs", "hand_overs", "{:.0f}"),
     ("cloud-only tokens", "cloud_tokens", "{:.0f}"),
 )
@@ -186,10 +189,12 @@ def adaptive_table(adaptive: dict[str, dict[str, float]]) -> list[str]:
     """The adaptive γ controller's final estimates per mode (TK-SLT ODLD/AS², link split)."""
     modes = list(adaptive)
     width = max(10, *(len(m) + 2 for m in modes))
-    lines = ["adaptive γ (ODLD) and cloud fallback (AS²), estimates after the run:",
-             f"  {'':<22}" + "".join(f"{m.upper():>{width}}" for m in modes)]
+    lines = ["adaptive γ (ODLD) and cloud fallback (AS²), estimates after the run (speculating: by the measured "
+             "ms/token once both are known, else by the model):",
+             f"  {'':<24}" + "".join(f"{m.upper():>{width}}" for m in modes)]
     for label, key, fmt in ADAPTIVE_ROWS:
-        lines.append(f"  {label:<22}" + "".join(f"{fmt.format(adaptive[m][key]):>{width}}" for m in modes))
+        lines.append(f"  {label:<24}" + "".join(f"{fmt.format(adaptive[m].get(key, float('nan'))):>{width}}"
+                                               for m in modes))
     return lines
 
 

@@ -106,7 +106,8 @@ class ModeResult:
 def adaptive_state(decoder: EdgeDecoder, mode: str) -> dict[str, float] | None:
     """What ``mode``'s adaptive γ controller ended with (None: fixed γ or not speculative): α, the cost
     ratios b (transmission), c (drafting), d (propagation) and a (cloud-only token) over T_LLM, the
-    link fit in absolute units, γ*, AS²'s speedup estimate, probes and hand-overs to the cloud."""
+    link fit in absolute units, γ*, AS²'s speedup estimate, each regime's measured wall time per token,
+    whether it speculates, probes both ways and hand-overs to the cloud."""
     entry = decoder._parts.adaptive.get(mode) if decoder.config.adaptive_gamma else None
     if entry is None:
         return None
@@ -118,7 +119,9 @@ def adaptive_state(decoder: EdgeDecoder, mode: str) -> dict[str, float] | None:
     return {"alpha": ctl.alpha, "b": b, "c": c, "d": d, "a": a, "t_llm_ms": ctl.t_llm_s * 1e3,
             "propagation_ms": fit.propagation_s * 1e3, "per_kb_ms": fit.per_byte_s * 1e6,
             "gamma": float(choice.gamma), "speedup_estimate": choice.speedup,
-            "speculate": float(choice.use_speculation), "probes": float(policy.probes),
+            "spec_ms": policy.spec_s * 1e3, "cloud_ms": policy.cloud_s * 1e3,
+            "speculate": float(policy.spec_s <= policy.cloud_s if policy.measured() else choice.use_speculation),
+            "probes": float(policy.probes), "cloud_probes": float(policy.cloud_probes),
             "hand_overs": float(policy.hand_overs), "rounds_observed": float(ctl.observations),
             "cloud_tokens": float(ctl.cloud_tokens)}
 

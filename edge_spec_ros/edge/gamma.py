@@ -20,6 +20,20 @@ break-even and rare where speculation is hopeless. Cloud-only chunks report the 
 token (``observe_cloud``), the cost a round must beat. Every γ schedule is exact: the verifier
 accepts or resamples each draft whatever its length, and cloud-only decoding is the target itself.
 
+Measured against cloud-only decoding (departure from TK-SLT, whose AS² compares modelled costs only).
+The cost model assumes a verification costs T_LLM whatever γ, and a cloud-only token a·T_LLM with
+a = 1 until the cloud has decoded alone. Where a verification of γ* + 1 positions costs several
+cloud-only tokens (a CPU verifier, a small model; measured: 11 ms against 3 ms on the shipped pair
+on loopback) the model favours speculation that loses (0.86× of cloud-only decoding). So the decoder
+also reports each regime's wall time per emitted token (``RoundTiming.wall_s``, ``observe_cloud``'s
+``wall_s``): from the previous emission to this one, everything included (drafting, the drafter's
+prefill, the link, the verifier). Once both regimes are measured, the cheaper one decides; the model
+still picks γ*. While speculating, a short cloud-only chunk (``CLOUD_PROBE_TOKENS``) comes first after
+``FIRST_CLOUD_PROBE_ROUNDS`` rounds, then after a spacing of speculative tokens priced as the probe
+rounds are (its excess over speculating within ``probe_budget``); a regime that is measured worse is
+so re-measured now and then, both ways. Without wall times (a caller that gives none) the model alone
+decides, as in the paper.
+
 What a round tells the controller (``RoundTiming``): accepted δ of γ drafted; T_SLM per token as
 measured by whichever source produced that round's draft — a fresh draft on the critical path, a
 pre-draft worker (FSD), the block drafted ahead during the previous verification (PicoSpec) — so a
@@ -29,13 +43,17 @@ the round trip less the server's T_LLM.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from edge_spec_ros.spec.draft_length import DraftLengthController
+from edge_spec_ros.spec.draft_length import DraftLengthController, round_cost
 
 PROBE_BUDGET = 0.02  # share of the cloud-only decoding's time that probe rounds may cost
 MIN_T_VERIFY_S = 1e-6  # a verdict reporting no server time still divides b and c
+CLOUD_PROBE_TOKENS = 4  # a cloud-only chunk that measures the cloud's wall time per token while speculating
+FIRST_CLOUD_PROBE_ROUNDS = 2  # speculative rounds before the first cloud probe (the cloud not measured yet)
+WALL_SMOOTHING = 0.2  # weight of the newest measurement in each regime's wall time per token
 
 
 @dataclass(frozen=True)
@@ -48,6 +66,8 @@ class RoundTiming:
     round_trip_s: float  # from the block leaving to its final verdict
     t_verify_s: float  # T_LLM: the server's compute time for the block
     bytes_sent: int | None = None  # the block's bytes on the uplink (None: not counted)
+    wall_s: float | None = None  # from the previous emission to this round's (None: not measured)
+    emitted: int = 0  # tokens this round emitted (accepted + the verifier's own)
 
     @property
     def t_transmit_token_s(self) -> float:
@@ -69,8 +89,9 @@ class GammaPolicy(Protocol):
         """After ``gamma()`` said None: how many tokens the cloud decodes before γ is asked again
         (None: the rest of the decision)."""
 
-    def observe_cloud(self, tokens: int, compute_s: float) -> None:
-        """The cloud decoded ``tokens`` tokens alone in ``compute_s`` seconds of its compute."""
+    def observe_cloud(self, tokens: int, compute_s: float, wall_s: float | None = None) -> None:
+        """The cloud decoded ``tokens`` tokens alone in ``compute_s`` seconds of its compute and
+        ``wall_s`` seconds at the robot (None: not measured)."""
 
 
 class FixedGamma:
@@ -91,33 +112,55 @@ class FixedGamma:
     def cloud_chunk(self) -> int | None:
         return None
 
-    def observe_cloud(self, tokens: int, compute_s: float) -> None:
+    def observe_cloud(self, tokens: int, compute_s: float, wall_s: float | None = None) -> None:
         pass
+
+
+def _ema(old: float, new: float) -> float:
+    return new if old == 0.0 else (1.0 - WALL_SMOOTHING) * old + WALL_SMOOTHING * new
 
 
 class AdaptiveGamma:
     """ODLD picks γ* per round, AS² may hand over to the cloud (TK-SLT Algorithms 1-2, with the link's
-    propagation apart), and a probe round comes after ``probe_spacing`` cloud-only tokens (module
-    docstring). Not thread-safe: one decision at a time."""
+    propagation apart), a probe round comes after ``probe_spacing`` cloud-only tokens, and once both
+    regimes' wall times per token are measured the cheaper one decides, each re-measured now and then
+    (module docstring). Not thread-safe: one decision at a time."""
 
-    def __init__(self, controller: DraftLengthController, probe_budget: float = PROBE_BUDGET) -> None:
+    def __init__(self, controller: DraftLengthController, probe_budget: float = PROBE_BUDGET,
+                 measured: bool = True) -> None:
         if not 0.0 < probe_budget < 1.0:
             raise ValueError(f"probe budget must be in (0, 1), got {probe_budget}")
         self.controller = controller
         self.probe_budget = probe_budget
+        self.use_walls = measured  # False: the model alone decides (TK-SLT's AS² as published)
         self.since_probe = 0  # cloud-only tokens since the last speculative round
+        self.since_cloud = 0  # tokens emitted by speculative rounds since the last cloud-only chunk
+        self.spec_rounds = 0  # speculative rounds with a wall time
         self.probes = 0  # speculative rounds AS² alone would not have run
+        self.cloud_probes = 0  # cloud-only chunks run to measure the cloud while speculation was chosen
         self.hand_overs = 0  # times γ() handed the decision to the cloud
+        self.spec_s = 0.0  # wall time per emitted token, speculating (EMA; 0: not measured)
+        self.cloud_s = 0.0  # wall time per token, cloud-only (EMA; 0: not measured)
+        self._probing_cloud = False
 
     def begin(self, gamma: int) -> None:
         pass
 
+    def measured(self) -> bool:
+        """Both regimes' wall times per token are known: they decide instead of the model."""
+        return self.use_walls and self.spec_s > 0.0 and self.cloud_s > 0.0
+
     def gamma(self) -> int | None:
         choice = self.controller.choice()
-        if choice.use_speculation:
+        speculate = self.spec_s <= self.cloud_s if self.measured() else choice.use_speculation
+        if speculate:
+            if self._cloud_probe_due():
+                self._probing_cloud = True
+                self.cloud_probes += 1
+                return None
             self.since_probe = 0
             return choice.gamma
-        if self.since_probe >= self.controller.probe_spacing(self.probe_budget):
+        if self.since_probe >= self._spacing():
             self.since_probe = 0
             self.probes += 1
             return choice.gamma
@@ -125,13 +168,48 @@ class AdaptiveGamma:
         return None
 
     def cloud_chunk(self) -> int | None:
-        return max(1, self.controller.probe_spacing(self.probe_budget) - self.since_probe)
+        if self._probing_cloud:
+            return CLOUD_PROBE_TOKENS
+        return max(1, self._spacing() - self.since_probe)
 
     def observe(self, timing: RoundTiming) -> None:
         self.controller.observe(timing.accepted, timing.drafted, timing.t_token_s, timing.t_transmit_token_s,
                                 max(timing.t_verify_s, MIN_T_VERIFY_S), timing.bytes_sent)
+        if timing.wall_s is not None and timing.emitted > 0:
+            self.spec_s = _ema(self.spec_s, timing.wall_s / timing.emitted)
+            self.spec_rounds += 1
+            self.since_cloud += timing.emitted
 
-    def observe_cloud(self, tokens: int, compute_s: float) -> None:
-        self.since_probe += tokens
+    def observe_cloud(self, tokens: int, compute_s: float, wall_s: float | None = None) -> None:
+        if self._probing_cloud:
+            self._probing_cloud = False
+        else:
+            self.since_probe += tokens
+        self.since_cloud = 0
         if tokens > 0 and compute_s > 0:
             self.controller.observe_cloud(tokens, compute_s)
+        if tokens > 0 and wall_s is not None and wall_s > 0:
+            self.cloud_s = _ema(self.cloud_s, wall_s / tokens)
+
+    def _spacing(self) -> int:
+        """Cloud-only tokens between two speculative probe rounds: by measured wall times when both are
+        known (a probe round's E[tokens] at the speculative cost, its excess over the cloud's within
+        the budget), else the model's ``probe_spacing``."""
+        if not self.measured():
+            return self.controller.probe_spacing(self.probe_budget)
+        c = self.controller
+        _, tokens = round_cost(c.alpha, c.choice().gamma, 0.0, 0.0)
+        excess = tokens * max(0.0, self.spec_s - self.cloud_s)
+        return max(1, math.ceil(excess / (self.probe_budget * self.cloud_s)))
+
+    def _cloud_probe_due(self) -> bool:
+        """While speculating: whether a short cloud-only chunk should measure the cloud now. Only
+        with wall times: first after ``FIRST_CLOUD_PROBE_ROUNDS`` rounds, then after a spacing of
+        speculative tokens that keeps the probes' excess within the budget."""
+        if not self.use_walls or self.spec_s <= 0.0:
+            return False
+        if self.cloud_s <= 0.0:
+            return self.spec_rounds >= FIRST_CLOUD_PROBE_ROUNDS
+        excess = CLOUD_PROBE_TOKENS * max(0.0, self.cloud_s - self.spec_s)
+        spacing = max(CLOUD_PROBE_TOKENS, math.ceil(excess / (self.probe_budget * self.spec_s)))
+        return self.since_cloud >= spacing

@@ -72,11 +72,11 @@ class LongLivedParts:
     def _gamma_policy(self, config: EdgeConfig, mode: str) -> GammaPolicy:
         if not config.adaptive_gamma:
             return FixedGamma()
-        built_from = (config.alpha_prior, config.b_prior, config.c_prior, config.max_gamma)
+        built_from = (config.alpha_prior, config.b_prior, config.c_prior, config.max_gamma, config.measured_fallback)
         if mode not in self.adaptive or self.adaptive[mode][0] != built_from:
             controller = DraftLengthController(config.alpha_prior, config.b_prior, config.c_prior,
                                                max_gamma=config.max_gamma)
-            self.adaptive[mode] = built_from, AdaptiveGamma(controller)
+            self.adaptive[mode] = built_from, AdaptiveGamma(controller, measured=config.measured_fallback)
         return self.adaptive[mode][1]
 
     def _predrafter(self, config: EdgeConfig, drafter: Drafter) -> PreDrafter:

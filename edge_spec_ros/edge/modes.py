@@ -105,6 +105,9 @@ class EdgeConfig:
     # exactness tests compare SD and FSD round by round); on by default where the robot decodes (the
     # drafter node's adaptive_gamma) and in the bench (BenchConfig)
     adaptive_gamma: bool = False
+    # with adaptive_gamma: the measured wall times per token of both regimes decide once known (edge.gamma);
+    # False: TK-SLT's AS² on the cost model alone, as published
+    measured_fallback: bool = True
     alpha_prior: float = 0.5  # the controller's α, b, c before the first measured round
     b_prior: float = 0.05
     c_prior: float = 0.05
@@ -249,6 +252,7 @@ class EdgeDecoder:
             # cloud at once never pays for it
             kv, seq, out = None, prompt.input_ids.tolist(), []
             number, gamma, resampled = 0, d.gamma, -1
+            mark = time.perf_counter()  # the last emission: a round's wall time per token counts from it
             for _ in range(d.max_new_tokens + 1):
                 if not sources.in_flight:  # a block on the link already keeps the γ it was drafted with
                     gamma = policy.gamma()
@@ -257,9 +261,10 @@ class EdgeDecoder:
                         budget = d.max_new_tokens - len(out)
                         chunk = policy.cloud_chunk()
                         n = budget if chunk is None else min(chunk, budget)
-                        server_before = stats.server_s
+                        server_before, started = stats.server_s, time.perf_counter()
                         tokens = tuple(self._cloud_ar(sid, stats, t0, n, resampled))
-                        policy.observe_cloud(len(tokens), stats.server_s - server_before)
+                        mark = time.perf_counter()  # the next speculative round's wall time counts from here
+                        policy.observe_cloud(len(tokens), stats.server_s - server_before, mark - started)
                         resampled = -1
                         seq.extend(tokens)
                         if emit(out, tokens, d, stats, t0) or len(tokens) < n or n == budget:
@@ -276,9 +281,11 @@ class EdgeDecoder:
                 final = round_.verdict(seq, kv, draft, gamma)
                 round_trip = time.perf_counter() - sent
                 record_round(stats, draft, final, round_trip)
-                policy.observe(RoundTiming(final.accepted, draft.gamma, block.t_token_s, round_trip, final.compute_s,
-                                           link.sent_bytes(number)))
                 tokens = verdict_tokens(final, draft, rng, self.drafter.stack.vocab_size)
+                now = time.perf_counter()
+                policy.observe(RoundTiming(final.accepted, draft.gamma, block.t_token_s, round_trip, final.compute_s,
+                                           link.sent_bytes(number), wall_s=now - mark, emitted=len(tokens)))
+                mark = now
                 resampled = tokens[-1] if final.resample else -1  # DSSD: the next block tells the cloud
                 seq.extend(tokens)
                 if emit(out, tokens, d, stats, t0):

@@ -112,11 +112,11 @@ def test_the_gamma_controller_persists_and_sees_each_rounds_own_draft_time(setup
 
     monkeypatch.setattr(draft_sources.DraftChain, "draft", spy)
     monkeypatch.setattr(long_lived, "DraftLengthController", Speculating)
-    edge = EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True)
+    edge = EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True, measured_fallback=False)  # the model decides
     rounds: dict[str, int] = {}
     with EdgeDecoder(link, drafter, edge) as decoder:
         for mode in ("fsd", "pico-fsd", "fsd", "pico", "pico-fsd", "sd"):
-            decoder.config = EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True)  # same priors: same controller
+            decoder.config = edge  # same priors: same controller
             result = decoder.decode(mode, prompt, b"")
             assert result.tokens == greedy, mode
             rounds[mode] = rounds.get(mode, 0) + result.stats.rounds

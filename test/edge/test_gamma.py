@@ -1,8 +1,11 @@
-"""γ policies: fixed γ; TK-SLT's ODLD/AS² with a probe round after its spacing of cloud-only tokens."""
+"""γ policies: fixed γ; TK-SLT's ODLD/AS² with a probe round after its spacing of cloud-only tokens; the
+measured wall times per token of both regimes overruling the model once known, probed both ways."""
 
 from __future__ import annotations
 
-from edge_spec_ros.edge.gamma import PROBE_BUDGET, AdaptiveGamma, FixedGamma, RoundTiming
+from edge_spec_ros.edge.gamma import (
+    CLOUD_PROBE_TOKENS, FIRST_CLOUD_PROBE_ROUNDS, PROBE_BUDGET, AdaptiveGamma, FixedGamma, RoundTiming,
+)
 from edge_spec_ros.spec.draft_length import DraftLengthController
 
 
@@ -39,3 +42,60 @@ def test_adaptive_gamma_follows_odld_when_speculation_pays():
     assert policy.gamma() == controller.choice().gamma > 1
     policy.observe(RoundTiming(accepted=4, drafted=4, t_token_s=0.001, round_trip_s=0.11, t_verify_s=0.1))
     assert controller.observations == 1
+
+
+def spec_round(policy: AdaptiveGamma, wall_s: float, emitted: int = 4) -> None:
+    policy.observe(RoundTiming(accepted=emitted - 1, drafted=4, t_token_s=0.001, round_trip_s=0.011,
+                               t_verify_s=0.01, wall_s=wall_s, emitted=emitted))
+
+
+def test_measured_wall_times_overrule_a_model_that_favours_speculation():
+    """The model says speculate (a = 1 prior); after two rounds a cloud probe measures the cloud, which
+    is cheaper per token: the decision goes to the cloud, and a probe round comes back after its spacing."""
+    controller = DraftLengthController(0.9, 0.01, 0.01)
+    policy = AdaptiveGamma(controller)
+    assert controller.choice().use_speculation
+    for _ in range(FIRST_CLOUD_PROBE_ROUNDS):
+        assert policy.gamma() == controller.choice().gamma
+        spec_round(policy, wall_s=0.040)  # 10 ms per emitted token
+    assert policy.gamma() is None and policy.cloud_chunk() == CLOUD_PROBE_TOKENS  # the cloud probe
+    policy.observe_cloud(CLOUD_PROBE_TOKENS, 0.008, wall_s=0.012)  # 3 ms per token
+    assert policy.cloud_probes == 1 and policy.measured() and policy.cloud_s < policy.spec_s
+    assert policy.gamma() is None  # measured: the cloud is cheaper, whatever the model says
+    spacing = policy.cloud_chunk()
+    assert spacing > 1
+    policy.observe_cloud(spacing, 0.002 * spacing, wall_s=0.003 * spacing)
+    assert policy.gamma() == controller.choice().gamma and policy.probes == 1  # the probe back
+
+
+def test_measured_speculation_that_pays_keeps_speculating_with_rare_cloud_probes():
+    controller = DraftLengthController(0.9, 0.01, 0.01)
+    policy = AdaptiveGamma(controller)
+    for _ in range(FIRST_CLOUD_PROBE_ROUNDS):
+        policy.gamma()
+        spec_round(policy, wall_s=0.008)  # 2 ms per token
+    assert policy.gamma() is None
+    policy.observe_cloud(CLOUD_PROBE_TOKENS, 0.02, wall_s=0.024)  # 6 ms per token
+    gammas = []
+    for _ in range(40):  # 160 speculative tokens
+        g = policy.gamma()
+        gammas.append(g)
+        if g is None:
+            policy.observe_cloud(policy.cloud_chunk(), 0.02, wall_s=0.024)
+        else:
+            spec_round(policy, wall_s=0.008)
+    # a probe's excess (4 tokens × 4 ms) within 2 % of speculating at 2 ms per token: one per 400 tokens
+    assert gammas.count(None) == 0 and policy.cloud_probes == 1
+
+
+def test_without_wall_times_or_with_them_off_the_model_alone_decides():
+    for measured, walls in ((True, False), (False, True)):
+        controller = DraftLengthController(0.9, 0.01, 0.01)
+        policy = AdaptiveGamma(controller, measured=measured)
+        for _ in range(10):
+            assert policy.gamma() == controller.choice().gamma
+            if walls:
+                spec_round(policy, wall_s=0.040)
+            else:
+                policy.observe(RoundTiming(3, 4, 0.001, 0.011, 0.01))
+        assert policy.cloud_probes == 0

@@ -43,7 +43,9 @@ def test_a_decode_handed_to_the_cloud_comes_back_and_stays_exact(setup, monkeypa
             return SPACING
 
     monkeypatch.setattr(long_lived, "DraftLengthController", Scripted)
-    with EdgeDecoder(link, drafter, EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True)) as decoder:
+    # the scripted model decides: measured wall times would overrule it (edge.gamma)
+    edge = EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True, measured_fallback=False)
+    with EdgeDecoder(link, drafter, edge) as decoder:
         result = decoder.decode(mode, prompt, b"")
         policy = decoder._parts.adaptive[mode][1]
     assert result.tokens == greedy
@@ -51,3 +53,17 @@ def test_a_decode_handed_to_the_cloud_comes_back_and_stays_exact(setup, monkeypa
     assert s.cloud_fallback == 1 and s.drafted > 0  # went to the cloud, and came back
     assert policy.controller.cloud_tokens == SPACING  # one chunk up to the probe, then speculation
     assert policy.probes == 1 and choices[:CLOUD_FIRST + 1] == [False, False, True]
+
+
+@pytest.mark.parametrize("mode", ["sd", "pico"])
+def test_the_decoder_measures_both_regimes_and_stays_exact(setup, mode):
+    """With measured wall times (the default): rounds and cloud-only chunks report theirs, a cloud
+    probe measures the cloud early in the first decision, and the output is the verifier's own."""
+    link, drafter, prompt, greedy = setup
+    with EdgeDecoder(link, drafter, EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True,
+                                               alpha_prior=0.9, b_prior=0.01, c_prior=0.01)) as decoder:
+        result = decoder.decode(mode, prompt, b"")
+        policy = decoder._parts.adaptive[mode][1]
+    assert result.tokens == greedy
+    assert policy.spec_s > 0 and policy.cloud_s > 0 and policy.measured()
+    assert policy.cloud_probes + policy.hand_overs >= 1 and policy.controller.cloud_tokens >= 1
