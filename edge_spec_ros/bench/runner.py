@@ -119,8 +119,9 @@ def adaptive_state(decoder: EdgeDecoder, mode: str) -> dict[str, float] | None:
     return {"alpha": ctl.alpha, "b": b, "c": c, "d": d, "a": a, "t_llm_ms": ctl.t_llm_s * 1e3,
             "propagation_ms": fit.propagation_s * 1e3, "per_kb_ms": fit.per_byte_s * 1e6,
             "gamma": float(choice.gamma), "speedup_estimate": choice.speedup,
-            "spec_ms": policy.spec_s * 1e3, "cloud_ms": policy.cloud_s * 1e3,
-            "speculate": float(policy.spec_s <= policy.cloud_s if policy.measured() else choice.use_speculation),
+            "spec_ms": policy.spec_s * 1e3, "cloud_first_ms": policy.cloud_first_s * 1e3,
+            "cloud_ms": policy.cloud_token_s * 1e3,
+            "speculate": float(policy.spec_s <= policy.cloud_s() if policy.measured() else choice.use_speculation),
             "probes": float(policy.probes), "cloud_probes": float(policy.cloud_probes),
             "hand_overs": float(policy.hand_overs), "rounds_observed": float(ctl.observations),
             "cloud_tokens": float(ctl.cloud_tokens)}

@@ -25,14 +25,18 @@ The cost model assumes a verification costs T_LLM whatever γ, and a cloud-only 
 a = 1 until the cloud has decoded alone. Where a verification of γ* + 1 positions costs several
 cloud-only tokens (a CPU verifier, a small model; measured: 11 ms against 3 ms on the shipped pair
 on loopback) the model favours speculation that loses (0.86× of cloud-only decoding). So the decoder
-also reports each regime's wall time per emitted token (``RoundTiming.wall_s``, ``observe_cloud``'s
-``wall_s``): from the previous emission to this one, everything included (drafting, the drafter's
-prefill, the link, the verifier). Once both regimes are measured, the cheaper one decides; the model
-still picks γ*. While speculating, a short cloud-only chunk (``CLOUD_PROBE_TOKENS``) comes first after
-``FIRST_CLOUD_PROBE_ROUNDS`` rounds, then after a spacing of speculative tokens priced as the probe
-rounds are (its excess over speculating within ``probe_budget``); a regime that is measured worse is
-so re-measured now and then, both ways. Without wall times (a caller that gives none) the model alone
-decides, as in the paper.
+also reports what each regime costs at the robot: a round its wall time from the previous emission to
+its own, per emitted token (``RoundTiming.wall_s``: drafting, the drafter's prefill, the link and the
+verifier included); a cloud-only chunk (``CloudWall``) a fixed cost, its first tokens' arrival (the
+link's round trip, paid once per chunk), and a cost per further token (streamed). Handing r tokens to
+the cloud then costs (first + (r − 1)·per-token)/r per token, r the tokens the decision has left: on a
+slow link a short chunk is dear and a whole decision cheap. Once both regimes are measured, the
+cheaper one decides; the model still picks γ*. While speculating, a short cloud-only chunk
+(``CLOUD_PROBE_TOKENS``) measures the cloud once after ``FIRST_CLOUD_PROBE_ROUNDS`` rounds, then after
+a spacing of speculative tokens that keeps its excess within ``probe_budget``; probe rounds measure
+speculation in the same way, so a regime measured worse is measured again now and then, both ways.
+Without wall times (a caller that gives none), or with ``measured=False``, the model alone decides, as
+in the paper.
 
 What a round tells the controller (``RoundTiming``): accepted δ of γ drafted; T_SLM per token as
 measured by whichever source produced that round's draft — a fresh draft on the critical path, a
@@ -54,6 +58,7 @@ MIN_T_VERIFY_S = 1e-6  # a verdict reporting no server time still divides b and 
 CLOUD_PROBE_TOKENS = 4  # a cloud-only chunk that measures the cloud's wall time per token while speculating
 FIRST_CLOUD_PROBE_ROUNDS = 2  # speculative rounds before the first cloud probe (the cloud not measured yet)
 WALL_SMOOTHING = 0.2  # weight of the newest measurement in each regime's wall time per token
+HORIZON_TOKENS = 32  # tokens a hand-over to the cloud is priced over when the caller does not say
 
 
 @dataclass(frozen=True)
@@ -75,12 +80,25 @@ class RoundTiming:
         return max(0.0, self.round_trip_s - self.t_verify_s) / self.drafted
 
 
+@dataclass(frozen=True)
+class CloudWall:
+    """A cloud-only chunk's wall time at the robot, in two parts: a fixed cost per chunk (the Generate's
+    way up and the first tokens' way down: the link's round trip) and a cost per further token (the
+    cloud's decoding, streamed)."""
+
+    first_s: float  # from the Generate leaving to its first tokens' arrival
+    first_count: int  # tokens in that first arrival
+    rest_s: float  # from then to the chunk's last token
+    rest_count: int  # the tokens after the first arrival
+
+
 class GammaPolicy(Protocol):
     def begin(self, gamma: int) -> None:
         """A decision starts; ``gamma`` is its configured γ."""
 
-    def gamma(self) -> int | None:
-        """γ for the next round; None: speculation does not pay, the cloud decodes ``cloud_chunk()`` tokens."""
+    def gamma(self, remaining: int | None = None) -> int | None:
+        """γ for the next round; None: speculation does not pay, the cloud decodes ``cloud_chunk()`` tokens.
+        ``remaining``: tokens the decision may still emit (None: unknown)."""
 
     def observe(self, timing: RoundTiming) -> None:
         """A round's verdict arrived."""
@@ -89,9 +107,9 @@ class GammaPolicy(Protocol):
         """After ``gamma()`` said None: how many tokens the cloud decodes before γ is asked again
         (None: the rest of the decision)."""
 
-    def observe_cloud(self, tokens: int, compute_s: float, wall_s: float | None = None) -> None:
-        """The cloud decoded ``tokens`` tokens alone in ``compute_s`` seconds of its compute and
-        ``wall_s`` seconds at the robot (None: not measured)."""
+    def observe_cloud(self, tokens: int, compute_s: float, wall: CloudWall | None = None) -> None:
+        """The cloud decoded ``tokens`` tokens alone in ``compute_s`` seconds of its compute; ``wall``:
+        how long they took at the robot (None: not measured)."""
 
 
 class FixedGamma:
@@ -103,7 +121,7 @@ class FixedGamma:
     def begin(self, gamma: int) -> None:
         self._gamma = gamma
 
-    def gamma(self) -> int | None:
+    def gamma(self, remaining: int | None = None) -> int | None:
         return self._gamma
 
     def observe(self, timing: RoundTiming) -> None:
@@ -112,7 +130,7 @@ class FixedGamma:
     def cloud_chunk(self) -> int | None:
         return None
 
-    def observe_cloud(self, tokens: int, compute_s: float, wall_s: float | None = None) -> None:
+    def observe_cloud(self, tokens: int, compute_s: float, wall: CloudWall | None = None) -> None:
         pass
 
 
@@ -123,8 +141,8 @@ def _ema(old: float, new: float) -> float:
 class AdaptiveGamma:
     """ODLD picks γ* per round, AS² may hand over to the cloud (TK-SLT Algorithms 1-2, with the link's
     propagation apart), a probe round comes after ``probe_spacing`` cloud-only tokens, and once both
-    regimes' wall times per token are measured the cheaper one decides, each re-measured now and then
-    (module docstring). Not thread-safe: one decision at a time."""
+    regimes' wall times are measured the cheaper one decides, each re-measured now and then (module
+    docstring). Not thread-safe: one decision at a time."""
 
     def __init__(self, controller: DraftLengthController, probe_budget: float = PROBE_BUDGET,
                  measured: bool = True) -> None:
@@ -140,19 +158,26 @@ class AdaptiveGamma:
         self.cloud_probes = 0  # cloud-only chunks run to measure the cloud while speculation was chosen
         self.hand_overs = 0  # times γ() handed the decision to the cloud
         self.spec_s = 0.0  # wall time per emitted token, speculating (EMA; 0: not measured)
-        self.cloud_s = 0.0  # wall time per token, cloud-only (EMA; 0: not measured)
+        self.cloud_first_s = 0.0  # a cloud-only chunk's fixed cost: its first tokens' arrival (EMA)
+        self.cloud_token_s = 0.0  # and its cost per further token (EMA; 0: not measured)
         self._probing_cloud = False
 
     def begin(self, gamma: int) -> None:
         pass
 
     def measured(self) -> bool:
-        """Both regimes' wall times per token are known: they decide instead of the model."""
-        return self.use_walls and self.spec_s > 0.0 and self.cloud_s > 0.0
+        """Both regimes' wall times are known: they decide instead of the model."""
+        return self.use_walls and self.spec_s > 0.0 and self.cloud_first_s > 0.0 and self.cloud_token_s > 0.0
 
-    def gamma(self) -> int | None:
+    def cloud_s(self, tokens: int = HORIZON_TOKENS) -> float:
+        """Measured wall time per token of handing ``tokens`` tokens to the cloud (its fixed cost shared)."""
+        tokens = max(1, tokens)
+        return (self.cloud_first_s + (tokens - 1) * self.cloud_token_s) / tokens
+
+    def gamma(self, remaining: int | None = None) -> int | None:
         choice = self.controller.choice()
-        speculate = self.spec_s <= self.cloud_s if self.measured() else choice.use_speculation
+        horizon = HORIZON_TOKENS if remaining is None else remaining
+        speculate = self.spec_s <= self.cloud_s(horizon) if self.measured() else choice.use_speculation
         if speculate:
             if self._cloud_probe_due():
                 self._probing_cloud = True
@@ -180,7 +205,7 @@ class AdaptiveGamma:
             self.spec_rounds += 1
             self.since_cloud += timing.emitted
 
-    def observe_cloud(self, tokens: int, compute_s: float, wall_s: float | None = None) -> None:
+    def observe_cloud(self, tokens: int, compute_s: float, wall: CloudWall | None = None) -> None:
         if self._probing_cloud:
             self._probing_cloud = False
         else:
@@ -188,28 +213,31 @@ class AdaptiveGamma:
         self.since_cloud = 0
         if tokens > 0 and compute_s > 0:
             self.controller.observe_cloud(tokens, compute_s)
-        if tokens > 0 and wall_s is not None and wall_s > 0:
-            self.cloud_s = _ema(self.cloud_s, wall_s / tokens)
+        if wall is not None and wall.first_count > 0 and wall.first_s > 0:
+            self.cloud_first_s = _ema(self.cloud_first_s, wall.first_s)
+            if wall.rest_count > 0 and wall.rest_s > 0:
+                self.cloud_token_s = _ema(self.cloud_token_s, wall.rest_s / wall.rest_count)
 
     def _spacing(self) -> int:
-        """Cloud-only tokens between two speculative probe rounds: by measured wall times when both are
-        known (a probe round's E[tokens] at the speculative cost, its excess over the cloud's within
-        the budget), else the model's ``probe_spacing``."""
+        """Cloud-only tokens between two speculative probe rounds: by measured wall times when known (a
+        probe round's E[tokens] at the speculative cost against the cloud's per-token cost, plus the
+        cloud's fixed cost paid again to resume, within the budget of the cloud's time), else the
+        model's ``probe_spacing``."""
         if not self.measured():
             return self.controller.probe_spacing(self.probe_budget)
         c = self.controller
         _, tokens = round_cost(c.alpha, c.choice().gamma, 0.0, 0.0)
-        excess = tokens * max(0.0, self.spec_s - self.cloud_s)
-        return max(1, math.ceil(excess / (self.probe_budget * self.cloud_s)))
+        excess = tokens * max(0.0, self.spec_s - self.cloud_token_s) + max(0.0, self.cloud_first_s - self.cloud_token_s)
+        return max(1, math.ceil(excess / (self.probe_budget * self.cloud_token_s)))
 
     def _cloud_probe_due(self) -> bool:
-        """While speculating: whether a short cloud-only chunk should measure the cloud now. Only
-        with wall times: first after ``FIRST_CLOUD_PROBE_ROUNDS`` rounds, then after a spacing of
-        speculative tokens that keeps the probes' excess within the budget."""
+        """While speculating: whether a short cloud-only chunk should measure the cloud now. Only with
+        wall times: first after ``FIRST_CLOUD_PROBE_ROUNDS`` rounds, then after a spacing of speculative
+        tokens that keeps the probes' excess over speculating within the budget."""
         if not self.use_walls or self.spec_s <= 0.0:
             return False
-        if self.cloud_s <= 0.0:
-            return self.spec_rounds >= FIRST_CLOUD_PROBE_ROUNDS
-        excess = CLOUD_PROBE_TOKENS * max(0.0, self.cloud_s - self.spec_s)
+        if not self.measured():  # once, early: the cloud has not been measured yet
+            return self.cloud_probes == 0 and self.spec_rounds >= FIRST_CLOUD_PROBE_ROUNDS
+        excess = max(0.0, CLOUD_PROBE_TOKENS * (self.cloud_s(CLOUD_PROBE_TOKENS) - self.spec_s))
         spacing = max(CLOUD_PROBE_TOKENS, math.ceil(excess / (self.probe_budget * self.spec_s)))
         return self.since_cloud >= spacing

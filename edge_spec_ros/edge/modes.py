@@ -59,7 +59,7 @@ from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig, DecodeResult, append_until_stop
 from edge_spec_ros.edge.client import VerifierAuthError, VerifierError, VerifierTimeout
 from edge_spec_ros.edge.draft_sources import DraftChain, FreshDraft, PreDraftCache
-from edge_spec_ros.edge.gamma import RoundTiming
+from edge_spec_ros.edge.gamma import CloudWall, RoundTiming
 from edge_spec_ros.edge.long_lived import LongLivedParts
 from edge_spec_ros.edge.pipeline import PipelinedRound, SerialRound
 from edge_spec_ros.edge.registry import MODES, REGISTRY, get_mode  # noqa: F401 - MODES re-exported
@@ -123,6 +123,22 @@ class EdgeConfig:
         for policy in (self.client_policy, self.server_policy):
             if policy not in POLICIES:
                 raise ValueError(f"queue policy {policy!r} is not one of {POLICIES}")
+
+
+@dataclass(frozen=True)
+class CloudTokens:
+    """A cloud-only chunk: its tokens, when its Generate left, when the first tokens arrived and how many."""
+
+    tokens: list[int]
+    sent_at: float
+    first_at: float
+    first_count: int
+
+    def wall(self, end: float) -> CloudWall:
+        """Its wall times as the γ policy measures them (``edge.gamma.CloudWall``)."""
+        return CloudWall(first_s=self.first_at - self.sent_at if self.first_count else 0.0,
+                         first_count=self.first_count, rest_s=end - self.first_at if self.first_count else 0.0,
+                         rest_count=len(self.tokens) - self.first_count)
 
 
 class EdgeDecoder:
@@ -189,7 +205,7 @@ class EdgeDecoder:
         stats.prefill_s = time.perf_counter() - t0
         try:
             if not spec.speculative:
-                tokens = self._cloud_ar(sid, stats, t0, c.decode.max_new_tokens)
+                tokens = self._cloud_ar(sid, stats, t0, c.decode.max_new_tokens).tokens
             else:
                 tokens = self._speculative(sid, prompt, stats, t0, mode)
         finally:
@@ -200,12 +216,13 @@ class EdgeDecoder:
         stats.tokens = len(tokens)
         return DecodeResult(tokens, stats)
 
-    def _cloud_ar(self, sid: bytes, stats: DecodeStats, t0: float, budget: int, resampled: int = -1) -> list[int]:
+    def _cloud_ar(self, sid: bytes, stats: DecodeStats, t0: float, budget: int, resampled: int = -1) -> CloudTokens:
         """Cloud-only decoding of up to ``budget`` tokens (the baseline, or AS²'s fallback)."""
         d = self.config.decode
         sent = time.perf_counter()
         self.client.send(sid, Generate(budget, d.stop_tokens, resampled))
         out: list[int] = []
+        first_at, first_count = 0.0, 0
         while True:
             msg = self.client.receive(sid)
             if isinstance(msg, ExitResult) and (msg.stale or not msg.is_final):
@@ -216,6 +233,8 @@ class EdgeDecoder:
             stats.rounds += 1
             if not stats.ttft_s:
                 stats.ttft_s = time.perf_counter() - t0
+            if not out and len(msg.tokens):
+                first_at, first_count = time.perf_counter(), len(msg.tokens)
             out.extend(int(t) for t in msg.tokens)
             if msg.is_final:
                 break
@@ -224,7 +243,7 @@ class EdgeDecoder:
         # the cloud counted the same budget and stops; this also cuts at a stop token it missed
         done: list[int] = []
         append_until_stop(done, out, replace(d, max_new_tokens=budget))
-        return done
+        return CloudTokens(done, sent, first_at, first_count)
 
     def _speculative(self, sid: bytes, prompt: EncodedPrompt, stats: DecodeStats, t0: float,
                      mode: str) -> list[int]:
@@ -255,22 +274,24 @@ class EdgeDecoder:
             mark = time.perf_counter()  # the last emission: a round's wall time per token counts from it
             for _ in range(d.max_new_tokens + 1):
                 if not sources.in_flight:  # a block on the link already keeps the γ it was drafted with
-                    gamma = policy.gamma()
+                    gamma = policy.gamma(d.max_new_tokens - len(out))
                     while gamma is None:  # AS²: speculation does not pay, the cloud decodes a chunk
                         stats.cloud_fallback = 1
                         budget = d.max_new_tokens - len(out)
                         chunk = policy.cloud_chunk()
                         n = budget if chunk is None else min(chunk, budget)
-                        server_before, started = stats.server_s, time.perf_counter()
-                        tokens = tuple(self._cloud_ar(sid, stats, t0, n, resampled))
+                        server_before = stats.server_s
+                        cloud = self._cloud_ar(sid, stats, t0, n, resampled)
                         mark = time.perf_counter()  # the next speculative round's wall time counts from here
-                        policy.observe_cloud(len(tokens), stats.server_s - server_before, mark - started)
+                        tokens = tuple(cloud.tokens)
+                        policy.observe_cloud(len(tokens), stats.server_s - server_before,
+                                             cloud.wall(mark))
                         resampled = -1
                         seq.extend(tokens)
                         if emit(out, tokens, d, stats, t0) or len(tokens) < n or n == budget:
                             return out
                         sources, new_round = chain()
-                        gamma = policy.gamma()  # a probe after enough cloud-only tokens (edge.gamma)
+                        gamma = policy.gamma(d.max_new_tokens - len(out))  # a probe after enough cloud-only tokens
                 if kv is None:
                     kv = self.drafter.start(prompt)
                 block = sources.draft(number, kv, seq, gamma, resampled)

@@ -4,7 +4,7 @@ measured wall times per token of both regimes overruling the model once known, p
 from __future__ import annotations
 
 from edge_spec_ros.edge.gamma import (
-    CLOUD_PROBE_TOKENS, FIRST_CLOUD_PROBE_ROUNDS, PROBE_BUDGET, AdaptiveGamma, FixedGamma, RoundTiming,
+    CLOUD_PROBE_TOKENS, FIRST_CLOUD_PROBE_ROUNDS, PROBE_BUDGET, AdaptiveGamma, CloudWall, FixedGamma, RoundTiming,
 )
 from edge_spec_ros.spec.draft_length import DraftLengthController
 
@@ -49,6 +49,11 @@ def spec_round(policy: AdaptiveGamma, wall_s: float, emitted: int = 4) -> None:
                                t_verify_s=0.01, wall_s=wall_s, emitted=emitted))
 
 
+def cloud(tokens: int, first_s: float, per_token_s: float) -> CloudWall:
+    """A chunk whose first token arrives after ``first_s`` and the rest every ``per_token_s``."""
+    return CloudWall(first_s=first_s, first_count=1, rest_s=(tokens - 1) * per_token_s, rest_count=tokens - 1)
+
+
 def test_measured_wall_times_overrule_a_model_that_favours_speculation():
     """The model says speculate (a = 1 prior); after two rounds a cloud probe measures the cloud, which
     is cheaper per token: the decision goes to the cloud, and a probe round comes back after its spacing."""
@@ -56,16 +61,30 @@ def test_measured_wall_times_overrule_a_model_that_favours_speculation():
     policy = AdaptiveGamma(controller)
     assert controller.choice().use_speculation
     for _ in range(FIRST_CLOUD_PROBE_ROUNDS):
-        assert policy.gamma() == controller.choice().gamma
+        assert policy.gamma(24) == controller.choice().gamma
         spec_round(policy, wall_s=0.040)  # 10 ms per emitted token
-    assert policy.gamma() is None and policy.cloud_chunk() == CLOUD_PROBE_TOKENS  # the cloud probe
-    policy.observe_cloud(CLOUD_PROBE_TOKENS, 0.008, wall_s=0.012)  # 3 ms per token
-    assert policy.cloud_probes == 1 and policy.measured() and policy.cloud_s < policy.spec_s
-    assert policy.gamma() is None  # measured: the cloud is cheaper, whatever the model says
+    assert policy.gamma(16) is None and policy.cloud_chunk() == CLOUD_PROBE_TOKENS  # the cloud probe
+    policy.observe_cloud(CLOUD_PROBE_TOKENS, 0.008, cloud(CLOUD_PROBE_TOKENS, first_s=0.004, per_token_s=0.003))
+    assert policy.cloud_probes == 1 and policy.measured() and policy.cloud_s(12) < policy.spec_s
+    assert policy.gamma(12) is None  # measured: the cloud is cheaper, whatever the model says
     spacing = policy.cloud_chunk()
     assert spacing > 1
-    policy.observe_cloud(spacing, 0.002 * spacing, wall_s=0.003 * spacing)
-    assert policy.gamma() == controller.choice().gamma and policy.probes == 1  # the probe back
+    policy.observe_cloud(spacing, 0.002 * spacing, cloud(spacing, first_s=0.004, per_token_s=0.003))
+    assert policy.gamma(12) == controller.choice().gamma and policy.probes == 1  # the probe back
+
+
+def test_a_slow_links_fixed_cost_is_shared_by_the_tokens_left():
+    """On a slow link (300 ms to the first token, 2 ms per token after) the cloud is dear for a few
+    tokens and cheap for many: speculation at 20 ms per token wins the last 8 tokens, not the next 200."""
+    policy = AdaptiveGamma(DraftLengthController(0.9, 0.01, 0.01))
+    for _ in range(FIRST_CLOUD_PROBE_ROUNDS):
+        policy.gamma(200)
+        spec_round(policy, wall_s=0.080)  # 20 ms per token
+    assert policy.gamma(200) is None  # the cloud probe
+    policy.observe_cloud(CLOUD_PROBE_TOKENS, 0.01, cloud(CLOUD_PROBE_TOKENS, first_s=0.300, per_token_s=0.002))
+    assert policy.cloud_s(CLOUD_PROBE_TOKENS) > policy.spec_s > policy.cloud_s(200)
+    assert policy.gamma(200) is None
+    assert policy.gamma(8) is not None
 
 
 def test_measured_speculation_that_pays_keeps_speculating_with_rare_cloud_probes():
@@ -75,13 +94,13 @@ def test_measured_speculation_that_pays_keeps_speculating_with_rare_cloud_probes
         policy.gamma()
         spec_round(policy, wall_s=0.008)  # 2 ms per token
     assert policy.gamma() is None
-    policy.observe_cloud(CLOUD_PROBE_TOKENS, 0.02, wall_s=0.024)  # 6 ms per token
+    policy.observe_cloud(CLOUD_PROBE_TOKENS, 0.02, cloud(CLOUD_PROBE_TOKENS, first_s=0.006, per_token_s=0.006))
     gammas = []
     for _ in range(40):  # 160 speculative tokens
         g = policy.gamma()
         gammas.append(g)
         if g is None:
-            policy.observe_cloud(policy.cloud_chunk(), 0.02, wall_s=0.024)
+            policy.observe_cloud(policy.cloud_chunk(), 0.02, cloud(CLOUD_PROBE_TOKENS, 0.006, 0.006))
         else:
             spec_round(policy, wall_s=0.008)
     # a probe's excess (4 tokens × 4 ms) within 2 % of speculating at 2 ms per token: one per 400 tokens

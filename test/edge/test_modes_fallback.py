@@ -65,5 +65,5 @@ def test_the_decoder_measures_both_regimes_and_stays_exact(setup, mode):
         result = decoder.decode(mode, prompt, b"")
         policy = decoder._parts.adaptive[mode][1]
     assert result.tokens == greedy
-    assert policy.spec_s > 0 and policy.cloud_s > 0 and policy.measured()
+    assert policy.spec_s > 0 and policy.cloud_first_s > 0 and policy.cloud_token_s > 0 and policy.measured()
     assert policy.cloud_probes + policy.hand_overs >= 1 and policy.controller.cloud_tokens >= 1
