@@ -174,6 +174,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               prefill_chunk_cells=args.prefill_chunk_cells,
                               documents="" if dragon is not None else args.documents or "",
                               max_batch=args.max_batch if args.batch else 1,
+                              batch_window_s=args.batch_window_ms / 1e3 if args.batch else 0.0,
                               **({} if args.priority_lead_s is None else {"priority_lead_s": args.priority_lead_s}))
     except ValueError as exc:
         _log(f"error: {exc}")
@@ -633,6 +634,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="batched verification: the pending rounds of up to --max-batch sessions go through the "
                             "verifier in one forward (docs/fleet.md)")
     serve.add_argument("--max-batch", type=int, default=8, help="with --batch: sessions per forward (default 8)")
+    serve.add_argument("--batch-window-ms", type=float, default=0.0,
+                       help="with --batch: how long a round waits for other sessions' rounds to join its forward "
+                            "while it has fewer than --max-batch (default 0: only those already pending; at most "
+                            "1000)")
     serve.add_argument("--priority-lead-s", type=float, default=None, metavar="S",
                        help="compute a session may use ahead of sessions one priority level lower (Open.priority: "
                             "a robot in motion is level 1); the bound of any session's wait behind higher ones "

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import re
 import sys
 import threading
 import time
@@ -84,12 +85,15 @@ MOVING_PRIORITY = 1  # Open.priority of a robot in motion (0: standing still)
 
 
 def serve_args(setting: str) -> tuple[str, ...]:
-    """``edge-spec-ros serve`` options of a setting name: ``off`` or ``batchK`` (K sessions per forward)."""
+    """``edge-spec-ros serve`` options of a setting name: ``off``, ``batchK`` (K sessions per forward) or
+    ``batchKwM`` (and a batching window of M ms: ``serve --batch-window-ms``)."""
     if setting == "off":
         return ()
-    if setting.startswith("batch") and setting[5:].isdigit() and int(setting[5:]) >= 2:
-        return ("--batch", "--max-batch", setting[5:])
-    raise ValueError(f"server setting {setting!r}: 'off' or 'batchK' with K >= 2")
+    match = re.fullmatch(r"batch(\d+)(?:w(\d+))?", setting)
+    if match and int(match[1]) >= 2:
+        window = ("--batch-window-ms", match[2]) if match[2] else ()
+        return ("--batch", "--max-batch", match[1], *window)
+    raise ValueError(f"server setting {setting!r}: 'off', 'batchK' with K >= 2, or 'batchKwM' (M ms window)")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -452,7 +456,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", type=int, default=FleetConfig.prompts)
     parser.add_argument("--max-new-tokens", type=int, default=FleetConfig.max_new_tokens)
     parser.add_argument("--gamma", type=int, default=FleetConfig.gamma)
-    parser.add_argument("--settings", default="off", help="server settings side by side: off, batchK (e.g. off,batch8)")
+    parser.add_argument("--settings", default="off", help="server settings side by side: off, batchK, batchKwM (K sessions per forward, a window of M "
+                             "ms; e.g. off,batch8,batch8w50)")
     parser.add_argument("--procs", type=int, default=FleetConfig.procs, help="robot worker processes")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)

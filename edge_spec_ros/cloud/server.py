@@ -60,6 +60,7 @@ HOUSEKEEPING_PERIOD_S = 0.5
 FAIR_CREDIT_S = 0.1  # compute a session coming back from idle may use ahead of the sessions already waiting
 PRIORITY_LEAD_S = 1.0  # per priority level (Open.priority): more compute a session back from idle may use
 # ahead of lower-priority sessions (a robot in motion, priority 1, goes ahead of a robot standing still)
+MAX_BATCH_WINDOW_S = 1.0  # a longer wait for company would cost every round more than batching saves
 WORKER_JOIN_S = 0.2  # how long stop() waits for the workers (a forward pass in flight is not interrupted)
 RECEIVE_HWM = 100  # frame sets ZeroMQ buffers per connection before it stops reading that peer
 DRAGON_STEPS = (DragonDraft, DragonTarget, DragonDistRequest, DragonDist)  # a DRAGON decision's traffic
@@ -82,7 +83,9 @@ class ServerConfig:
     fairness bound of ``FairQueue``); documents: the cloud's
     document folder for DRAGON decisions (cloud/dragon.py; empty: DRAGON is refused); max_batch: the
     most sessions whose pending verification rounds one forward of the verifier takes (1: one round per
-    forward; cloud/batching.py)."""
+    forward; cloud/batching.py); batch_window_s: with max_batch > 1, how long a worker holding a round
+    waits for more rounds to join its forward while it has fewer than max_batch (0: it takes what is
+    pending at once)."""
 
     bind: str = "tcp://127.0.0.1:5555"
     workers: int = 1
@@ -100,6 +103,7 @@ class ServerConfig:
     priority_lead_s: float = PRIORITY_LEAD_S
     documents: str = ""
     max_batch: int = 1
+    batch_window_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.emulate_tq_s) and self.emulate_tq_s >= 0):
@@ -109,6 +113,8 @@ class ServerConfig:
                              f"{self.prefill_chunk_tokens} and {self.prefill_chunk_cells}")
         if not (math.isfinite(self.fair_credit_s) and self.fair_credit_s >= 0):
             raise ValueError(f"fair_credit_s must be finite and >= 0, got {self.fair_credit_s}")
+        if not (math.isfinite(self.batch_window_s) and 0 <= self.batch_window_s <= MAX_BATCH_WINDOW_S):
+            raise ValueError(f"batch_window_s must be in [0, {MAX_BATCH_WINDOW_S}], got {self.batch_window_s}")
         if not (math.isfinite(self.priority_lead_s) and self.priority_lead_s >= 0):
             raise ValueError(f"priority_lead_s must be finite and >= 0, got {self.priority_lead_s}")
         if self.workers < 1 or self.max_sessions < 1 or self.max_sessions_per_client < 1 or self.max_batch < 1:
@@ -459,6 +465,8 @@ class VerifierServer:
                 else:
                     job = None
                 batch = self._gather() if self.config.max_batch > 1 and batchable(job) else []
+                if self.config.batch_window_s > 0 and self.config.max_batch > 1 and batchable(job):
+                    batch += self._wait_for_company(len(batch))
                 self._running += 1
                 self._running_continued += continued
             t0 = time.perf_counter()
@@ -481,12 +489,31 @@ class VerifierServer:
                             s.current = None
                     self._ready_cv.notify_all()  # what may start has changed
 
-    def _gather(self) -> list[tuple[_Session, Job]]:
-        """Batching (lock held): take from the ready queue up to ``max_batch - 1`` other sessions whose
-        next job is a whole block's verification, in serving order; the rest keep their places."""
+    def _wait_for_company(self, have: int) -> list[tuple[_Session, Job]]:
+        """Batching window (lock held, released while waiting): up to ``batch_window_s`` for rounds of
+        other sessions to join a forward that has ``have`` besides its own, until it is full; then
+        until no continued step runs (``_may_start``: this forward starts a job, so it never runs
+        beside a long job's step, which another worker may have started meanwhile)."""
+        taken: list[tuple[_Session, Job]] = []
+        deadline = time.monotonic() + self.config.batch_window_s
+        while have + len(taken) < self.config.max_batch - 1 and not self._done.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._ready_cv.wait(remaining)
+            taken += self._gather(self.config.max_batch - 1 - have - len(taken))
+        while self._running_continued and not self._done.is_set():
+            self._ready_cv.wait()
+        return taken
+
+    def _gather(self, limit: int | None = None) -> list[tuple[_Session, Job]]:
+        """Batching (lock held): take from the ready queue up to ``limit`` (default ``max_batch - 1``)
+        other sessions whose next job is a whole block's verification, in serving order; the rest keep
+        their places."""
+        limit = self.config.max_batch - 1 if limit is None else limit
         taken: list[tuple[_Session, Job]] = []
         for other in list(self._ready):
-            if len(taken) >= self.config.max_batch - 1:
+            if len(taken) >= limit:
                 break
             if other.current is None and other.jobs and not other.closed and batchable(other.jobs[0][0]):
                 self._ready.take(other)

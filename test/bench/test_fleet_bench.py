@@ -32,7 +32,8 @@ def test_fleet_bench_reports_throughput_latency_and_exactness(tmp_path):
 def test_fleet_settings_are_checked():
     assert serve_args("off") == ()
     assert serve_args("batch8") == ("--batch", "--max-batch", "8")
-    for bad in ("batch1", "on", "batchx"):
+    assert serve_args("batch8w50") == ("--batch", "--max-batch", "8", "--batch-window-ms", "50")
+    for bad in ("batch1", "on", "batchx", "batch8w", "batch8w-5", "off8"):
         with pytest.raises(ValueError):
             serve_args(bad)
 
