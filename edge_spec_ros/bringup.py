@@ -121,7 +121,8 @@ class Monitor(Node):
                        f"ω={msg.angular_z:.2f} rad/s for {msg.duration_s:.2f} s{' (clamped)' if msg.clamped else ''}")
 
     def on_stats(self, msg: DecodeStatsMsg) -> None:
-        self.print(f"[stats {msg.decision} {msg.mode}] {msg.tokens} tokens in {msg.rounds} rounds, "
+        self.print(f"[stats {msg.decision} {msg.mode}] decision {msg.wall_s * 1e3:.0f} ms: {msg.tokens} tokens in "
+                   f"{msg.rounds} rounds, "
                    f"τ={msg.tau:.2f} α={msg.alpha:.2f} r={msg.miss_rate:.0%} TTFT {msg.ttft_s * 1e3:.0f} ms, "
                    f"{msg.per_token_s * 1e3:.1f} ms/token, up {msg.bytes_up_per_round:.0f} B/round, "
                    f"down {msg.bytes_down_per_round:.0f} B/round")

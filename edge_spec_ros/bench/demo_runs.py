@@ -1,0 +1,129 @@
+"""`make demo`, run again and again: whether each run reaches the target, and its decision latencies.
+
+``python -m edge_spec_ros.bench.demo_runs --runs 10 --busy 2 --modes fsd`` runs the demo's command
+(``edge-spec-ros bringup --params config/go2_nav.yaml --serve --sim --instruction ...``) ``--runs`` times
+per mode, idle and then with ``--busy`` busy-loop processes beside it (0: idle only), the mode set in a
+copy of the YAML. From each run's output it takes the decisions (``[decision ...]``), each decision's
+latency (``[stats ...] decision N ms``: open to last token, the drafter's own measurement) and the
+end state (``simulated robot reached the target``). It prints per mode and load: runs reaching the
+target, decisions per run, and the decision latency min / median / max over all decisions, and
+writes the runs to ``--out`` as JSON. A run that does not end within ``--timeout`` counts as not
+reached. Everything runs on the machine's loopback (the Makefile's DDS settings are required in the
+environment: ``FASTDDS_DEFAULT_PROFILES_FILE``, ``ROS_DOMAIN_ID``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import re
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+INSTRUCTION = "find the silver bottle"  # the Makefile's demo instruction
+ROOT = Path(__file__).resolve().parents[2]
+PARAMS = ROOT / "config" / "go2_nav.yaml"
+RUN_TIMEOUT_S = 300.0  # one demo run, model loading included
+STATS = re.compile(r"\[stats (\d+) (\S+)\] decision (\d+) ms")
+DECISION = re.compile(r"\[decision (\d+) ")
+REACHED = "simulated robot reached the target"
+
+
+@dataclass
+class DemoRun:
+    mode: str
+    busy: int
+    reached: bool
+    decisions: int
+    latencies_ms: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+    texts: list[str] = field(default_factory=list)
+
+
+def _busy_loop() -> None:
+    while True:
+        pass
+
+
+def parse_run(output: str, mode: str, busy: int, wall_s: float) -> DemoRun:
+    """A run's figures from the demo's printed output."""
+    latencies = [float(m[3]) for m in STATS.finditer(output)]
+    texts = [line.split("] ", 1)[1] for line in output.splitlines() if DECISION.match(line)]
+    return DemoRun(mode, busy, REACHED in output, len(texts), latencies, wall_s, texts)
+
+
+def params_for(mode: str, out: Path) -> Path:
+    """The demo's YAML with the drafter's mode set."""
+    config = yaml.safe_load(PARAMS.read_text())
+    config["drafter"]["ros__parameters"]["mode"] = mode
+    path = out / f"params_{mode}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_once(mode: str, busy: int, out: Path, instruction: str, timeout_s: float) -> DemoRun:
+    cmd = [sys.executable, "-m", "edge_spec_ros.cli", "bringup", "--params", str(params_for(mode, out)),
+           "--serve", "--sim", "--instruction", instruction]
+    hogs = [mp.Process(target=_busy_loop, daemon=True) for _ in range(busy)]
+    for hog in hogs:
+        hog.start()
+    t0 = time.monotonic()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+        output = done.stdout + done.stderr
+    except subprocess.TimeoutExpired as exc:  # not reached; what it printed still counts
+        partial = exc.stdout or ""
+        output = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.join()
+    return parse_run(output, mode, busy, time.monotonic() - t0)
+
+
+def summary(runs: list[DemoRun]) -> list[str]:
+    lines = ["| mode | busy loops | reached | decisions per run | decision ms min / median / max | run s (median) |",
+             "|---|---|---|---|---|---|"]
+    for key in dict.fromkeys((r.mode, r.busy) for r in runs):
+        group = [r for r in runs if (r.mode, r.busy) == key]
+        lat = [x for r in group for x in r.latencies_ms]
+        span = f"{min(lat):.0f} / {statistics.median(lat):.0f} / {max(lat):.0f}" if lat else "–"
+        per_run = sorted({r.decisions for r in group})
+        lines.append(f"| {key[0]} | {key[1]} | {sum(r.reached for r in group)} / {len(group)} | "
+                     f"{', '.join(map(str, per_run))} | {span} | {statistics.median(r.wall_s for r in group):.0f} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="make demo, repeated: success and decision latency")
+    parser.add_argument("--runs", type=int, default=10, help="runs per mode and load")
+    parser.add_argument("--busy", type=int, default=2, help="busy-loop processes in the second set of runs (0: none)")
+    parser.add_argument("--modes", default="fsd", help="comma-separated drafter modes")
+    parser.add_argument("--instruction", default=INSTRUCTION)
+    parser.add_argument("--timeout", type=float, default=RUN_TIMEOUT_S, help="per run (s)")
+    parser.add_argument("--out", default="artifacts/demo_runs", help="folder for the YAML copies and runs.json")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs: list[DemoRun] = []
+    for mode in args.modes.split(","):
+        for busy in dict.fromkeys((0, args.busy)):
+            for i in range(args.runs):
+                run = run_once(mode, busy, out, args.instruction, args.timeout)
+                runs.append(run)
+                print(f"{mode} busy={busy} run {i + 1}/{args.runs}: {'reached' if run.reached else 'NOT reached'}, "
+                      f"{run.decisions} decisions, {run.wall_s:.0f} s", file=sys.stderr, flush=True)
+    (out / "runs.json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
+    print("\n".join(summary(runs)))
+    return 0 if all(r.reached for r in runs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
