@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 DEFAULT_INSTRUCTION = "find the silver bottle"
+SIM_EVAL_MAX_NEW_TOKENS = 64  # config/go2_nav.yaml's drafter max_new_tokens (a test keeps them equal)
 SOURCE_HELP = ("'embedded' (the shipped pair), 'smollm2' (SmolLM2-135M-Instruct, converted once), a train-sim-pair "
                "or Qwen2-VL checkpoint directory, or a hub id (docs/models.md)")
 
@@ -486,7 +487,7 @@ def cmd_sim_eval(args: argparse.Namespace) -> int:
 
     pair = _load_pair(args.models, parts=("verifier",))
     encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=args.max_pixels or pair.max_pixels))
-    policy = ModelPolicy(pair.verifier, encoder, jpeg_quality=args.jpeg_quality)
+    policy = ModelPolicy(pair.verifier, encoder, jpeg_quality=args.jpeg_quality, max_new_tokens=args.max_new_tokens)
     task = Task(args.target, args.distractors)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -506,7 +507,8 @@ def cmd_sim_eval(args: argparse.Namespace) -> int:
               "target": report.by(lambda e: e.target)}
     result = {"episodes": len(seeds), "task": task.__dict__, "first_seed": args.seed,
               "max_pixels": encoder.config.max_pixels, "jpeg_quality": args.jpeg_quality,
-              "max_decisions": args.max_decisions, "success_rate": report.success_rate,
+              "max_decisions": args.max_decisions, "max_new_tokens": args.max_new_tokens,
+              "success_rate": report.success_rate,
               **{f"by_{name}": {str(k): list(v) for k, v in g.items()} for name, g in groups.items()},
               "decisions": len(seconds), "median_decision_s_local_greedy": seconds[len(seconds) // 2],
               "per_episode": [s.__dict__ for s in report.episodes]}
@@ -796,6 +798,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim_eval.add_argument("--target", default="", help="'<colour> <kind>' in every room (default: drawn per room)")
     sim_eval.add_argument("--distractors", type=int, default=0, help="look-alikes per room (0: drawn, 1-3)")
     sim_eval.add_argument("--max-decisions", type=int, default=20, help="the drafter node's max_decisions")
+    sim_eval.add_argument("--max-new-tokens", type=int, default=SIM_EVAL_MAX_NEW_TOKENS,
+                          help="token budget of a decision (default: config/go2_nav.yaml's drafter max_new_tokens, "
+                               f"{SIM_EVAL_MAX_NEW_TOKENS}, as the ROS loop decodes)")
     sim_eval.add_argument("--max-pixels", type=int, default=0, help="image pixel budget (0: the pair's own)")
     sim_eval.add_argument("--jpeg-quality", type=int, default=90, help="the drafter's JPEG quality (0: raw frames)")
     sim_eval.add_argument("--pictures", type=int, default=3, help="trajectory pictures of the first N episodes")

@@ -3,7 +3,10 @@ speculative decoding keeps its greedy output exactly, and the trajectory picture
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
 from edge_spec_ros.models.embedded import embedded_pair, random_pair
@@ -84,3 +87,11 @@ def test_the_report_counts_per_group():
                                EpisodeSummary(2, "blue box", 1, True, 5)])
     assert report.by(lambda e: e.distractors) == {1: (2, 2), 2: (0, 1)}
     assert report.by(lambda e: e.target.split()[0]) == {"blue": (1, 1), "red": (1, 2)}
+
+
+def test_sim_eval_decodes_with_the_robots_token_budget():
+    """``sim-eval`` and the ROS loop evaluate one policy: the same token budget per decision."""
+    from edge_spec_ros.cli import SIM_EVAL_MAX_NEW_TOKENS
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "go2_nav.yaml").read_text())
+    assert SIM_EVAL_MAX_NEW_TOKENS == config["drafter"]["ros__parameters"]["max_new_tokens"]
