@@ -16,6 +16,8 @@ A value set explicitly (a node parameter, ``--threads``) wins over the rule.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 
 MAX_PREDRAFT_THREADS = 6  # the FSD paper's Go2 ran 6 early-exit threads (Table 8)
@@ -52,3 +54,8 @@ def set_torch_threads(n: int) -> int:
     n = n or cpu_budget().torch_threads
     torch.set_num_threads(n)
     return n
+
+
+def busy_loops(n: int) -> list[subprocess.Popen]:
+    """``n`` busy-loop processes: the busy robot computer the benchmarks measure beside (the caller stops them)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]

@@ -44,6 +44,7 @@ from nav_msgs.msg import Odometry
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
+from edge_spec_ros.cpu import busy_loops
 from edge_spec_ros.server_process import stop
 from edge_spec_ros.msg import Decision, NavAction as NavActionMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
@@ -218,10 +219,6 @@ def start(stack: ExitStack, name: str, args: list[str], log_dir: Path) -> tuple[
     proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     stack.callback(stop, proc)
     return name, proc, log
-
-
-def busy_loops(n: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
 def motions(metres: float, degrees: float) -> list[tuple[str, str, float]]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import re
 import statistics
 import subprocess
@@ -26,6 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
+
+from edge_spec_ros.cpu import busy_loops
+from edge_spec_ros.server_process import stop
 
 INSTRUCTION = "find the silver bottle"  # the Makefile's demo instruction
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,11 +49,6 @@ class DemoRun:
     texts: list[str] = field(default_factory=list)
 
 
-def _busy_loop() -> None:
-    while True:
-        pass
-
-
 def parse_run(output: str, mode: str, busy: int, wall_s: float) -> DemoRun:
     """A run's figures from the demo's printed output."""
     latencies = [float(m[3]) for m in STATS.finditer(output)]
@@ -71,9 +68,7 @@ def params_for(mode: str, out: Path) -> Path:
 def run_once(mode: str, busy: int, out: Path, instruction: str, timeout_s: float) -> DemoRun:
     cmd = [sys.executable, "-m", "edge_spec_ros.cli", "bringup", "--params", str(params_for(mode, out)),
            "--serve", "--sim", "--instruction", instruction]
-    hogs = [mp.Process(target=_busy_loop, daemon=True) for _ in range(busy)]
-    for hog in hogs:
-        hog.start()
+    hogs = busy_loops(busy)
     t0 = time.monotonic()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
@@ -83,8 +78,7 @@ def run_once(mode: str, busy: int, out: Path, instruction: str, timeout_s: float
         output = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
     finally:
         for hog in hogs:
-            hog.kill()
-            hog.join()
+            stop(hog)
     return parse_run(output, mode, busy, time.monotonic() - t0)
 
 
