@@ -194,8 +194,7 @@ def adaptive_table(adaptive: dict[str, dict[str, float]]) -> list[str]:
              "ms/token once both are known, else by the model):",
              f"  {'':<24}" + "".join(f"{m.upper():>{width}}" for m in modes)]
     for label, key, fmt in ADAPTIVE_ROWS:
-        lines.append(f"  {label:<24}" + "".join(f"{fmt.format(adaptive[m].get(key, float('nan'))):>{width}}"
-                                               for m in modes))
+        lines.append(f"  {label:<24}" + "".join(f"{fmt.format(adaptive[m][key]):>{width}}" for m in modes))
     return lines
 
 

@@ -121,7 +121,7 @@ def adaptive_state(decoder: EdgeDecoder, mode: str) -> dict[str, float] | None:
             "gamma": float(choice.gamma), "speedup_estimate": choice.speedup,
             "spec_ms": policy.spec_s * 1e3, "cloud_first_ms": policy.cloud_first_s * 1e3,
             "cloud_ms": policy.cloud_token_s * 1e3,
-            "speculate": float(policy.spec_s <= policy.cloud_s() if policy.measured() else choice.use_speculation),
+            "speculate": float(policy.speculates(choice=choice)),
             "probes": float(policy.probes), "cloud_probes": float(policy.cloud_probes),
             "hand_overs": float(policy.hand_overs), "rounds_observed": float(ctl.observations),
             "cloud_tokens": float(ctl.cloud_tokens)}

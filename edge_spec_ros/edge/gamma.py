@@ -51,7 +51,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from edge_spec_ros.spec.draft_length import DraftLengthController, round_cost
+from edge_spec_ros.spec.draft_length import DraftLengthController, SpeculationChoice, round_cost
 
 PROBE_BUDGET = 0.02  # share of the cloud-only decoding's time that probe rounds may cost
 MIN_T_VERIFY_S = 1e-6  # a verdict reporting no server time still divides b and c
@@ -174,11 +174,17 @@ class AdaptiveGamma:
         tokens = max(1, tokens)
         return (self.cloud_first_s + (tokens - 1) * self.cloud_token_s) / tokens
 
+    def speculates(self, remaining: int | None = None, choice: SpeculationChoice | None = None) -> bool:
+        """Whether speculation is the cheaper regime for ``remaining`` tokens (None: ``HORIZON_TOKENS``):
+        by the measured wall times once both are known, else by the model's ``choice`` (AS²; None: the
+        controller's current one)."""
+        if not self.measured():
+            return (choice or self.controller.choice()).use_speculation
+        return self.spec_s <= self.cloud_s(HORIZON_TOKENS if remaining is None else remaining)
+
     def gamma(self, remaining: int | None = None) -> int | None:
         choice = self.controller.choice()
-        horizon = HORIZON_TOKENS if remaining is None else remaining
-        speculate = self.spec_s <= self.cloud_s(horizon) if self.measured() else choice.use_speculation
-        if speculate:
+        if self.speculates(remaining, choice):
             if self._cloud_probe_due():
                 self._probing_cloud = True
                 self.cloud_probes += 1
