@@ -150,7 +150,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
 
     from edge_spec_ros.cloud.limits import Limits
-    from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
+    from edge_spec_ros.cloud.server import PRIORITY_LEAD_S, ServerConfig, VerifierServer
     from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -176,7 +176,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               documents="" if dragon is not None else args.documents or "",
                               max_batch=args.max_batch if args.batch else 1,
                               batch_window_s=args.batch_window_ms / 1e3 if args.batch else 0.0,
-                              **({} if args.priority_lead_s is None else {"priority_lead_s": args.priority_lead_s}))
+                              priority_lead_s=PRIORITY_LEAD_S if args.priority_lead_s is None else args.priority_lead_s)
     except ValueError as exc:
         _log(f"error: {exc}")
         return 2

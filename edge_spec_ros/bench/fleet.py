@@ -456,8 +456,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", type=int, default=FleetConfig.prompts)
     parser.add_argument("--max-new-tokens", type=int, default=FleetConfig.max_new_tokens)
     parser.add_argument("--gamma", type=int, default=FleetConfig.gamma)
-    parser.add_argument("--settings", default="off", help="server settings side by side: off, batchK, batchKwM (K sessions per forward, a window of M "
-                             "ms; e.g. off,batch8,batch8w50)")
+    parser.add_argument("--settings", default="off", help="server settings side by side: off, batchK, batchKwM "
+                        "(K sessions per forward, a window of M ms; e.g. off,batch8,batch8w50)")
     parser.add_argument("--procs", type=int, default=FleetConfig.procs, help="robot worker processes")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)

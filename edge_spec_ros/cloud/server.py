@@ -464,9 +464,11 @@ class VerifierServer:
                     job, session.on_error = session.jobs.popleft()
                 else:
                     job = None
-                batch = self._gather() if self.config.max_batch > 1 and batchable(job) else []
-                if self.config.batch_window_s > 0 and self.config.max_batch > 1 and batchable(job):
-                    batch += self._wait_for_company(len(batch))
+                batch = []
+                if self.config.max_batch > 1 and batchable(job):
+                    batch = self._gather()
+                    if self.config.batch_window_s > 0:
+                        batch += self._wait_for_company(len(batch))
                 self._running += 1
                 self._running_continued += continued
             t0 = time.perf_counter()
