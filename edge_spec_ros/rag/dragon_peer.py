@@ -69,11 +69,23 @@ from edge_spec_ros.wire.dragon import (
 GAMMA_L = 0.5  # γ^l of Algorithm 1 (§4.3)
 
 
-MAX_TIMING_S = 3600.0  # a duration from the other side above this, negative or not finite is ignored
+MAX_TIMING_S = 3600.0  # the longest duration a side may report (decode_s, echo_hold_s, rtt_s)
 
 
 def _timing(seconds: float) -> bool:
     return math.isfinite(seconds) and 0.0 <= seconds <= MAX_TIMING_S
+
+
+def _check_timing(owner: str, name: str, seconds: float) -> None:
+    if not _timing(seconds):
+        raise DragonProtocolError(f"{owner}.{name} must be a duration in [0, {MAX_TIMING_S:.0f}] s, got {seconds}")
+
+
+def _check_stamp(owner: str, name: str, stamp: float, none: float | None) -> None:
+    """A clock reading of the aggregator's (finite, >= 0), or ``none`` where the field may be unset."""
+    if not (math.isfinite(stamp) and (stamp >= 0.0 or stamp == none)):
+        raise DragonProtocolError(f"{owner}.{name} must be a finite clock reading >= 0"
+                                  + (f" or {none}" if none is not None else "") + f", got {stamp}")
 
 
 class DragonProtocolError(RuntimeError):
@@ -251,49 +263,72 @@ class DragonPeer:
         raise DragonProtocolError(f"{type(msg).__name__} is not a DRAGON decoding message")
 
     def _on_draft(self, msg: DragonDraft) -> None:
-        if not self.is_aggregator or self.done or msg.epoch != self.epochs[self.other]:
+        self._check_draft(msg)  # a value no honest side sends is refused even in a draft dropped below
+        if msg.epoch > self.epochs[self.other]:
+            raise DragonProtocolError(f"DragonDraft.epoch {msg.epoch}: the sender has had only "
+                                      f"{self.epochs[self.other]} rejections")
+        if not self.is_aggregator or self.done or msg.epoch < self.epochs[self.other]:
             self.dropped += 1  # sent before a switch, or decoded before a rejection: stale
             return
         expected = len(self.tokens) + len(self.remote)
         if msg.position != expected:
-            raise DragonProtocolError(f"draft for position {msg.position}, expected {expected}")
+            raise DragonProtocolError(f"DragonDraft.position: draft for position {msg.position}, expected {expected}")
         if len(self.remote) >= self.config.max_queue:  # an honest side never has more in flight
-            raise DragonProtocolError(f"more than max_queue = {self.config.max_queue} drafts ahead")
-        self._check_draft(msg)
-        if msg.echo_stamp >= 0.0 and _timing(msg.echo_hold_s):
+            raise DragonProtocolError(f"DragonDraft.position: more than max_queue = {self.config.max_queue} "
+                                      "drafts ahead")
+        if msg.echo_stamp >= 0.0:
             rtt = self.clock() - msg.echo_stamp - msg.echo_hold_s
-            if _timing(rtt):
+            if _timing(rtt):  # else the echoed stamp is no target of this side's: ignored
                 self.profiler.observe_rtt(rtt)
-        if _timing(msg.decode_s):
-            self.profiler.observe_decode(self.other, msg.decode_s)
+        self.profiler.observe_decode(self.other, msg.decode_s)
         self.remote.append(msg)
 
     def _check_draft(self, msg: DragonDraft) -> None:
-        if not 0 <= msg.token < self.vocab_size or not np.isfinite(msg.log_h):
-            raise DragonProtocolError("draft token outside the vocabulary or log h̃ not finite")
-        try:
-            if self.config.payload == "full":
+        if msg.epoch < 0:
+            raise DragonProtocolError(f"DragonDraft.epoch must be >= 0, got {msg.epoch}")
+        if not 0 <= msg.token < self.vocab_size:
+            raise DragonProtocolError(f"DragonDraft.token {msg.token} is outside the vocabulary [0, {self.vocab_size})")
+        if not math.isfinite(msg.log_h):
+            raise DragonProtocolError("DragonDraft.log_h (log h̃^s_t) must be finite")
+        if self.config.payload == "full":
+            if msg.p_token != -1.0:
+                raise DragonProtocolError("DragonDraft.p_token: payload full sends p^s_t in probs, p_token -1")
+            try:
                 check_probs(msg.probs, self.vocab_size)
-            elif not 0.0 < msg.p_token <= 1.0 + 1e-6:
-                raise ValueError(f"p^s_t(x^s_t) = {msg.p_token} for a drafted token")
-        except ValueError as exc:
-            raise DragonProtocolError(str(exc)) from None
+            except ValueError as exc:
+                raise DragonProtocolError(f"DragonDraft.probs: {exc}") from None
+        else:
+            if msg.probs is not None:
+                raise DragonProtocolError("DragonDraft.probs: payload on_demand sends p^s_t(x^s_t) only (p_token)")
+            if not 0.0 < msg.p_token <= 1.0 + 1e-6:
+                raise DragonProtocolError(f"DragonDraft.p_token: p^s_t(x^s_t) = {msg.p_token} for a drafted token")
+        _check_timing("DragonDraft", "decode_s", msg.decode_s)
+        _check_stamp("DragonDraft", "echo_stamp", msg.echo_stamp, none=-1.0)
+        _check_timing("DragonDraft", "echo_hold_s", msg.echo_hold_s)
 
     def _on_target(self, msg: DragonTarget) -> None:
         if self.is_aggregator:
             raise DragonProtocolError("a target token sent to the aggregator")
         t = len(self.tokens)
         if msg.position != t or not self.side.queue or self.side.queue[0].position != t:
-            raise DragonProtocolError(f"target for position {msg.position}, expected {t} with this side's draft")
+            raise DragonProtocolError(f"DragonTarget.position: target for position {msg.position}, expected {t} "
+                                      "with this side's draft")
         if not 0 <= msg.token < self.vocab_size:
-            raise DragonProtocolError("target token outside the vocabulary")
+            raise DragonProtocolError(f"DragonTarget.token {msg.token} is outside the vocabulary "
+                                      f"[0, {self.vocab_size})")
         own_accept = msg.accept_robot if self.name == ROBOT else msg.accept_cloud
         if own_accept != (self.side.queue[0].token == msg.token):
-            raise DragonProtocolError("acceptance flag disagrees with the draft and the target token")
+            raise DragonProtocolError(f"DragonTarget.accept_{self.name}: the acceptance flag disagrees with the "
+                                      "draft and the target token")
+        _check_stamp("DragonTarget", "stamp", msg.stamp, none=None)
+        _check_timing("DragonTarget", "decode_s", msg.decode_s)
+        _check_timing("DragonTarget", "rtt_s", msg.rtt_s)
+        # The other side's flag (accept_cloud at the robot, accept_robot at the cloud) concerns the
+        # aggregator's own draft, which this side never saw: taken as sent.
         self._commit(msg.token, msg.accept_robot, msg.accept_cloud, self.other)
-        if msg.decode_s > 0.0 and _timing(msg.decode_s):
+        if msg.decode_s > 0.0:  # 0: the aggregator has no estimate yet
             self.profiler.observe_decode(self.other, msg.decode_s)
-        if msg.rtt_s > 0.0 and _timing(msg.rtt_s):
+        if msg.rtt_s > 0.0:
             self.profiler.rtt = msg.rtt_s
         self._stamp = (msg.stamp, self.clock())
         if msg.switch:
@@ -304,34 +339,43 @@ class DragonPeer:
     def _on_request(self, msg: DragonDistRequest) -> DragonDist:
         # The aggregator asks only about the next position, at most once per token or in full: anything
         # else would let a peer make this side send V floats per 57-byte request, again and again.
+        if not FULL <= msg.token < self.vocab_size:
+            raise DragonProtocolError(f"DragonDistRequest.token {msg.token}: -1 (all of p^s_t) or an id in "
+                                      f"[0, {self.vocab_size})")
+        if msg.position != len(self.tokens):
+            raise DragonProtocolError(f"DragonDistRequest.position: p^s_t requested for position {msg.position}, "
+                                      f"the next is {len(self.tokens)}")
+        if msg.epoch != self.epochs[self.name]:
+            raise DragonProtocolError(f"DragonDistRequest.epoch {msg.epoch}: this side's drafts are of epoch "
+                                      f"{self.epochs[self.name]}")
         key = (msg.position, msg.epoch, msg.token)
-        if msg.position != len(self.tokens) or key in self._answered:
-            raise DragonProtocolError(f"p^s_t requested for position {msg.position} (next: {len(self.tokens)}) "
-                                      "or asked for twice")
+        if key in self._answered:
+            raise DragonProtocolError(f"DragonDistRequest: p^s_t at position {msg.position} asked for twice")
         self._answered.add(key)
         for entry in self.side.queue:
-            if entry.position == msg.position and msg.epoch == self.epochs[self.name]:
+            if entry.position == msg.position:
                 probs = entry.dist.probs.float().numpy()
                 if msg.token == FULL:
                     return DragonDist(msg.position, msg.epoch, probs)
-                if not 0 <= msg.token < self.vocab_size:
-                    raise DragonProtocolError("requested p^s_t at a token outside the vocabulary")
                 return DragonDist(msg.position, msg.epoch, probs[msg.token:msg.token + 1].copy(), token=msg.token)
-        raise DragonProtocolError(f"p^s_t requested for position {msg.position} epoch {msg.epoch}, not queued")
+        raise DragonProtocolError(f"DragonDistRequest.position: no draft of position {msg.position} is queued")
 
     def _on_dist(self, msg: DragonDist) -> None:
-        if (self.pending is None or msg.position != self.pending or msg.epoch != self.epochs[self.other]
-                or msg.token != self._asked):
-            raise DragonProtocolError("a distribution nobody asked for")
+        if self.pending is None:
+            raise DragonProtocolError("DragonDist: a distribution nobody asked for")
+        for name, value, wanted in (("position", msg.position, self.pending),
+                                    ("epoch", msg.epoch, self.epochs[self.other]), ("token", msg.token, self._asked)):
+            if value != wanted:
+                raise DragonProtocolError(f"DragonDist.{name} {value}: the request was for {wanted}")
         if msg.token == FULL:
             try:
                 check_probs(msg.probs, self.vocab_size)
             except ValueError as exc:
-                raise DragonProtocolError(str(exc)) from None
+                raise DragonProtocolError(f"DragonDist.probs: {exc}") from None
             self.fetched = torch.from_numpy(np.array(msg.probs, dtype=np.float32)).double()
         else:
             if msg.probs.shape != (1,) or not 0.0 <= float(msg.probs[0]) <= 1.0 + 1e-6:
-                raise DragonProtocolError("a single p^s_t value must be one number in [0, 1]")
+                raise DragonProtocolError("DragonDist.probs: a single p^s_t value must be one number in [0, 1]")
             self.values[msg.token] = float(msg.probs[0])
         self.pending = None
 

@@ -33,6 +33,17 @@ Flow (either side may aggregate; the aggregator is named at open and moved by th
 A side whose draft was rejected clears its queue, rolls back its KV caches and bumps its ``epoch``;
 drafts carry the epoch they were decoded in, so the aggregator drops those still in flight from
 before the rejection. After ``switch`` the old aggregator sends its queued drafts to the new one.
+
+Bad values. A value no honest side sends is refused, naming the field (``check_open`` here; the
+decoding messages in rag/dragon_peer.DragonPeer.receive; the server answers BAD_REQUEST, the codec
+MALFORMED or TOO_LARGE before that): ids outside the vocabulary, a position or epoch that is not the
+next, a p^s_t that is no distribution or travels in the other payload's field, durations that are
+negative, not finite or over an hour, clock readings that are not. Dropped without a reply, because
+honest sides send them: a draft of an earlier epoch (decoded before its side learned of a rejection)
+and a draft reaching a side that no longer aggregates (sent before a switch). Taken as sent: the
+other side's acceptance flag in a DragonTarget (it concerns the aggregator's own draft, which the
+receiver never saw) and an echoed stamp that gives no plausible round trip (ignored by the scheduler).
+test/cloud/test_dragon_refusals.py sends every field's bad values to a real server.
 """
 
 from __future__ import annotations
@@ -50,6 +61,8 @@ _FINGERPRINT = re.compile(f"[0-9a-f]{{{FINGERPRINT_HEX_DIGITS}}}")
 PAYLOADS = ("full", "on_demand")  # how p^s_t travels (see DragonOpen.payload)
 AGGREGATOR_POLICIES = ("dragon", "robot", "cloud")  # eq. 8 scheduler, or a fixed aggregator
 MAX_EMULATED_DELAY_S = 5.0  # the most downlink delay + jitter a robot may ask the server to emulate
+MAX_QUEUE = 64  # the most drafts a side may decode ahead (DragonOpen.max_queue)
+MAX_STOP_TOKENS = 64  # DragonOpen.stop_tokens
 
 
 class DragonType(IntEnum):
@@ -171,34 +184,39 @@ def check_tokenizer(robot: str, cloud: str) -> None:
 
 def check_open(msg: DragonOpen, vocab_size: int, max_new_tokens: int, max_top_k: int = 16,
                max_query_chars: int = 4096, *, tokenizer_fingerprint: str) -> None:
-    """Raise ValueError unless ``msg`` is a request this side can serve: this side's vocabulary has
-    ``vocab_size`` ids and its tokenizer ``tokenizer_fingerprint`` (which the request must carry)."""
+    """Raise ValueError, naming the field, unless ``msg`` is a request this side can serve: this side's
+    vocabulary has ``vocab_size`` ids and its tokenizer ``tokenizer_fingerprint`` (which the request
+    must carry)."""
     if msg.protocol != DRAGON_PROTOCOL:
         raise ValueError(f"DRAGON protocol {msg.protocol} (this side speaks {DRAGON_PROTOCOL})")
     check_tokenizer(msg.tokenizer_fingerprint, tokenizer_fingerprint)
     if not msg.query.strip() or len(msg.query) > max_query_chars:
-        raise ValueError(f"the query must be 1..{max_query_chars} characters")
+        raise ValueError(f"DragonOpen.query must be 1..{max_query_chars} characters, not blank")
     if not 1 <= msg.max_new_tokens <= max_new_tokens:
-        raise ValueError(f"max_new_tokens must be in [1, {max_new_tokens}]")
+        raise ValueError(f"DragonOpen.max_new_tokens must be in [1, {max_new_tokens}]")
     if not (msg.temperature >= 0.0 and np.isfinite(msg.temperature)):
-        raise ValueError("temperature must be finite and >= 0")
+        raise ValueError("DragonOpen.temperature must be finite and >= 0")
     if not 0 <= msg.seed < 2**64:
-        raise ValueError("seed must be in [0, 2**64)")
-    if any(not 0 <= t < vocab_size for t in msg.stop_tokens):
-        raise ValueError("stop tokens outside the vocabulary")
+        raise ValueError("DragonOpen.seed must be in [0, 2**64)")
+    if len(msg.stop_tokens) > MAX_STOP_TOKENS or any(not 0 <= t < vocab_size for t in msg.stop_tokens):
+        raise ValueError(f"DragonOpen.stop_tokens: at most {MAX_STOP_TOKENS} ids in [0, {vocab_size})")
     if not 0 <= msg.top_k <= max_top_k:
-        raise ValueError(f"top_k must be in [0, {max_top_k}]")
+        raise ValueError(f"DragonOpen.top_k must be in [0, {max_top_k}]")
     if msg.aggregator not in ("robot", "cloud"):
-        raise ValueError("aggregator must be robot or cloud")
+        raise ValueError("DragonOpen.aggregator must be robot or cloud")
     if msg.policy not in AGGREGATOR_POLICIES:
-        raise ValueError(f"policy must be one of {AGGREGATOR_POLICIES}")
+        raise ValueError(f"DragonOpen.policy must be one of {AGGREGATOR_POLICIES}")
     if msg.payload not in PAYLOADS:
-        raise ValueError(f"payload must be one of {PAYLOADS}")
-    if not 1 <= msg.max_queue <= 64:
-        raise ValueError("max_queue must be in [1, 64]")
-    shape = (msg.down_delay_s, msg.down_jitter_s, msg.down_bandwidth_bps)
-    if not all(np.isfinite(v) and v >= 0 for v in shape) or msg.down_delay_s + msg.down_jitter_s > MAX_EMULATED_DELAY_S:
-        raise ValueError(f"emulated downlink: finite, >= 0, delay + jitter at most {MAX_EMULATED_DELAY_S} s")
+        raise ValueError(f"DragonOpen.payload must be one of {PAYLOADS}")
+    if not 1 <= msg.max_queue <= MAX_QUEUE:
+        raise ValueError(f"DragonOpen.max_queue must be in [1, {MAX_QUEUE}]")
+    for name in ("down_delay_s", "down_jitter_s", "down_bandwidth_bps"):
+        value = getattr(msg, name)
+        if not (np.isfinite(value) and value >= 0):
+            raise ValueError(f"DragonOpen.{name}: an emulated downlink value is finite and >= 0")
+    if msg.down_delay_s + msg.down_jitter_s > MAX_EMULATED_DELAY_S:
+        raise ValueError(f"DragonOpen.down_delay_s + down_jitter_s: the emulated downlink delay is at most "
+                         f"{MAX_EMULATED_DELAY_S} s")
 
 
 def check_probs(probs: np.ndarray | None, vocab_size: int) -> None:

@@ -211,7 +211,7 @@ def test_the_cloud_refuses_bad_requests_and_a_vocabulary_mismatch(world, tokeniz
     for bad, reason in ((dataclasses.replace(ok, query=""), "query"),
                         (dataclasses.replace(ok, max_new_tokens=10_000), "max_new_tokens"),
                         (dataclasses.replace(ok, top_k=99), "top_k"),
-                        (dataclasses.replace(ok, stop_tokens=(VOCAB,)), "stop tokens"),
+                        (dataclasses.replace(ok, stop_tokens=(VOCAB,)), "DragonOpen.stop_tokens"),
                         (dataclasses.replace(ok, tokenizer_fingerprint=""), "tokenizer_fingerprint must be"),
                         (dataclasses.replace(ok, tokenizer_fingerprint="f" * 32), "the tokenizers differ")):
         with pytest.raises(ValueError, match=reason):

@@ -165,7 +165,7 @@ def test_check_open_refuses_bad_requests():
     for bad, reason in ((dataclasses.replace(ok, query=" "), "query"),
                         (dataclasses.replace(ok, max_new_tokens=9), "max_new_tokens"),
                         (dataclasses.replace(ok, temperature=-1.0), "temperature"),
-                        (dataclasses.replace(ok, stop_tokens=(10,)), "stop tokens"),
+                        (dataclasses.replace(ok, stop_tokens=(10,)), "DragonOpen.stop_tokens"),
                         (dataclasses.replace(ok, aggregator="moon"), "aggregator"),
                         (dataclasses.replace(ok, payload="zip"), "payload"),
                         (dataclasses.replace(ok, policy="x"), "policy"),
@@ -377,8 +377,10 @@ def test_protocol_violations_are_refused():
     wrong = 1 - cloud.side.queue[0].token if cloud.side.queue[0].token < 2 else 0
     with pytest.raises(DragonProtocolError, match="disagrees"):
         cloud.receive(wd.DragonTarget(0, wrong, True, True))
-    robot.receive(wd.DragonDraft(0, 5, 1, 0.0, probs=np.full(v, 0.25, dtype=np.float32)))  # old epoch: dropped
-    assert robot.dropped == 1 and not robot.remote
+    for epoch in (5, -1):  # the cloud has had no rejection yet: no draft of another epoch can be honest
+        with pytest.raises(DragonProtocolError, match=f"DragonDraft.epoch {epoch}|DragonDraft.epoch must be >= 0"):
+            robot.receive(wd.DragonDraft(0, epoch, 1, 0.0, probs=np.full(v, 0.25, dtype=np.float32)))
+    assert robot.dropped == 0 and not robot.remote
 
 
 def test_wire_cost_bench_small_vocabulary():
@@ -411,6 +413,7 @@ def test_a_peer_bounds_what_the_other_side_can_make_it_hold_or_send():
     cloud.draft()
     assert cloud.receive(wd.DragonDistRequest(0, 0, 1))[0].probs.shape == (1,)
     assert cloud.receive(wd.DragonDistRequest(0, 0))[0].probs.shape == (v,)
-    for bad in (wd.DragonDistRequest(0, 0), wd.DragonDistRequest(1, 0)):
-        with pytest.raises(DragonProtocolError, match="twice"):
+    for bad, reason in ((wd.DragonDistRequest(0, 0), "twice"),
+                        (wd.DragonDistRequest(1, 0), "position 1, the next is 0")):
+        with pytest.raises(DragonProtocolError, match=reason):
             cloud.receive(bad)
