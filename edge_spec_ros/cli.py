@@ -455,7 +455,9 @@ def cmd_train_sim_pair(args: argparse.Namespace) -> int:
                            drafter_steps=args.drafter_steps, exit_steps=args.exit_steps, batch_size=args.batch_size,
                            eval_samples=args.eval_samples, validation_rooms=args.validation_rooms,
                            max_pixels=args.max_pixels, labels=args.labels, init_from=args.init_from,
-                           dagger_lr=args.dagger_lr, dagger_final_fraction=args.dagger_final_fraction)
+                           dagger_lr=args.dagger_lr, dagger_final_fraction=args.dagger_final_fraction,
+                           dagger_far_fraction=args.dagger_far_fraction, far_fraction=args.far_fraction,
+                           far_min_m=args.far_min_m)
     bars: dict[str, tqdm] = {}
 
     def progress(phase: str, step: int, total: int, loss: float) -> None:
@@ -787,6 +789,14 @@ def build_parser() -> argparse.ArgumentParser:
     pair.add_argument("--dagger-lr", type=float, default=1e-3, help="peak learning rate of the DAgger rounds")
     pair.add_argument("--dagger-final-fraction", type=float, default=0.0,
                       help="of the visited states a DAgger batch draws: episodes' final states (where it stopped)")
+    pair.add_argument("--dagger-far-fraction", type=float, default=0.0,
+                      help="of the visited states a DAgger batch draws: states with the target in view but "
+                      "--far-min-m or more away (small in the image)")
+    pair.add_argument("--far-fraction", type=float, default=0.0,
+                      help="of the expert-mix samples (not the held-out ones): the target in view, --far-min-m "
+                      "to 6 m away (0: the mix the shipped pair was trained on)")
+    pair.add_argument("--far-min-m", type=float, default=3.0,
+                      help="distance (centre to centre) from which a target in view counts as far")
     pair.set_defaults(func=cmd_train_sim_pair)
 
     sim_eval = sub.add_parser("sim-eval", help="closed loop: the model drives the simulated robot")

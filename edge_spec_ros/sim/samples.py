@@ -10,7 +10,10 @@ a mix:
 * ``lookalike``: on the way to a look-alike distractor, facing it (where a model that took the
   look-alike for the target ends up: close to it, the label says it is not the target);
 * ``detour``: a state of an episode in which the expert's action is, with probability
-  ``detour_noise``, replaced by a random one (overshoots, half-turns, approaches from odd angles).
+  ``detour_noise``, replaced by a random one (overshoots, half-turns, approaches from odd angles);
+* ``far`` (``far_fraction``, none by default): the target in view but far, ``far_min_m``-``far_max_m``
+  from the robot, so a few pixels wide in the image (where a model that takes a small target for
+  nothing in view keeps searching instead of walking to it).
 
 The last two stand in for DAgger's on-policy data (states the model's own policy visits, labelled by
 the expert) without a model in the loop, so sample i stays a pure function of (seed, i).
@@ -31,6 +34,10 @@ from edge_spec_ros.sim.tasks import TRAINING_ROOM_SEEDS
 from edge_spec_ros.sim.world import Pose, World
 
 JPEG_QUALITY = 90  # the drafter node's jpeg_quality: frames travel as JPEG once per decision
+FAR_MIN_M = 3.0  # centre to centre: from here a bottle (0.25 m) is under 14 px, half an image patch, wide
+FAR_MAX_M = 6.0  # about the farthest a target can be in view in the 6 m room
+FAR_VIEW_MARGIN_RAD = math.radians(5)  # a far pose puts the target's centre this far inside the field of view
+POSE_TRIES = 100  # draws of a constrained pose before falling back to a random one
 
 
 @dataclass(frozen=True)
@@ -49,14 +56,22 @@ class SimDataConfig:
     lookalike_fraction: float = 0.25
     detour_fraction: float = 0.2  # the rest are states on the expert's way
     detour_noise: float = 0.3
+    far_fraction: float = 0.0  # the target in view, far_min_m-far_max_m away (``far_target_pose``), out of
+    # the expert's-way share; drawn before the others, so 0 leaves every sample as it was
+    far_min_m: float = FAR_MIN_M
+    far_max_m: float = FAR_MAX_M
     jpeg_quality: int = JPEG_QUALITY  # 0: raw frames
     compare: bool = True  # the expert's reply compares the nearest object in view with the instruction
     # (``expert_text``); False: the earlier labels, the shipped pair's base stage
 
     def __post_init__(self) -> None:
-        fractions = (self.random_pose_fraction, self.lookalike_fraction, self.detour_fraction, self.detour_noise)
-        if min(fractions) < 0 or sum(fractions[:3]) > 1 or self.detour_noise > 1:
+        fractions = (self.random_pose_fraction, self.lookalike_fraction, self.detour_fraction, self.far_fraction,
+                     self.detour_noise)
+        if min(fractions) < 0 or sum(fractions[:4]) > 1 or self.detour_noise > 1:
             raise ValueError(f"sample fractions must be >= 0 and sum to <= 1, got {self}")
+        if not 0 < self.far_min_m < self.far_max_m:
+            raise ValueError(f"far distances must satisfy 0 < far_min_m < far_max_m, got {self.far_min_m}, "
+                             f"{self.far_max_m}")
 
 
 def free(world: World, x: float, y: float, margin: float = 0.1) -> bool:
@@ -88,6 +103,28 @@ def lookalike_pose(world: World, rng: random.Random) -> Pose:
     return random_pose(world, rng)
 
 
+def far_in_view(world: World, target: str, min_m: float = FAR_MIN_M) -> bool:
+    """The target's centre in the field of view and at least ``min_m`` from the robot: a far, small target."""
+    distance, bearing = world.relative(world.target(target))
+    return distance >= min_m and abs(bearing) < world.config.fov_rad / 2
+
+
+def far_target_pose(world: World, target: str, rng: random.Random, min_m: float = FAR_MIN_M,
+                    max_m: float = FAR_MAX_M) -> Pose:
+    """A free pose ``min_m``-``max_m`` from the target's centre with the target in view: its bearing
+    uniform within the field of view less ``FAR_VIEW_MARGIN_RAD`` on each side (so the expert says
+    turn towards it or walk at it, never search). Falls back to a random pose when none is found."""
+    obj = world.target(target)
+    half = world.config.fov_rad / 2 - FAR_VIEW_MARGIN_RAD
+    for _ in range(POSE_TRIES):
+        distance, around = rng.uniform(min_m, max_m), rng.uniform(-math.pi, math.pi)
+        x, y = obj.x + distance * math.cos(around), obj.y + distance * math.sin(around)
+        if free(world, x, y):
+            theta = around + math.pi + rng.uniform(-half, half)
+            return Pose(x, y, math.atan2(math.sin(theta), math.cos(theta)))
+    return random_pose(world, rng)
+
+
 def detour_pose(world: World, target: str, rng: random.Random, noise: float) -> Pose:
     """A state of an episode where each of the expert's actions is, with probability ``noise``, a
     random move or turn instead."""
@@ -110,11 +147,14 @@ def sim_sample(config: SimDataConfig, index: int) -> SimSample:
                          distractors=rng.randint(config.min_distractors, config.max_distractors))
     target = world.objects[0].name
     draw = rng.random()
-    if draw < config.random_pose_fraction:
+    far = config.far_fraction  # 0 by default: every threshold below is then the one it always was
+    if draw < far:
+        world.pose = far_target_pose(world, target, rng, config.far_min_m, config.far_max_m)
+    elif draw < far + config.random_pose_fraction:
         world.pose = random_pose(world, rng)
-    elif draw < config.random_pose_fraction + config.lookalike_fraction:
+    elif draw < far + config.random_pose_fraction + config.lookalike_fraction:
         world.pose = lookalike_pose(world, rng)
-    elif draw < config.random_pose_fraction + config.lookalike_fraction + config.detour_fraction:
+    elif draw < far + config.random_pose_fraction + config.lookalike_fraction + config.detour_fraction:
         world.pose = detour_pose(world, target, rng, config.detour_noise)
     else:
         episode = run_episode(World(world.objects, world.pose, world.config), target, keep_images=False)

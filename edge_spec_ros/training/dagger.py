@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edge_spec_ros.models.corpus import INSTRUCTION_VERBS
 from edge_spec_ros.models.prompt import decode_image, encode_image
 from edge_spec_ros.sim.expert import Policy, expert_text, run_episode
-from edge_spec_ros.sim.samples import SimSample
+from edge_spec_ros.sim.samples import FAR_MIN_M, SimSample, far_in_view
 from edge_spec_ros.sim.tasks import TRAINING_ROOM_SEEDS
 from edge_spec_ros.sim.world import Pose, World
 
@@ -78,15 +78,37 @@ def load_states(directory: Path) -> list[VisitedState] | None:
     return [VisitedState(**s) for s in json.loads(path.read_text())] if path.is_file() else None
 
 
+def far_states(states: Sequence[VisitedState], min_m: float = FAR_MIN_M) -> list[VisitedState]:
+    """The visited states with the target in view at least ``min_m`` away (``far_in_view``): where a
+    policy that takes a far, small target for nothing in view turns away from it."""
+    if min_m <= 0:
+        raise ValueError(f"min_m must be > 0, got {min_m}")
+    return [s for s in states if far_in_view(*s.world(), min_m)]
+
+
 def dagger_sample(states: list[VisitedState], seed: int, index: int, jpeg_quality: int,
-                  compare: bool = True, final_fraction: float = 0.0) -> SimSample:
+                  compare: bool = True, final_fraction: float = 0.0,
+                  far: Sequence[VisitedState] = (), far_fraction: float = 0.0) -> SimSample:
     """Sample ``index``: a visited state drawn by (seed, index), rendered, labelled by the expert
     (``expert_text(..., compare)``). With probability ``final_fraction`` the state is drawn among the
     episodes' final states: where the policy stopped, right or wrong (a stop in front of a look-alike
-    is one state of a whole episode, the one that decides it)."""
+    is one state of a whole episode, the one that decides it). With probability ``far_fraction`` it is
+    drawn among ``far`` (``far_states`` of the same states: the target in view but far). With both
+    fractions 0 (or their pools empty) every state is equally likely, and the draw is the one it
+    always was."""
+    if not (0 <= final_fraction and 0 <= far_fraction and final_fraction + far_fraction <= 1):
+        raise ValueError(f"final_fraction and far_fraction must be >= 0 and sum to <= 1, got "
+                         f"{final_fraction}, {far_fraction}")
     rng = random.Random(seed * 1_000_003 + index)
     finals = [s for s in states if s.final] if final_fraction > 0 else []
-    pool = finals if finals and rng.random() < final_fraction else states
+    far = list(far) if far_fraction > 0 else []
+    pool = states
+    if finals or far:
+        draw = rng.random()
+        if finals and draw < final_fraction:
+            pool = finals
+        elif far and draw < final_fraction + far_fraction:
+            pool = far
     state = pool[rng.randrange(len(pool))]
     world, target = state.world()
     image = world.render()

@@ -36,8 +36,8 @@ from edge_spec_ros.models.tokenizer import load_tokenizer
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.nav import NavConfig, parse_action
 from edge_spec_ros.sim.closed_loop import MAX_DECISIONS, ModelPolicy, evaluate
-from edge_spec_ros.sim.samples import SimDataConfig, SimSample, sim_sample
-from edge_spec_ros.training.dagger import dagger_sample, load_states, rollout_states, save_states
+from edge_spec_ros.sim.samples import FAR_MIN_M, SimDataConfig, SimSample, sim_sample
+from edge_spec_ros.training.dagger import dagger_sample, far_states, load_states, rollout_states, save_states
 from edge_spec_ros.training.exits import (
     ExitTrainingConfig,
     evaluate as evaluate_exits,
@@ -72,6 +72,10 @@ class SimPairConfig:
     dagger_steps: int = 1000  # fine-tuning steps per round
     dagger_fraction: float = 0.5  # of each DAgger batch: visited states; the rest expert-mix samples
     dagger_final_fraction: float = 0.0  # of the visited states drawn: episodes' final states (its stops)
+    dagger_far_fraction: float = 0.0  # of the visited states drawn: the target in view, far_min_m or more away
+    far_fraction: float = 0.0  # of the expert-mix samples (every phase's, not the held-out ones): the target in
+    # view, far_min_m-FAR_MAX_M away (``sim/samples.far_target_pose``); 0: the mix the shipped pair saw
+    far_min_m: float = FAR_MIN_M
     drafter_steps: int = 1000
     exit_steps: int = 300
     batch_size: int = 32
@@ -87,6 +91,11 @@ class SimPairConfig:
     # (a fine-tuning stage: verifier_steps more steps, then the DAgger rounds, the drafter and exits)
 
     def __post_init__(self) -> None:
+        if not (0 <= self.dagger_final_fraction and 0 <= self.dagger_far_fraction
+                and self.dagger_final_fraction + self.dagger_far_fraction <= 1):
+            raise ValueError("dagger_final_fraction and dagger_far_fraction must be >= 0 and sum to <= 1, got "
+                             f"{self.dagger_final_fraction}, {self.dagger_far_fraction}")
+        SimDataConfig(far_fraction=self.far_fraction, far_min_m=self.far_min_m)  # refuses bad far options
         if self.labels not in LABELS:
             raise ValueError(f"labels must be one of {sorted(LABELS)}, got {self.labels!r}")
         if self.init_from and not (Path(self.init_from) / "verifier" / "config.json").is_file():
@@ -148,7 +157,8 @@ def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
     tokenizer = load_tokenizer()
     encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=config.max_pixels))
     compare = LABELS[config.labels]
-    data = SimDataConfig(seed=config.seed, compare=compare)
+    data = SimDataConfig(seed=config.seed, compare=compare, far_fraction=config.far_fraction,
+                         far_min_m=config.far_min_m)
     held_out = SimDataConfig(seed=config.seed + HELD_OUT_SEED_OFFSET, compare=compare)
     init = Path(config.init_from) if config.init_from else None
     report_path = work / "report.json"  # the report so far: survives an interruption
@@ -196,12 +206,16 @@ def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
                 save_states(states, work / name)
             visited += states  # DAgger aggregates every round's states
             pool = list(visited)
+            far = far_states(pool, config.far_min_m) if config.dagger_far_fraction > 0 else []
+            if far:
+                report.setdefault("dagger_far_states", {})[name] = len(far)
             k = round(config.dagger_fraction * config.batch_size)
 
-            def dagger_batch(step: int, pool=pool, r=r):
+            def dagger_batch(step: int, pool=pool, far=far, r=r):
                 n = config.batch_size
                 own = [dagger_sample(pool, config.seed * 100 + r, step * n + i, data.jpeg_quality, compare,
-                                     config.dagger_final_fraction) for i in range(k)]
+                                     config.dagger_final_fraction, far, config.dagger_far_fraction)
+                       for i in range(k)]
                 mix = [sim_sample(data, r * DAGGER_OFFSET + step * n + i) for i in range(n - k)]
                 return samples_batch(own + mix)
 
