@@ -256,7 +256,9 @@ class LocalDragonLink:
         self.log.add(direction, type(msg).__name__, frames)
         return frames
 
-    def open(self, request: DragonOpen) -> DragonOpened:
+    def open(self, request: DragonOpen, cancel: Callable[[], bool] | None = None) -> DragonOpened | None:
+        if cancel is not None and cancel():  # the session starts in this thread: cancellable only before it
+            return None
         frames = self._frames("up", request)
         self.cloud = DragonSession(self.stack, self.store, self.prompt_ids, self.decode_text,
                                    decode(frames).message, self.config,  # type: ignore[arg-type]

@@ -11,8 +11,8 @@ names the same vocabulary size and tokenizer fingerprint, and runs a ``rag.drago
 named robot until the decision ends. The memory's text, ids, caches and scores never leave this object: the peer sends drafts
 (x^l_t, log h̃^l_t, p^l_t or p^l_t(x^l_t)) and target tokens only.
 
-A link is anything with ``open(DragonOpen) -> DragonOpened``, ``send(msg)``, ``receive(timeout_s)``
-(a message or None) and ``close()``: ``ZmqDragonLink`` to a verifier server started with
+A link is anything with ``open(DragonOpen, cancel) -> DragonOpened`` (None when ``cancel()`` turned
+true first), ``send(msg)``, ``receive(timeout_s)`` (a message or None) and ``close()``: ``ZmqDragonLink`` to a verifier server started with
 ``serve --documents DIR``, or cloud/dragon.LocalDragonLink in one process.
 """
 
@@ -46,7 +46,7 @@ CANCEL_POLL_S = 0.05  # while waiting for the cloud, a cancellable decision look
 
 
 class DragonLink(Protocol):
-    def open(self, request: DragonOpen) -> DragonOpened: ...
+    def open(self, request: DragonOpen, cancel: Callable[[], bool] | None = None) -> DragonOpened | None: ...
 
     def send(self, msg: DragonMessage) -> None: ...
 
@@ -134,16 +134,20 @@ class RobotDragon:
         prefill_s = self.clock() - start
         request = self.request(query, stop_tokens)
         cancelled = cancel if cancel is not None else (lambda: False)
+        none = DragonDecision((), DragonTrace((), (), (), (), 0, 0, 0, 0, 0), side.documents, prefill_s, 0.0,
+                              0.0, float("nan"), cancelled=True)
         if cancelled():  # before anything is sent: the cloud never hears of it
             link.close()
-            return DragonDecision((), DragonTrace((), (), (), (), 0, 0, 0, 0, 0), side.documents, prefill_s, 0.0,
-                                  0.0, float("nan"), cancelled=True)
+            return none
         t0 = self.clock()
         try:
-            opened = link.open(request)
+            opened = link.open(request, cancel)
         except BaseException:
             link.close()  # a refused or timed-out open: free the link (its Close is harmless)
             raise
+        if opened is None:  # cancelled while the cloud retrieved and prefilled: its Close drops the session
+            link.close()
+            return none
         try:
             self._check_opened(opened)
         except ValueError:
@@ -241,9 +245,17 @@ class ZmqDragonLink:
         while self._due and self._due[0][0] <= now:
             self._sock.send_multipart(self._due.popleft()[1], copy=False)
 
-    def open(self, request: DragonOpen) -> DragonOpened:
+    def open(self, request: DragonOpen, cancel: Callable[[], bool] | None = None) -> DragonOpened | None:
+        """Send the open and wait for the cloud's DragonOpened (its retrieval and prefill), looking at
+        ``cancel()`` every CANCEL_POLL_S: None when it turned true first."""
         self._send(request)
-        reply = self.receive(self.open_timeout_s)
+        deadline = time.monotonic() + self.open_timeout_s
+        reply = None
+        while reply is None and time.monotonic() < deadline:
+            if cancel is not None and cancel():
+                return None
+            reply = self.receive(min(CANCEL_POLL_S if cancel is not None else self.open_timeout_s,
+                                     max(0.0, deadline - time.monotonic())))
         if reply is None:
             raise TimeoutError(f"no DragonOpened within {self.open_timeout_s} s")
         if not isinstance(reply, DragonOpened):

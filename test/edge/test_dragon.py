@@ -230,7 +230,7 @@ class ReplyLink:
     def __init__(self, opened):
         self.opened, self.requests, self.sent, self.closed = opened, [], [], 0
 
-    def open(self, request):
+    def open(self, request, cancel=None):
         self.requests.append(request)
         return self.opened
 
@@ -282,6 +282,41 @@ def test_an_empty_memory_and_no_matching_document_still_decode(world, tmp_path):
     link = local_link(world)
     out = robot.decode("zebra quantum", link)
     assert len(out.tokens) == 6 and out.memory_entries == 0 and link.cloud.side.documents == 0
+
+
+def test_a_new_instruction_cancels_the_open_while_the_cloud_prefills(world):
+    """The cloud (a bare ROUTER on 127.0.0.1 that reads the open and never answers, as a cloud busy
+    retrieving and prefilling) keeps the open waiting; ``cancel()`` turning true ends the decision
+    within a few CANCEL_POLL_S, not at the open's 30 s timeout, and the link's Close reaches the cloud
+    (which drops the session)."""
+    import time
+
+    import zmq
+
+    from edge_spec_ros.edge.dragon import CANCEL_POLL_S, ZmqDragonLink
+    from edge_spec_ros.wire.codec import decode
+    from edge_spec_ros.wire.messages import Close
+
+    ctx = zmq.Context()
+    cloud = ctx.socket(zmq.ROUTER)
+    cloud.setsockopt(zmq.LINGER, 0)
+    port = cloud.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        link = ZmqDragonLink(f"tcp://127.0.0.1:{port}", open_timeout_s=30.0)
+        start = time.monotonic()
+        out = robot_dragon(world, DragonConfig(max_new_tokens=4)).decode(
+            QUERY, link, cancel=lambda: time.monotonic() - start > 0.3)
+        waited = time.monotonic() - start
+        assert out.cancelled and out.tokens == () and 0.3 <= waited < 0.3 + 20 * CANCEL_POLL_S, waited
+        received = []
+        while cloud.poll(2000):
+            received.append(type(decode(cloud.recv_multipart()[1:]).message))
+            if received[-1] is Close:
+                break
+        assert received == [DragonOpen, Close]
+    finally:
+        cloud.close()
+        ctx.term()
 
 
 def test_delayed_pipe_keeps_order_and_delay():
