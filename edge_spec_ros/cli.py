@@ -181,11 +181,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _log(f"error: {exc}")
         return 2
     max_pixels = args.max_pixels or pair.max_pixels
-    server = VerifierServer(pair.verifier, PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=max_pixels)), config)
-    if dragon is not None:  # DRAGON decisions over the folder with --dragon-model's LM, not the verifier's
-        from edge_spec_ros.cloud.dragon import install_service
-
-        install_service(server, dragon)
+    # with --dragon-model, DRAGON decisions over the folder with that LM, not the verifier's
+    server = VerifierServer(pair.verifier, PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=max_pixels)), config,
+                            dragon)
     endpoint = server.start()
     if config.emulate_tq_s:
         _log(f"emulating T_q = {config.emulate_tq_s * 1e3:.0f} ms per verification forward")

@@ -36,7 +36,7 @@ from edge_spec_ros.rag.dragon_peer import DragonPeer, DragonProtocolError, Frame
 from edge_spec_ros.rag.stores import DocumentStore
 from edge_spec_ros.spec.aggregation import CLOUD
 from edge_spec_ros.spec.sampling import SamplingConfig
-from edge_spec_ros.wire.codec import decode, encode
+from edge_spec_ros.wire.codec import DecodeLimits, decode, encode
 from edge_spec_ros.wire.dragon import DragonMessage, DragonOpen, DragonOpened, check_open
 from edge_spec_ros.wire.messages import Close, Envelope
 
@@ -175,21 +175,17 @@ PROBS_FIELD = "probs"  # DRAGON's one array field (wire/dragon.py), capped per f
 FLOAT32_BYTES = 4
 
 
-def install_service(server, service: DragonService) -> None:
-    """Serve DRAGON decisions on ``server`` (a cloud/server.VerifierServer, before ``start()``) with
-    ``service``, whose LM may differ from the verifier's (``serve --dragon-model``). The server sizes
-    its caps by the verifier's vocabulary; here the codec's cap on ``probs`` (checked before any
-    decompression) and ZeroMQ's largest frame become one float32 distribution over the service's
-    vocabulary V, 4 V bytes, when that is larger. Every other field keeps the verifier's cap, and the
+def dragon_caps(limits: DecodeLimits, max_message_bytes: int, vocab: int) -> tuple[DecodeLimits, int]:
+    """A server's decode limits and largest frame when it serves DRAGON over a vocabulary of ``vocab``
+    ids (``serve --dragon-model``: an LM other than the verifier's, whose vocabulary sized the caps):
+    the codec's cap on ``probs`` (checked before any decompression) and the largest frame become one
+    float32 distribution, 4 V bytes, when that is larger. Every other field keeps its cap, and the
     DRAGON peer still refuses any ``probs`` shape but (V,) or (1,)."""
-    probs = FLOAT32_BYTES * service.stack.vocab_size
-    limits = server.decode_limits
+    probs = FLOAT32_BYTES * vocab
     fields = dict(limits.field_bytes)
     fields[PROBS_FIELD] = max(fields.get(PROBS_FIELD, 0), probs)
-    server.decode_limits = dataclasses.replace(limits, field_bytes=fields,
-                                               max_total_bytes=max(limits.max_total_bytes, probs))
-    server.max_message_bytes = max(server.max_message_bytes, probs)
-    server.dragon = service
+    return (dataclasses.replace(limits, field_bytes=fields, max_total_bytes=max(limits.max_total_bytes, probs)),
+            max(max_message_bytes, probs))
 
 
 class DelayedPipe:

@@ -40,7 +40,7 @@ from edge_spec_ros.cloud.limits import (
     DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits, RequestError, check_draft, check_generate, check_open,
 )
 from edge_spec_ros.cloud.batching import batchable, verify_batch
-from edge_spec_ros.cloud.dragon import DragonService, DragonSession
+from edge_spec_ros.cloud.dragon import DragonService, DragonSession, dragon_caps
 from edge_spec_ros.cloud.session import (
     PREFILL_CHUNK_CELLS, PREFILL_CHUNK_TOKENS, Cancelled, ComputeProfile, VerifySession,
 )
@@ -214,7 +214,12 @@ class FairQueue:
 
 
 class VerifierServer:
-    def __init__(self, verifier: EarlyExitVerifier, encoder: PromptEncoder, config: ServerConfig) -> None:
+    def __init__(self, verifier: EarlyExitVerifier, encoder: PromptEncoder, config: ServerConfig,
+                 dragon: DragonService | None = None) -> None:
+        """``dragon``: DRAGON decisions answered by another LM than the verifier's (``serve --dragon-model``),
+        instead of the verifier's LM over ``config.documents``."""
+        if dragon is not None and config.documents:
+            raise ValueError("DRAGON documents come from config.documents or from the service given, not both")
         self.verifier = verifier
         self.encoder = encoder
         self.config = config
@@ -222,7 +227,10 @@ class VerifierServer:
         self.decode_limits = config.limits.decode_limits(self.vocab)
         self.max_message_bytes = config.limits.max_message_bytes(self.vocab)
         self.compute = ComputeProfile(config.emulate_tq_s)
-        self.dragon = DragonService(verifier.stack, encoder, config.documents) if config.documents else None
+        self.dragon = dragon or (DragonService(verifier.stack, encoder, config.documents) if config.documents else None)
+        if self.dragon is not None:
+            self.decode_limits, self.max_message_bytes = dragon_caps(self.decode_limits, self.max_message_bytes,
+                                                                     self.dragon.stack.vocab_size)
         self.counters: Counter[str] = Counter()
         self.sessions: dict[tuple[bytes, bytes], _Session] = {}
         self._per_client: Counter[bytes] = Counter()
