@@ -25,10 +25,15 @@ the chain end to end: it compares the cycle between consecutive blocks (verifica
 robot's drafting or its hit) in rounds with the chain against rounds with no exit, uses the faster
 arm, and tries the other one every ``EXPLORE_EVERY``-th round. Exits never change the verdicts, so
 the two arms commit the same tokens per round and their cycles compare directly.
-The first round of every decision (and the planner's first ``warmup_rounds``; optionally every
-``probe_every``-th) computes every exit, so rates of exits switched off stay measured, and two
-decisions given the same first draft stream the same early results. Only the final exit's verdict
-is ever emitted as tokens: the plan changes which guesses reach the robot, never the output.
+The planner's first ``warmup_rounds`` (optionally every ``probe_every``-th) compute every exit,
+and so does the first round of a decision while such probes are cheap, so rates of exits switched
+off stay measured (these rounds are the joint observations): a decision's first round probes when
+the verification time since the last probe, times ``PROBE_BUDGET``, covers the heads of every exit,
+and otherwise plans like the others. Where heads cost little beside the verification (an emulated
+T_q, a GPU) every first round probes, and two decisions given the same first draft stream the same
+early results; where nine heads over a 49k vocabulary cost twice a plain verification (SmolLM2-135M
+on a CPU), a probe comes every few decisions. Only the final exit's verdict is ever emitted as
+tokens: the plan changes which guesses reach the robot, never the output.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ HISTORY = 64  # rounds with every exit computed that the joint choice looks back
 EXPLORE_EVERY = 16  # every so many planned rounds, the arm (chain / no exit) that looks slower is tried
 MIN_ARM_ROUNDS = 3  # cycles measured in each arm before the faster one is preferred
 OUTLIER_FACTOR = 3.0  # a cycle above this many times its arm's mean counts as that much (a lost packet)
+PROBE_BUDGET = 0.02  # a decision's every-exit first round: at most this share of the verification time
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,8 @@ class ExitPlanner:
         self._gap = {True: 0.0, False: 0.0}  # verdict → next block, after rounds with / without a right exit
         self._gaps = {True: 0, False: 0}
         self._t_q, self._t_q_rounds = 0.0, 0  # EMA of the verification time T_q (s)
+        self._base, self._base_rounds = 0.0, 0  # EMA of T_q less the round's exit heads (s)
+        self._since_probe = 0  # rounds planned since the last one that computed every exit
         self._cycle = {True: 0.0, False: 0.0}  # EMA of the block-to-block cycle with the chain / with no exit
         self._cycles = {True: 0, False: 0}
         self._bandit_rounds = 0
@@ -140,13 +148,14 @@ class ExitPlanner:
 
     # --- planning -----------------------------------------------------------------------------
     def plan(self, probe: bool = False) -> frozenset[int]:
-        """The exits to compute in the next round; ``probe``: every exit (a decision's first round)."""
+        """The exits to compute in the next round; ``probe``: a decision's first round, which computes
+        every exit when the probe fits ``PROBE_BUDGET`` (``probe_due``)."""
         with self._lock:
             t_q_s = self._t_q
             self.rounds += 1
             n = self.rounds
-            if probe or n <= self.warmup_rounds or (self.probe_every and n % self.probe_every == 0) \
-                    or any(v == 0 for v in self._seen.values()):
+            if (probe and self._probe_due()) or n <= self.warmup_rounds \
+                    or (self.probe_every and n % self.probe_every == 0) or any(v == 0 for v in self._seen.values()):
                 chosen = frozenset(self.layers)
             else:
                 def saving(l: int) -> float:
@@ -158,7 +167,22 @@ class ExitPlanner:
                     chosen = frozenset()
             for l in chosen:
                 self.computed[l] += 1
+            self._since_probe = 0 if chosen == frozenset(self.layers) else self._since_probe + 1
             return chosen
+
+    @property
+    def probe_due(self) -> bool:
+        """Whether a decision's first round would compute every exit now (``_probe_due``)."""
+        with self._lock:
+            return self._probe_due()
+
+    def _probe_due(self) -> bool:
+        """A probe costs the heads of every exit, Σ h_l; it is due once PROBE_BUDGET of the verification
+        time since the last round with every exit (rounds × T_q without heads) covers that cost."""
+        if self._base_rounds == 0:
+            return True
+        heads = sum(self._head.values())
+        return heads <= PROBE_BUDGET * self._since_probe * self._base
 
     def observe(self, outputs: Mapping[int, tuple[int, ...]], final: tuple[int, ...],
                 head_s: Mapping[int, float], t_q_s: float) -> bool:
@@ -170,6 +194,9 @@ class ExitPlanner:
             if math.isfinite(t_q_s) and t_q_s >= 0.0:
                 self._t_q = t_q_s if self._t_q_rounds == 0 else self._t_q + w * (t_q_s - self._t_q)
                 self._t_q_rounds += 1
+                base = max(0.0, t_q_s - sum(max(0.0, float(head_s.get(l, 0.0))) for l in outputs if l in self._right))
+                self._base = base if self._base_rounds == 0 else self._base + w * (base - self._base)
+                self._base_rounds += 1
             for l, tokens in outputs.items():
                 if l not in self._right:
                     continue

@@ -42,7 +42,9 @@ def test_duplicates_of_an_earlier_exit_are_switched_off():
     learned = [p for i, p in enumerate(plans, 1) if i > 2 and i % 10]
     assert learned and all(p == {1} for p in learned)  # exit 1 already gives every hit; the rest only cost
     assert all(plans[i - 1] == {1, 2, 3, 4} for i in (10, 20, 30))  # probes keep the others measured
-    assert planner.plan(probe=True) == {1, 2, 3, 4}  # a decision's first round: every exit
+    assert planner.plan(probe=True) == {1}  # a decision's first round right after a probe plans like the others
+    run_rounds(planner, 5, {1: True, 2: True, 3: True, 4: True}, head_s=0.001, t_q_s=0.05)
+    assert planner.plan(probe=True) == {1, 2, 3, 4}  # five rounds later its four 1 ms heads fit the budget
     assert ExitPlanner([1], num_layers=2).probe_every == 0  # by default only first rounds probe
 
 
@@ -107,7 +109,7 @@ def test_a_chain_that_slows_the_cycle_is_turned_off_and_tried_again_now_and_then
     assert planner.cycle_s(True) < 0.02
 
 
-def test_a_decisions_first_round_computes_every_exit_whatever_was_learned():
+def test_a_decisions_first_round_computes_every_exit_while_probes_are_cheap():
     from edge_spec_ros.spec.exits import MIN_ARM_ROUNDS
 
     planner = ExitPlanner([1, 2], num_layers=3, warmup_rounds=0)
@@ -132,3 +134,32 @@ def test_the_joint_choice_keeps_an_exit_right_where_an_earlier_one_is_wrong():
     for right in ({1: True, 2: False, 3: False},) * 3 + ({1: False, 2: False, 3: True},):
         run_rounds(planner, 1, right, head_s=0.0, t_q_s=1.0)
     assert planner.plan() == {1, 3}
+
+
+def test_a_decisions_first_round_probes_only_within_its_budget():
+    from edge_spec_ros.spec.exits import PROBE_BUDGET
+
+    layers = [3, 6, 9, 12, 15, 18, 21, 24, 27]
+    every = frozenset(layers)
+    planner = ExitPlanner(layers, num_layers=30, warmup_rounds=1)
+    # nine 25 ms heads beside a 120 ms verification (SmolLM2-135M on a CPU), no exit ever right
+    run_rounds(planner, 1, dict.fromkeys(layers, False), head_s=0.025, t_q_s=0.120 + 9 * 0.025)
+    spacing = math.ceil(9 * 0.025 / (PROBE_BUDGET * 0.120))  # rounds of verification a probe's heads may take
+    assert spacing > 50
+    assert not planner.probe_due
+    # decisions of one round each: their first rounds plan like the others (no exit pays) until a probe is due
+    firsts = [planner.plan(probe=True) for _ in range(2 * spacing + 2)]
+    assert [i for i, p in enumerate(firsts) if p == every] == [spacing, 2 * spacing + 1]
+    assert all(p == frozenset() for p in firsts if p != every)
+    # the probes' heads stay within the budget of the verification time between them
+    assert 9 * 0.025 <= PROBE_BUDGET * spacing * 0.120 + 1e-12
+
+    # heads that cost little beside the verification (a GPU; an emulated T_q hides them): every first round
+    cheap = ExitPlanner(layers, num_layers=30, warmup_rounds=1)
+    run_rounds(cheap, 1, dict.fromkeys(layers, False), head_s=0.00001, t_q_s=0.120)
+    for _ in range(5):  # decisions of two rounds: the second plans (no exit pays), the next first round probes
+        assert cheap.plan() == frozenset()
+        assert cheap.plan(probe=True) == every
+    hidden = ExitPlanner(layers, num_layers=30, warmup_rounds=1)
+    run_rounds(hidden, 1, dict.fromkeys(layers, False), head_s=0.0, t_q_s=0.600)
+    assert hidden.plan(probe=True) == every and hidden.plan(probe=True) == every
