@@ -455,7 +455,7 @@ def cmd_train_sim_pair(args: argparse.Namespace) -> int:
                            max_pixels=args.max_pixels, labels=args.labels, init_from=args.init_from,
                            dagger_lr=args.dagger_lr, dagger_final_fraction=args.dagger_final_fraction,
                            dagger_far_fraction=args.dagger_far_fraction, far_fraction=args.far_fraction,
-                           far_min_m=args.far_min_m)
+                           far_min_m=args.far_min_m, far_max_bearing_deg=args.far_max_bearing_deg)
     bars: dict[str, tqdm] = {}
 
     def progress(phase: str, step: int, total: int, loss: float) -> None:
@@ -795,6 +795,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "to 6 m away (0: the mix the shipped pair was trained on)")
     pair.add_argument("--far-min-m", type=float, default=3.0,
                       help="distance (centre to centre) from which a target in view counts as far")
+    pair.add_argument("--far-max-bearing-deg", type=float, default=30.0,
+                      help="the --far-fraction samples' target bearing, uniform within +-this (10 or less: the "
+                      "target ahead, every label a walk at it; 30: anywhere in view)")
     pair.set_defaults(func=cmd_train_sim_pair)
 
     sim_eval = sub.add_parser("sim-eval", help="closed loop: the model drives the simulated robot")

@@ -36,7 +36,7 @@ from edge_spec_ros.sim.world import Pose, World
 JPEG_QUALITY = 90  # the drafter node's jpeg_quality: frames travel as JPEG once per decision
 FAR_MIN_M = 3.0  # centre to centre: from here a bottle (0.25 m) is under 14 px, half an image patch, wide
 FAR_MAX_M = 6.0  # about the farthest a target can be in view in the 6 m room
-FAR_VIEW_MARGIN_RAD = math.radians(5)  # a far pose puts the target's centre this far inside the field of view
+FAR_MAX_BEARING_DEG = 30.0  # a far pose's target bearing: within the 70° field of view less 5° a side
 POSE_TRIES = 100  # draws of a constrained pose before falling back to a random one
 
 
@@ -60,6 +60,7 @@ class SimDataConfig:
     # the expert's-way share; drawn before the others, so 0 leaves every sample as it was
     far_min_m: float = FAR_MIN_M
     far_max_m: float = FAR_MAX_M
+    far_max_bearing_deg: float = FAR_MAX_BEARING_DEG  # 10 or less: the target ahead, every label a walk at it
     jpeg_quality: int = JPEG_QUALITY  # 0: raw frames
     compare: bool = True  # the expert's reply compares the nearest object in view with the instruction
     # (``expert_text``); False: the earlier labels, the shipped pair's base stage
@@ -72,6 +73,9 @@ class SimDataConfig:
         if not 0 < self.far_min_m < self.far_max_m:
             raise ValueError(f"far distances must satisfy 0 < far_min_m < far_max_m, got {self.far_min_m}, "
                              f"{self.far_max_m}")
+        if not 0 <= self.far_max_bearing_deg <= FAR_MAX_BEARING_DEG:
+            raise ValueError(f"far_max_bearing_deg must be in [0, {FAR_MAX_BEARING_DEG}] (the target in view), "
+                             f"got {self.far_max_bearing_deg}")
 
 
 def free(world: World, x: float, y: float, margin: float = 0.1) -> bool:
@@ -110,12 +114,12 @@ def far_in_view(world: World, target: str, min_m: float = FAR_MIN_M) -> bool:
 
 
 def far_target_pose(world: World, target: str, rng: random.Random, min_m: float = FAR_MIN_M,
-                    max_m: float = FAR_MAX_M) -> Pose:
+                    max_m: float = FAR_MAX_M, max_bearing_deg: float = FAR_MAX_BEARING_DEG) -> Pose:
     """A free pose ``min_m``-``max_m`` from the target's centre with the target in view: its bearing
-    uniform within the field of view less ``FAR_VIEW_MARGIN_RAD`` on each side (so the expert says
-    turn towards it or walk at it, never search). Falls back to a random pose when none is found."""
+    uniform within ±``max_bearing_deg`` (inside the field of view, so the expert says turn towards it
+    or walk at it, never search). Falls back to a random pose when none is found."""
     obj = world.target(target)
-    half = world.config.fov_rad / 2 - FAR_VIEW_MARGIN_RAD
+    half = math.radians(max_bearing_deg)
     for _ in range(POSE_TRIES):
         distance, around = rng.uniform(min_m, max_m), rng.uniform(-math.pi, math.pi)
         x, y = obj.x + distance * math.cos(around), obj.y + distance * math.sin(around)
@@ -149,7 +153,8 @@ def sim_sample(config: SimDataConfig, index: int) -> SimSample:
     draw = rng.random()
     far = config.far_fraction  # 0 by default: every threshold below is then the one it always was
     if draw < far:
-        world.pose = far_target_pose(world, target, rng, config.far_min_m, config.far_max_m)
+        world.pose = far_target_pose(world, target, rng, config.far_min_m, config.far_max_m,
+                                     config.far_max_bearing_deg)
     elif draw < far + config.random_pose_fraction:
         world.pose = random_pose(world, rng)
     elif draw < far + config.random_pose_fraction + config.lookalike_fraction:

@@ -45,6 +45,15 @@ def test_a_far_pose_has_the_target_in_view_between_the_far_distances():
         assert parse_action(text, NavConfig()).action.kind in ("turn", "forward")
 
 
+def test_far_samples_ahead_are_all_walks():
+    ahead = SimDataConfig(seed=6, random_pose_fraction=0, lookalike_fraction=0, detour_fraction=0, far_fraction=1,
+                          far_max_bearing_deg=10.0)
+    actions = [parse_action(sim_sample(ahead, i).text, NavConfig()).action for i in range(20)]
+    assert all(a.kind == "forward" for a in actions)
+    with pytest.raises(ValueError, match="far_max_bearing_deg"):
+        SimDataConfig(far_max_bearing_deg=40.0)  # out of view
+
+
 def test_far_samples_are_drawn_at_the_far_fraction():
     only_far = SimDataConfig(seed=5, random_pose_fraction=0, lookalike_fraction=0, detour_fraction=0, far_fraction=1)
     texts = [sim_sample(only_far, i).text for i in range(30)]
