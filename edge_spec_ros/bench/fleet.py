@@ -268,9 +268,11 @@ def _point(rows: list[dict], wall: float, solo: dict, n: int, before: dict, afte
 
     by_motion = {"moving": quantiles([r for r in done if r.get("moving")]),
                  "still": quantiles([r for r in done if not r.get("moving")])}
+    busy_s, busy_tokens = _all_busy(rows)
     return {
         "robots": n, "decisions": len(done), "tokens": tokens, "wall_s": wall,
         "tokens_per_s": tokens / wall if wall > 0 else 0.0,
+        "all_busy_s": busy_s, "tokens_per_s_all_busy": busy_tokens / busy_s if busy_s > 0 else 0.0,
         "decisions_per_s": len(done) / wall if wall > 0 else 0.0,
         "latency_ms": {"p50": _percentile(latencies, 50) * 1e3, "p95": _percentile(latencies, 95) * 1e3,
                        "p99": _percentile(latencies, 99) * 1e3, "max": max(latencies, default=0.0) * 1e3},
@@ -280,6 +282,21 @@ def _point(rows: list[dict], wall: float, solo: dict, n: int, before: dict, afte
         "exact": not different and not errors, "different": different[:20],
         "latency_by_motion_ms": by_motion,
     }
+
+
+def _all_busy(rows: list[dict]) -> tuple[float, int]:
+    """The stretch of a run while every robot was still deciding: from the first decision's start to
+    the end of the first robot's last decision; (its seconds, the tokens of the decisions that ended in
+    it). Throughput over the whole run also counts the tail in which robots that finished early (the
+    ones in motion, served first) leave fewer rounds to batch; this is the throughput at N robots."""
+    if not rows:
+        return 0.0, 0
+    start = min(r["end"] - r["latency_s"] for r in rows)
+    last: dict[int, float] = {}
+    for r in rows:
+        last[r["robot"]] = max(last.get(r["robot"], r["end"]), r["end"])
+    end = min(last.values())
+    return end - start, sum(len(r["tokens"]) for r in rows if "tokens" in r and r["end"] <= end)
 
 
 def fleet(config: FleetConfig, progress=lambda line: None) -> dict:
@@ -320,7 +337,8 @@ def fleet(config: FleetConfig, progress=lambda line: None) -> dict:
                     point = _point(rows, wall, solo, n, before, _server_counters(server.endpoint))
                     points.append(point)
                     report["exact"] = report["exact"] and point["exact"] and point["decisions"] > 0
-                    progress(f"{setting} N={n}: {point['tokens_per_s']:.1f} tok/s, p50 "
+                    progress(f"{setting} N={n}: {point['tokens_per_s']:.1f} tok/s "
+                             f"({point['tokens_per_s_all_busy']:.1f} while all busy), p50 "
                              f"{point['latency_ms']['p50']:.0f} ms, p99 {point['latency_ms']['p99']:.0f} ms, "
                              f"batch {point['mean_batch']:.2f}, exact {point['exact']}")
                 report["settings"][setting] = points
@@ -384,15 +402,17 @@ def table(report: dict) -> str:
              f"(none started after {c['time_limit_s']:.0f} s); {c['max_new_tokens']} new tokens at most, γ = "
              f"{c['gamma']}, temperature {c['temperature']}; robots in {c['procs']} processes",
              *[f"  {line}" for line in report["emulated"]],
-             "| server | N | decisions | tokens/s | × N=1 | decisions/s | p50 ms | p95 ms | p99 ms | mean batch | "
-             "errors | = solo |" + (" in motion p50 / p95 / p99 ms | still p50 / p95 / p99 ms |" if c.get("moving") else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if c.get("moving") else "")]
+             "| server | N | decisions | tokens/s | × N=1 | tokens/s all busy | decisions/s | p50 ms | p95 ms | p99 ms | "
+             "mean batch | errors | = solo |"
+             + (" in motion p50 / p95 / p99 ms | still p50 / p95 / p99 ms |" if c.get("moving") else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if c.get("moving") else "")]
     for setting, points in report["settings"].items():
         base = points[0]["tokens_per_s"] if points and points[0]["tokens_per_s"] else float("nan")
         for p in points:
             errors = {**p["errors_robot"], **{f"server {k}": v for k, v in p["errors_server"].items()}}
             lines.append(f"| {setting} | {p['robots']} | {p['decisions']} | {p['tokens_per_s']:.1f} | "
-                         f"{p['tokens_per_s'] / base:.2f} | {p['decisions_per_s']:.2f} | {p['latency_ms']['p50']:.0f} | "
+                         f"{p['tokens_per_s'] / base:.2f} | {p['tokens_per_s_all_busy']:.1f} | "
+                         f"{p['decisions_per_s']:.2f} | {p['latency_ms']['p50']:.0f} | "
                          f"{p['latency_ms']['p95']:.0f} | {p['latency_ms']['p99']:.0f} | {p['mean_batch']:.2f} | "
                          f"{', '.join(f'{k} {v}' for k, v in errors.items()) or 'none'} | "
                          f"{'yes' if p['exact'] else 'NO'} |" + (_motion_cells(p) if c.get("moving") else ""))
