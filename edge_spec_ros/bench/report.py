@@ -26,6 +26,7 @@ ROWS = (
     ("avg hit exit", "avg_hit_exit", "{:.1f}"),
     ("TTFT ms", "ttft_s", "ms"),
     ("per token ms", "per_token_s", "ms"),
+    ("  after the first verdict ms", "steady_per_token_s", "ms"),
     ("bound ms (T_q/τ(α,γ))", "bound_per_token_s", "ms"),
     ("T_p ms", "tp_s", "ms"),
     ("T_q ms", "tq_s", "ms"),

@@ -25,6 +25,9 @@ class DecodeStats:
     full_rounds: int = 0  # rounds whose whole draft was accepted (δ = γ)
     wall_s: float = 0.0
     ttft_s: float = 0.0  # time to first emitted token
+    first_tokens: int = 0  # tokens known at that time (the first verdict's, up to γ + 1)
+    steady_s: float = 0.0  # wall_s − ttft_s: the decode after its first verdict ...
+    steady_tokens: int = 0  # ... and the tokens emitted in it (tokens − first_tokens)
     prefill_s: float = 0.0
     draft_s: float = 0.0  # Σ drafting time (γ·T_p per round)
     verify_s: float = 0.0  # Σ verification time as the robot waits for it (AR: per token)
@@ -59,6 +62,14 @@ class DecodeStats:
     @property
     def per_token_s(self) -> float:
         return self.wall_s / self.tokens if self.tokens else 0.0
+
+    @property
+    def steady_per_token_s(self) -> float:
+        """Seconds per token after the first verdict: the pipeline's steady state, which the bound below
+        describes. A decision's start (the open's prefill and round trip, the first round, which
+        nothing can overlap) is in ``ttft_s``, outside any pipeline (PicoSpec's eqs. 5-9 model the
+        cycles only)."""
+        return self.steady_s / self.steady_tokens if self.steady_tokens else 0.0
 
     @property
     def bound_per_token_s(self) -> float:
@@ -105,7 +116,8 @@ class DecodeStats:
     def overhead_median_s(self) -> float:
         return statistics.median(self.round_overheads_s) if self.round_overheads_s else 0.0
 
-    DERIVED = ("overhead_median_s", "mean_tv", "tau", "alpha", "alpha_mle", "per_token_s", "bound_per_token_s",
+    DERIVED = ("overhead_median_s", "mean_tv", "tau", "alpha", "alpha_mle", "per_token_s", "steady_per_token_s",
+               "bound_per_token_s",
                "miss_rate", "avg_hit_exit", "tp_s", "tq_s", "tc_s",
                "bytes_up_per_round", "bytes_down_per_round")
 

@@ -214,6 +214,8 @@ class EdgeDecoder:
         stats.bytes_up, stats.bytes_down = traffic.up_bytes, traffic.down_bytes
         stats.wall_s = time.perf_counter() - t0
         stats.tokens = len(tokens)
+        stats.steady_s = max(0.0, stats.wall_s - stats.ttft_s)
+        stats.steady_tokens = max(0, stats.tokens - stats.first_tokens)
         return DecodeResult(tokens, stats)
 
     def _cloud_ar(self, sid: bytes, stats: DecodeStats, t0: float, budget: int, resampled: int = -1) -> CloudTokens:
@@ -233,6 +235,7 @@ class EdgeDecoder:
             stats.rounds += 1
             if not stats.ttft_s:
                 stats.ttft_s = time.perf_counter() - t0
+                stats.first_tokens = len(msg.tokens)
             if not out and len(msg.tokens):
                 first_at, first_count = time.perf_counter(), len(msg.tokens)
             out.extend(int(t) for t in msg.tokens)
@@ -337,4 +340,5 @@ def emit(out: list[int], tokens: tuple[int, ...], config: DecodeConfig, stats: D
     done = append_until_stop(out, tokens, config)
     if first:
         stats.ttft_s = time.perf_counter() - t0
+        stats.first_tokens = len(out)
     return done

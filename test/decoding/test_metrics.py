@@ -13,3 +13,9 @@ def test_decode_stats_report_their_own_bound():
     alpha = 20 / (20 + 10 - 2)
     assert math.isclose(stats.bound_per_token_s, 0.1 / expected_round_tokens(alpha, 4))
     assert DecodeStats("ar").bound_per_token_s == 0.0 and "bound_per_token_s" in stats.as_dict()
+
+
+def test_the_steady_state_is_the_decode_after_its_first_verdict():
+    stats = DecodeStats("pico", tokens=21, steady_s=2.0, steady_tokens=16, first_tokens=5, wall_s=3.2, ttft_s=1.2)
+    assert stats.steady_per_token_s == 0.125 and "steady_per_token_s" in stats.as_dict()
+    assert DecodeStats("ar").steady_per_token_s == 0.0

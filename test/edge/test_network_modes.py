@@ -6,6 +6,8 @@ Sampled: FSD equals SD at the same seed (and both equal the in-process speculati
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -52,6 +54,9 @@ def test_greedy_over_the_network_equals_target_greedy(server_endpoint, pair, ima
         results = run_modes(server_endpoint, pair, prompt, jpg, config, threads=3)
         for mode, result in results.items():
             assert result.tokens == target.tokens, mode
+            s = result.stats  # the first verdict's tokens, and the decode after it
+            assert 1 <= s.first_tokens <= config.gamma + 1 and s.steady_tokens == s.tokens - s.first_tokens, mode
+            assert 0 < s.steady_s < s.wall_s and math.isclose(s.steady_s, s.wall_s - s.ttft_s), mode
         fsd = results["fsd"].stats
         assert fsd.cache_hits + fsd.cache_misses == fsd.rounds - 1  # every round but the last needed a draft
         assert results["sd"].stats.rounds == fsd.rounds and fsd.bytes_up > 0 and fsd.bytes_down > 0
