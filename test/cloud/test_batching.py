@@ -150,9 +150,11 @@ def test_ten_robots_of_mixed_modes_get_their_solo_outputs_from_a_batching_server
     assert stats.get("internal_error", 0) == 0
 
 
-def test_a_refused_or_cancelled_session_in_a_batch_leaves_the_others_exact(pair, work):
+def test_a_refused_or_cancelled_session_in_a_batch_leaves_the_others_exact(pair, work, monkeypatch):
     """verify_batch: one session's bad draft (wrong position) is answered with its error and left out
-    of the forward, one cancelled part-way stops receiving results, the others get what they get alone."""
+    of the forward, one cancelled part-way stops receiving results, the others get what they get alone.
+    Every exit in every round (no planner), so that each session streams exits before its final one."""
+    monkeypatch.setattr(pair.verifier, "exit_planner", None)
     import threading as _threading
 
     from edge_spec_ros.cloud.batching import verify_batch
