@@ -86,6 +86,7 @@ class VerifySession:
         self._sampling = SamplingConfig(request.temperature)
         self._rng = PositionalRNG(request.seed)
         self._want_exits = request.want_exits
+        self._pipelined = request.pipelined
         self._compute = compute if compute is not None else ComputeProfile(request.compute_tq_s)
         self._cancel = cancel if cancel is not None else threading.Event()
         self._max_tokens = max_tokens
@@ -209,7 +210,7 @@ class VerifySession:
         split = draft.q_draft is not None
         done = 0 if prepared is None else len(prepared.tokens)
         want_exits = self._want_exits and not split
-        planner = self._verifier.exit_planner if want_exits else None
+        planner = self._verifier.planner_for(self._pipelined) if want_exits else None
         arrived = self._arrivals.pop(draft.round, None)
         if planner is not None and self._last_final is not None and arrived is not None:
             left, matched = self._last_final
@@ -259,15 +260,17 @@ class VerifySession:
                         confidence=result.confidence, is_final=out.is_final,
                         compute_s=compute_s))
         if out.is_final and plan.want_exits:
-            self._learn_exits(plan, result.verdict.tokens, compute_s)
+            self._learn_exits(plan, result.verdict.tokens, compute_s,
+                              covered=self._pipelined and result.verdict.accepted == len(plan.tokens))
 
-    def _learn_exits(self, plan: "VerifyPlan", final: tuple[int, ...], compute_s: float) -> None:
+    def _learn_exits(self, plan: "VerifyPlan", final: tuple[int, ...], compute_s: float, covered: bool) -> None:
         """After a round's verdict left: tell the exit planner which computed exits matched it and what
-        their heads cost on the critical path. With emulated compute (``ComputeProfile``) a head costs
+        their heads cost on the critical path; ``covered``: the robot had the next block already (a
+        pipelined session's fully accepted block), so no exit was of use to it. With emulated compute (``ComputeProfile``) a head costs
         only what it adds beyond the emulated T_q: max(T_q, R) − max(T_q, R − H) for real compute R and
         heads H, shared among the exits by their measured times."""
-        planner = self._verifier.exit_planner
-        matched = any(tuple(t) == tuple(final) for t in plan.outputs.values())
+        planner = self._verifier.planner_for(self._pipelined)
+        matched = not covered and any(tuple(t) == tuple(final) for t in plan.outputs.values())
         self._last_final = (time.perf_counter(), matched)
         if planner is None or not plan.outputs:
             return
@@ -276,7 +279,7 @@ class VerifySession:
         tq = self._compute.tq_s
         extra = max(tq, real) - max(tq, real - heads)
         scale = extra / heads if heads > 0 else 0.0
-        planner.observe(plan.outputs, final, {l: h * scale for l, h in plan.heads.items()}, compute_s)
+        planner.observe(plan.outputs, final, {l: h * scale for l, h in plan.heads.items()}, compute_s, covered)
 
     def _prepare(self, partial: DraftBlock) -> None:
         """PicoSpec's fast verification: run the verifier over the first tokens of the next block as

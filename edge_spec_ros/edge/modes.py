@@ -200,7 +200,7 @@ class EdgeDecoder:
         request = Open(input_ids=prompt.input_ids.numpy().astype(np.int32), image=image,
                        temperature=c.decode.sampling.temperature, seed=c.decode.seed, want_exits=spec.early_exits,
                        queue_policy=c.server_policy,
-                       p_top_k=c.lossy_p_k if spec.lossy_p else 0)
+                       p_top_k=c.lossy_p_k if spec.lossy_p else 0, pipelined=spec.pipelined)
         sid, opened = self.client.open(request)
         stats.prefill_s = time.perf_counter() - t0
         try:

@@ -62,6 +62,17 @@ class EarlyExitVerifier:
         # which early exits earn their compute, learned over every session (spec.exits.ExitPlanner);
         # None: every exit in every round (as the FSD paper's verifier does)
         self.exit_planner: ExitPlanner | None = ExitPlanner(self.exit_layers, L) if self.exit_layers else None
+        # ... and over the sessions of pipelining robots (PicoSpec modes, Open.pipelined), where an exit
+        # earns only after a rejection: the two kinds would teach one planner opposite lessons
+        self.pipelined_exit_planner: ExitPlanner | None = ExitPlanner(self.exit_layers, L) if self.exit_layers \
+            else None
+
+    def planner_for(self, pipelined: bool) -> ExitPlanner | None:
+        """The exit planner of a session whose robot pipelines its blocks (``pipelined``) or not; None
+        while ``exit_planner`` is None (every exit in every round)."""
+        if self.exit_planner is None:
+            return None
+        return self.pipelined_exit_planner if pipelined else self.exit_planner
 
     @classmethod
     def from_config(cls, config: VerifierConfig) -> "EarlyExitVerifier":

@@ -167,7 +167,8 @@ class BridgeNode(Node):
         self.client.register(sid)
         request = Open(input_ids=np.asarray(msg.input_ids, dtype=np.int32), image=bytes(msg.image),
                        temperature=msg.temperature, seed=msg.seed, want_exits=msg.want_exits,
-                       queue_policy=msg.queue_policy or "priority", p_top_k=msg.p_top_k, priority=msg.priority)
+                       queue_policy=msg.queue_policy or "priority", p_top_k=msg.p_top_k, priority=msg.priority,
+                       pipelined=msg.pipelined)
         session.waiting_since = time.monotonic()
         self.client.send(sid, self.client.with_priority(self.client.with_downlink(request)))
         session.thread = threading.Thread(target=self._watch, args=(session,), name=f"bridge-{msg.decision}",

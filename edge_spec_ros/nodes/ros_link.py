@@ -270,6 +270,7 @@ class RosVerifierLink:
         msg.queue_policy = request.queue_policy
         msg.p_top_k = int(request.p_top_k)
         msg.priority = int(request.priority or self.priority)
+        msg.pipelined = bool(request.pipelined)
         self._requests.publish(msg)
         self._count(sid, request)
         deadline = time.monotonic() + self.open_timeout_s

@@ -185,10 +185,12 @@ class ExitPlanner:
         return heads <= PROBE_BUDGET * self._since_probe * self._base
 
     def observe(self, outputs: Mapping[int, tuple[int, ...]], final: tuple[int, ...],
-                head_s: Mapping[int, float], t_q_s: float) -> bool:
+                head_s: Mapping[int, float], t_q_s: float, covered: bool = False) -> bool:
         """A round's outcome: each computed exit's tokens, the final tokens, each computed exit's cost
-        on the critical path (s) and the round's verification time T_q (s). Returns whether some
-        computed exit was right (a possible hit)."""
+        on the critical path (s) and the round's verification time T_q (s). ``covered``: the robot had
+        its next block without any exit (PicoSpec's pipelined block after a fully accepted one), so no
+        exit counts as right in this round: an exit earns only in the rounds where its pre-draft can be
+        used. Returns whether some computed exit was right and of use (a possible hit)."""
         w = self.smoothing
         with self._lock:
             if math.isfinite(t_q_s) and t_q_s >= 0.0:
@@ -200,7 +202,7 @@ class ExitPlanner:
             for l, tokens in outputs.items():
                 if l not in self._right:
                     continue
-                right = float(tuple(tokens) == tuple(final))
+                right = float(not covered and tuple(tokens) == tuple(final))
                 cost = max(0.0, float(head_s.get(l, 0.0)))
                 if self._seen[l] == 0:
                     self._right[l], self._head[l] = right, cost
@@ -209,9 +211,10 @@ class ExitPlanner:
                     self._head[l] += w * (cost - self._head[l])
                 self._seen[l] += 1
             if set(outputs) >= set(self.layers):  # every exit computed: a joint observation
-                self._history.append(frozenset(l for l, t in outputs.items() if tuple(t) == tuple(final)))
+                self._history.append(frozenset() if covered else
+                                     frozenset(l for l, t in outputs.items() if tuple(t) == tuple(final)))
                 del self._history[:-HISTORY]
-        return any(tuple(t) == tuple(final) for t in outputs.values())
+        return not covered and any(tuple(t) == tuple(final) for t in outputs.values())
 
     def _chain_arm(self) -> bool:
         """Whether this planned round computes its chain (True) or no exit (False): each arm until it

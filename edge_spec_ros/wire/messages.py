@@ -56,6 +56,8 @@ class Open:
     down_loss: float = 0.0
     priority: int = 0  # 0..MAX_PRIORITY (cloud/limits.py): the server serves a session of higher priority
     # first (a robot in motion: 1; standing still or idle: 0), within a fairness bound (cloud/server.FairQueue)
+    pipelined: bool = False  # the robot drafts each next block while a block is verified (PicoSpec): after
+    # a fully accepted block it has the next one, so only early exits of other verdicts are of use to it
     TYPE = MsgType.OPEN
 
 

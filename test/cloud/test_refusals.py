@@ -123,6 +123,7 @@ def open_cases(ids: np.ndarray, image_ids: np.ndarray) -> list[tuple[str, dict, 
         ("priority", dict(input_ids=ids, priority=-1), B, "Open.priority must be in [0, 4)"),
         ("priority", dict(input_ids=ids, priority=4), B, "Open.priority must be in [0, 4)"),
         ("priority", dict(input_ids=ids, raw_meta={"priority": 1.5}), M, "Open.priority"),
+        ("pipelined", dict(input_ids=ids, raw_meta={"pipelined": 1}), M, "Open.pipelined"),
     ]
 
 

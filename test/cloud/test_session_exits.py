@@ -68,3 +68,38 @@ def test_a_verifier_without_exits_has_no_planner(target_model):
     hidden = target_model.config.text_config.hidden_size
     assert EarlyExitVerifier(target_model).exit_planner is not None
     assert EarlyExitVerifier(target_model, ExitAdapters(hidden, [])).exit_planner is None
+
+
+def test_a_pipelined_session_teaches_the_planner_only_what_its_robot_can_use():
+    """Drafts that the shipped verifier accepts whole: its later exits agree with the final verdicts, so
+    a plain FSD session teaches the planner right rates near 1 for them; a PicoSpec session
+    (``Open.pipelined``) already has its next block after such a verdict, and teaches rates of 0 (its
+    exits earn nothing there)."""
+    from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
+    from edge_spec_ros.models.pairs import load_pair
+
+    pair = load_pair("embedded")
+    encoder = pair.prompt_encoder()
+    prompt = encoder.encode("go to the red chair")
+    greedy = autoregressive(pair.verifier, prompt, DecodeConfig(max_new_tokens=4 * (GAMMA + 1))).tokens
+    rates = {}
+    verifier = pair.verifier
+    verifier.exit_planner = ExitPlanner(verifier.exit_layers, verifier.num_layers, warmup_rounds=4)
+    verifier.pipelined_exit_planner = ExitPlanner(verifier.exit_layers, verifier.num_layers, warmup_rounds=4)
+    for pipelined in (False, True):
+        request = Open(input_ids=prompt.input_ids.numpy().astype(np.int32), want_exits=True, pipelined=pipelined)
+        s = VerifySession(verifier, encoder, request)
+        for _ in s.handle(request, lambda reply: None):
+            pass
+        position, done = len(prompt.input_ids), 0
+        for r in range(4):  # each block: the next GAMMA greedy tokens (the verdict adds the target's token)
+            out: list[ExitResult] = []
+            tokens = np.asarray(greedy[done:done + GAMMA], np.int32)
+            for _ in s.handle(DraftBlock(round=r, position=position, tokens=tokens), out.append):
+                pass
+            assert out[-1].is_final and out[-1].accepted == GAMMA
+            position += len(out[-1].tokens)
+            done += len(out[-1].tokens)
+        rates[pipelined] = [e.right_rate for e in verifier.planner_for(pipelined).stats()]
+    assert max(rates[False]) > 0.5 and max(rates[True]) == 0.0, rates
+    assert verifier.exit_planner.rounds == verifier.pipelined_exit_planner.rounds == 4  # one kind each

@@ -163,3 +163,22 @@ def test_a_decisions_first_round_probes_only_within_its_budget():
     hidden = ExitPlanner(layers, num_layers=30, warmup_rounds=1)
     run_rounds(hidden, 1, dict.fromkeys(layers, False), head_s=0.0, t_q_s=0.600)
     assert hidden.plan(probe=True) == every and hidden.plan(probe=True) == every
+
+
+def test_in_a_pipelined_session_only_exits_right_after_a_rejection_earn():
+    """PicoSpec's robot has the next block after a fully accepted one, so an exit that agrees with such a
+    verdict earns nothing there: exit 1 (right only in covered rounds) is dropped, exit 3 (right in the
+    rejected rounds, where the pre-draft is used) kept. Without ``covered`` exit 1 alone would do."""
+    def rounds(covered_flags: bool) -> ExitPlanner:
+        planner = ExitPlanner([1, 2, 3], num_layers=4, warmup_rounds=8)
+        for i in range(8):
+            rejected = i % 4 == 3  # a rejection in one round of four
+            outputs = {1: WRONG if rejected else FINAL, 2: WRONG, 3: FINAL}
+            assert planner.plan() == {1, 2, 3}
+            used = planner.observe(outputs, FINAL, {1: 0.001, 2: 0.001, 3: 0.001}, 1.0,
+                                   covered=covered_flags and not rejected)
+            assert used == (rejected or not covered_flags)
+        return planner
+
+    assert rounds(covered_flags=True).plan() == {3}
+    assert rounds(covered_flags=False).plan() == {1, 3}
