@@ -32,8 +32,11 @@ the verification time since the last probe, times ``PROBE_BUDGET``, covers the h
 and otherwise plans like the others. Where heads cost little beside the verification (an emulated
 T_q, a GPU) every first round probes, and two decisions given the same first draft stream the same
 early results; where nine heads over a 49k vocabulary cost twice a plain verification (SmolLM2-135M
-on a CPU), a probe comes every few decisions. Only the final exit's verdict is ever emitted as
-tokens: the plan changes which guesses reach the robot, never the output.
+on a CPU), a probe comes every few decisions. A robot that pipelines its blocks (PicoSpec) has its
+next block after a fully accepted one, so in its rounds an exit earns only after a rejection
+(``observe(..., covered=True)`` for the others); the verifier keeps a planner of its own for such
+sessions (models/verifier.planner_for). Only the final exit's verdict is ever emitted as tokens: the
+plan changes which guesses reach the robot, never the output.
 """
 
 from __future__ import annotations
