@@ -51,7 +51,7 @@ class Case:
     state: str  # a key of STATES: the decision's set-up before the case is sent
     make: Callable[["Ctx"], object]  # the refused message, from the decision's context
     code: ErrorCode
-    reason: str  # a substring of the Error's text
+    reason: str  # a regular expression the Error's text must contain a match of
     raw: dict | None = None  # header metadata to overwrite (values no dataclass would hold)
 
 
