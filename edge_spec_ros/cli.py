@@ -455,7 +455,8 @@ def cmd_train_sim_pair(args: argparse.Namespace) -> int:
                            max_pixels=args.max_pixels, labels=args.labels, init_from=args.init_from,
                            dagger_lr=args.dagger_lr, dagger_final_fraction=args.dagger_final_fraction,
                            dagger_far_fraction=args.dagger_far_fraction, far_fraction=args.far_fraction,
-                           far_min_m=args.far_min_m, far_max_bearing_deg=args.far_max_bearing_deg)
+                           far_min_m=args.far_min_m, far_max_bearing_deg=args.far_max_bearing_deg,
+                           synthetic_fraction=args.synthetic_fraction)
     bars: dict[str, tqdm] = {}
 
     def progress(phase: str, step: int, total: int, loss: float) -> None:
@@ -798,6 +799,10 @@ def build_parser() -> argparse.ArgumentParser:
     pair.add_argument("--far-max-bearing-deg", type=float, default=30.0,
                       help="the --far-fraction samples' target bearing, uniform within +-this (10 or less: the "
                       "target ahead, every label a walk at it; 30: anywhere in view)")
+    pair.add_argument("--synthetic-fraction", type=float, default=0.0,
+                      help="of the expert-mix samples (not the held-out ones): the camera node's synthetic frame "
+                      "(not a room) with the expert's search reply, turn left 45 degrees (0: the mix the shipped "
+                      "pair was trained on)")
     pair.set_defaults(func=cmd_train_sim_pair)
 
     sim_eval = sub.add_parser("sim-eval", help="closed loop: the model drives the simulated robot")

@@ -13,9 +13,13 @@ a mix:
   ``detour_noise``, replaced by a random one (overshoots, half-turns, approaches from odd angles);
 * ``far`` (``far_fraction``, none by default): the target in view but far, ``far_min_m``-``far_max_m``
   from the robot, so a few pixels wide in the image (where a model that takes a small target for
-  nothing in view keeps searching instead of walking to it).
+  nothing in view keeps searching instead of walking to it);
+* ``synthetic`` (``synthetic_fraction``, none by default): not a room at all but the camera node's
+  default frame (``camera/synthetic.py``) at one of the sizes and seeds it is drawn with, labelled with
+  the expert's search reply (``synthetic_sample``), so a frame without a known room still gets a
+  parseable answer.
 
-The last two stand in for DAgger's on-policy data (states the model's own policy visits, labelled by
+``detour`` and ``far`` stand in for DAgger's on-policy data (states the model's own policy visits, labelled by
 the expert) without a model in the loop, so sample i stays a pure function of (seed, i).
 """
 
@@ -27,17 +31,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.models.corpus import INSTRUCTION_VERBS
 from edge_spec_ros.models.prompt import decode_image, encode_image
-from edge_spec_ros.sim.expert import expert_text, run_episode
+from edge_spec_ros.sim.expert import SEARCH_DEG, expert_text, run_episode
 from edge_spec_ros.sim.tasks import TRAINING_ROOM_SEEDS
-from edge_spec_ros.sim.world import Pose, World
+from edge_spec_ros.sim.world import COLOURS_RGB, SHAPES, Pose, World
 
 JPEG_QUALITY = 90  # the drafter node's jpeg_quality: frames travel as JPEG once per decision
 FAR_MIN_M = 3.0  # centre to centre: from here a bottle (0.25 m) is under 14 px, half an image patch, wide
 FAR_MAX_M = 6.0  # about the farthest a target can be in view in the 6 m room
 FAR_MAX_BEARING_DEG = 30.0  # a far pose's target bearing: within the 70° field of view less 5° a side
 POSE_TRIES = 100  # draws of a constrained pose before falling back to a random one
+SYNTHETIC_SIZES = ((224, 168), (320, 240), (160, 120), (640, 480))  # (width, height): the camera node's
+# default frame first, then other sizes its width/height parameters are commonly set to
+SYNTHETIC_SEEDS = 8  # the synthetic frame's seeds drawn from (0: the camera node's; others swap the bottles)
 
 
 @dataclass(frozen=True)
@@ -61,14 +69,16 @@ class SimDataConfig:
     far_min_m: float = FAR_MIN_M
     far_max_m: float = FAR_MAX_M
     far_max_bearing_deg: float = FAR_MAX_BEARING_DEG  # 10 or less: the target ahead, every label a walk at it
+    synthetic_fraction: float = 0.0  # the camera node's synthetic frame, not a room (``synthetic_sample``);
+    # drawn before the others, so 0 leaves every sample as it was
     jpeg_quality: int = JPEG_QUALITY  # 0: raw frames
     compare: bool = True  # the expert's reply compares the nearest object in view with the instruction
     # (``expert_text``); False: the earlier labels, the shipped pair's base stage
 
     def __post_init__(self) -> None:
         fractions = (self.random_pose_fraction, self.lookalike_fraction, self.detour_fraction, self.far_fraction,
-                     self.detour_noise)
-        if min(fractions) < 0 or sum(fractions[:4]) > 1 or self.detour_noise > 1:
+                     self.synthetic_fraction, self.detour_noise)
+        if min(fractions) < 0 or sum(fractions[:5]) > 1 or self.detour_noise > 1:
             raise ValueError(f"sample fractions must be >= 0 and sum to <= 1, got {self}")
         if not 0 < self.far_min_m < self.far_max_m:
             raise ValueError(f"far distances must satisfy 0 < far_min_m < far_max_m, got {self.far_min_m}, "
@@ -145,12 +155,36 @@ def detour_pose(world: World, target: str, rng: random.Random, noise: float) -> 
     return rng.choice(episode.poses)
 
 
+def synthetic_text(target: str) -> str:
+    """The reply for a frame that shows no known room: the expert's reply when nothing is in view, a search
+    turn to the left. Not a stop: "I reached" would be a claim the frame cannot support, and a model taught
+    to stop on unfamiliar frames learns to stop early in rooms too. Not a walk: forward into a scene it
+    cannot place may hit something, a turn in place cannot. Not the objects the frame draws: they are not
+    the simulation's objects, and naming their colours would teach colours from another renderer. The
+    left turn is the one search the expert ever makes, so the model is never taught to guess a side."""
+    return f"Reasoning: the {target} is not in view. Action: turn left {SEARCH_DEG} degrees"
+
+
+def synthetic_sample(rng: random.Random, jpeg_quality: int = JPEG_QUALITY) -> SimSample:
+    """The camera node's synthetic frame (a size of ``SYNTHETIC_SIZES``, a seed below ``SYNTHETIC_SEEDS``)
+    with an instruction for a random object of the simulation and the search reply (``synthetic_text``)."""
+    width, height = rng.choice(SYNTHETIC_SIZES)
+    image = synthetic_camera_image(width, height, seed=rng.randrange(SYNTHETIC_SEEDS))
+    if jpeg_quality:
+        image = decode_image(encode_image(image, quality=jpeg_quality))
+    target = f"{rng.choice(sorted(COLOURS_RGB))} {rng.choice(sorted(SHAPES))}"
+    return SimSample(image, f"{rng.choice(INSTRUCTION_VERBS)} {target}", synthetic_text(target))
+
+
 def sim_sample(config: SimDataConfig, index: int) -> SimSample:
     rng = random.Random(config.seed * 1_000_003 + index)
     world = World.random(rng.randrange(*TRAINING_ROOM_SEEDS),
                          distractors=rng.randint(config.min_distractors, config.max_distractors))
     target = world.objects[0].name
     draw = rng.random()
+    if draw < config.synthetic_fraction:  # 0 by default: never taken, and the draw below is the one it was
+        return synthetic_sample(rng, config.jpeg_quality)
+    draw -= config.synthetic_fraction  # the kinds below keep their shares; the expert's way gives it up
     far = config.far_fraction  # 0 by default: every threshold below is then the one it always was
     if draw < far:
         world.pose = far_target_pose(world, target, rng, config.far_min_m, config.far_max_m,

@@ -77,6 +77,8 @@ class SimPairConfig:
     # view, far_min_m-FAR_MAX_M away (``sim/samples.far_target_pose``); 0: the mix the shipped pair saw
     far_min_m: float = FAR_MIN_M
     far_max_bearing_deg: float = FAR_MAX_BEARING_DEG  # the expert-mix far samples' target bearing, within ±this
+    synthetic_fraction: float = 0.0  # of the expert-mix samples (every phase's, not the held-out ones): the camera
+    # node's synthetic frame with the search reply (``sim/samples.synthetic_sample``); 0: the mix the shipped pair saw
     drafter_steps: int = 1000
     exit_steps: int = 300
     batch_size: int = 32
@@ -97,7 +99,8 @@ class SimPairConfig:
             raise ValueError("dagger_final_fraction and dagger_far_fraction must be >= 0 and sum to <= 1, got "
                              f"{self.dagger_final_fraction}, {self.dagger_far_fraction}")
         SimDataConfig(far_fraction=self.far_fraction, far_min_m=self.far_min_m,
-                      far_max_bearing_deg=self.far_max_bearing_deg)  # refuses bad far options
+                      far_max_bearing_deg=self.far_max_bearing_deg,
+                      synthetic_fraction=self.synthetic_fraction)  # refuses bad far and synthetic options
         if self.labels not in LABELS:
             raise ValueError(f"labels must be one of {sorted(LABELS)}, got {self.labels!r}")
         if self.init_from and not (Path(self.init_from) / "verifier" / "config.json").is_file():
@@ -160,7 +163,8 @@ def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
     encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=config.max_pixels))
     compare = LABELS[config.labels]
     data = SimDataConfig(seed=config.seed, compare=compare, far_fraction=config.far_fraction,
-                         far_min_m=config.far_min_m, far_max_bearing_deg=config.far_max_bearing_deg)
+                         far_min_m=config.far_min_m, far_max_bearing_deg=config.far_max_bearing_deg,
+                         synthetic_fraction=config.synthetic_fraction)
     held_out = SimDataConfig(seed=config.seed + HELD_OUT_SEED_OFFSET, compare=compare)
     init = Path(config.init_from) if config.init_from else None
     report_path = work / "report.json"  # the report so far: survives an interruption
