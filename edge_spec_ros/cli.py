@@ -456,7 +456,7 @@ def cmd_train_sim_pair(args: argparse.Namespace) -> int:
                            dagger_lr=args.dagger_lr, dagger_final_fraction=args.dagger_final_fraction,
                            dagger_far_fraction=args.dagger_far_fraction, far_fraction=args.far_fraction,
                            far_min_m=args.far_min_m, far_max_bearing_deg=args.far_max_bearing_deg,
-                           synthetic_fraction=args.synthetic_fraction)
+                           synthetic_fraction=args.synthetic_fraction, near_fraction=args.near_fraction)
     bars: dict[str, tqdm] = {}
 
     def progress(phase: str, step: int, total: int, loss: float) -> None:
@@ -803,6 +803,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="of the expert-mix samples (not the held-out ones): the camera node's synthetic frame "
                       "(not a room) with the expert's search reply, turn left 45 degrees (0: the mix the shipped "
                       "pair was trained on)")
+    pair.add_argument("--near-fraction", type=float, default=0.0,
+                      help="of the expert-mix samples (not the held-out ones): the target in view, 0.3-1.0 m from "
+                      "its surface, where the expert says a short walk or stop (0: the mix the shipped pair was "
+                      "trained on)")
     pair.set_defaults(func=cmd_train_sim_pair)
 
     sim_eval = sub.add_parser("sim-eval", help="closed loop: the model drives the simulated robot")

@@ -14,6 +14,9 @@ a mix:
 * ``far`` (``far_fraction``, none by default): the target in view but far, ``far_min_m``-``far_max_m``
   from the robot, so a few pixels wide in the image (where a model that takes a small target for
   nothing in view keeps searching instead of walking to it);
+* ``near`` (``near_fraction``, none by default): the target in view and close, ``NEAR_MIN_M``-``NEAR_MAX_M``
+  from the robot to its surface (``near_target_pose``), where the expert's label is a short walk or a stop
+  (where a model that overshoots ends up, and where the target fills much of the frame);
 * ``synthetic`` (``synthetic_fraction``, none by default): not a room at all but the camera node's
   default frame (``camera/synthetic.py``) at one of the sizes and seeds it is drawn with, labelled with
   the expert's search reply (``synthetic_sample``), so a frame without a known room still gets a
@@ -42,6 +45,9 @@ JPEG_QUALITY = 90  # the drafter node's jpeg_quality: frames travel as JPEG once
 FAR_MIN_M = 3.0  # centre to centre: from here a bottle (0.25 m) is under 14 px, half an image patch, wide
 FAR_MAX_M = 6.0  # about the farthest a target can be in view in the 6 m room
 FAR_MAX_BEARING_DEG = 30.0  # a far pose's target bearing: within the 70° field of view less 5° a side
+NEAR_MIN_M = 0.3  # robot centre to the target's surface: a near pose's closest (the robot's radius is 0.2 m)
+NEAR_MAX_M = 1.0  # its farthest: the expert's label is a walk of at most about 50 cm, or a stop
+NEAR_MAX_BEARING_DEG = 30.0  # a near pose's target bearing: within the 70° field of view less 5° a side
 POSE_TRIES = 100  # draws of a constrained pose before falling back to a random one
 SYNTHETIC_SIZES = ((224, 168), (320, 240), (160, 120), (640, 480))  # (width, height): the camera node's
 # default frame first, then other sizes its width/height parameters are commonly set to
@@ -71,14 +77,16 @@ class SimDataConfig:
     far_max_bearing_deg: float = FAR_MAX_BEARING_DEG  # 10 or less: the target ahead, every label a walk at it
     synthetic_fraction: float = 0.0  # the camera node's synthetic frame, not a room (``synthetic_sample``);
     # drawn before the others, so 0 leaves every sample as it was
+    near_fraction: float = 0.0  # the target in view, NEAR_MIN_M-NEAR_MAX_M from its surface (``near_target_pose``),
+    # out of the expert's-way share; drawn after the synthetic frame and before far, so 0 leaves every sample as it was
     jpeg_quality: int = JPEG_QUALITY  # 0: raw frames
     compare: bool = True  # the expert's reply compares the nearest object in view with the instruction
     # (``expert_text``); False: the earlier labels, the shipped pair's base stage
 
     def __post_init__(self) -> None:
         fractions = (self.random_pose_fraction, self.lookalike_fraction, self.detour_fraction, self.far_fraction,
-                     self.synthetic_fraction, self.detour_noise)
-        if min(fractions) < 0 or sum(fractions[:5]) > 1 or self.detour_noise > 1:
+                     self.synthetic_fraction, self.near_fraction, self.detour_noise)
+        if min(fractions) < 0 or sum(fractions[:6]) > 1 or self.detour_noise > 1:
             raise ValueError(f"sample fractions must be >= 0 and sum to <= 1, got {self}")
         if not 0 < self.far_min_m < self.far_max_m:
             raise ValueError(f"far distances must satisfy 0 < far_min_m < far_max_m, got {self.far_min_m}, "
@@ -139,6 +147,26 @@ def far_target_pose(world: World, target: str, rng: random.Random, min_m: float 
     return random_pose(world, rng)
 
 
+def near_target_pose(world: World, target: str, rng: random.Random, min_m: float = NEAR_MIN_M,
+                     max_m: float = NEAR_MAX_M, max_bearing_deg: float = NEAR_MAX_BEARING_DEG) -> Pose:
+    """A free pose ``min_m``-``max_m`` from the target's surface (robot centre to surface) with the target in
+    view: its bearing uniform within ±``max_bearing_deg``, so the expert says a short walk, a turn towards it
+    or stop, never search. Falls back to a random pose when none is found."""
+    if not 0 < min_m < max_m:
+        raise ValueError(f"near distances must satisfy 0 < min_m < max_m, got {min_m}, {max_m}")
+    if not 0 <= max_bearing_deg <= NEAR_MAX_BEARING_DEG:
+        raise ValueError(f"max_bearing_deg must be in [0, {NEAR_MAX_BEARING_DEG}], got {max_bearing_deg}")
+    obj = world.target(target)
+    half = math.radians(max_bearing_deg)
+    for _ in range(POSE_TRIES):
+        distance, around = obj.size[0] / 2 + rng.uniform(min_m, max_m), rng.uniform(-math.pi, math.pi)
+        x, y = obj.x + distance * math.cos(around), obj.y + distance * math.sin(around)
+        if free(world, x, y):
+            theta = around + math.pi + rng.uniform(-half, half)
+            return Pose(x, y, math.atan2(math.sin(theta), math.cos(theta)))
+    return random_pose(world, rng)
+
+
 def detour_pose(world: World, target: str, rng: random.Random, noise: float) -> Pose:
     """A state of an episode where each of the expert's actions is, with probability ``noise``, a
     random move or turn instead."""
@@ -185,8 +213,12 @@ def sim_sample(config: SimDataConfig, index: int) -> SimSample:
     if draw < config.synthetic_fraction:  # 0 by default: never taken, and the draw below is the one it was
         return synthetic_sample(rng, config.jpeg_quality)
     draw -= config.synthetic_fraction  # the kinds below keep their shares; the expert's way gives it up
+    near = config.near_fraction  # 0 by default: never taken, and the thresholds below are the ones they were
+    draw -= near
     far = config.far_fraction  # 0 by default: every threshold below is then the one it always was
-    if draw < far:
+    if draw < 0:
+        world.pose = near_target_pose(world, target, rng)
+    elif draw < far:
         world.pose = far_target_pose(world, target, rng, config.far_min_m, config.far_max_m,
                                      config.far_max_bearing_deg)
     elif draw < far + config.random_pose_fraction:

@@ -79,6 +79,8 @@ class SimPairConfig:
     far_max_bearing_deg: float = FAR_MAX_BEARING_DEG  # the expert-mix far samples' target bearing, within ±this
     synthetic_fraction: float = 0.0  # of the expert-mix samples (every phase's, not the held-out ones): the camera
     # node's synthetic frame with the search reply (``sim/samples.synthetic_sample``); 0: the mix the shipped pair saw
+    near_fraction: float = 0.0  # of the expert-mix samples (every phase's, not the held-out ones): the target in
+    # view, 0.3-1.0 m from its surface (``sim/samples.near_target_pose``); 0: the mix the shipped pair saw
     drafter_steps: int = 1000
     exit_steps: int = 300
     batch_size: int = 32
@@ -100,7 +102,8 @@ class SimPairConfig:
                              f"{self.dagger_final_fraction}, {self.dagger_far_fraction}")
         SimDataConfig(far_fraction=self.far_fraction, far_min_m=self.far_min_m,
                       far_max_bearing_deg=self.far_max_bearing_deg,
-                      synthetic_fraction=self.synthetic_fraction)  # refuses bad far and synthetic options
+                      synthetic_fraction=self.synthetic_fraction,
+                      near_fraction=self.near_fraction)  # refuses bad far, synthetic and near options
         if self.labels not in LABELS:
             raise ValueError(f"labels must be one of {sorted(LABELS)}, got {self.labels!r}")
         if self.init_from and not (Path(self.init_from) / "verifier" / "config.json").is_file():
@@ -164,7 +167,7 @@ def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
     compare = LABELS[config.labels]
     data = SimDataConfig(seed=config.seed, compare=compare, far_fraction=config.far_fraction,
                          far_min_m=config.far_min_m, far_max_bearing_deg=config.far_max_bearing_deg,
-                         synthetic_fraction=config.synthetic_fraction)
+                         synthetic_fraction=config.synthetic_fraction, near_fraction=config.near_fraction)
     held_out = SimDataConfig(seed=config.seed + HELD_OUT_SEED_OFFSET, compare=compare)
     init = Path(config.init_from) if config.init_from else None
     report_path = work / "report.json"  # the report so far: survives an interruption
