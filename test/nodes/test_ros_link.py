@@ -134,8 +134,13 @@ def test_receive_takes_the_replies_itself_not_the_executor(pair):
     assert isinstance(first, ExitResult) and first.layer == 2 and list(first.tokens) == [7, 8]
     assert isinstance(second, Tokens) and second.is_final and list(second.tokens) == [9]
     robot.link.end(sid)
-    wait_for(lambda: [r.command for r in bridge.requests] == [DecisionRequest.OPEN, DecisionRequest.CLOSE],
-             WAIT_S, "OPEN then CLOSE at the bridge")
+
+    def open_then_close() -> bool:  # the OPEN may come again when its answer was slow (a loaded machine)
+        commands = [r.command for r in bridge.requests]
+        return len(commands) >= 2 and commands[-1] == DecisionRequest.CLOSE \
+            and set(commands[:-1]) == {DecisionRequest.OPEN}
+
+    wait_for(open_then_close, WAIT_S, "OPEN (maybe repeated) then CLOSE at the bridge")
 
 
 def test_two_threads_waiting_each_get_their_own_replies_in_order(pair):
