@@ -131,20 +131,26 @@ def far_in_view(world: World, target: str, min_m: float = FAR_MIN_M) -> bool:
     return distance >= min_m and abs(bearing) < world.config.fov_rad / 2
 
 
-def far_target_pose(world: World, target: str, rng: random.Random, min_m: float = FAR_MIN_M,
-                    max_m: float = FAR_MAX_M, max_bearing_deg: float = FAR_MAX_BEARING_DEG) -> Pose:
-    """A free pose ``min_m``-``max_m`` from the target's centre with the target in view: its bearing
-    uniform within ±``max_bearing_deg`` (inside the field of view, so the expert says turn towards it
-    or walk at it, never search). Falls back to a random pose when none is found."""
-    obj = world.target(target)
+def _facing_pose(world: World, obj, rng: random.Random, offset: float, min_m: float, max_m: float,
+                 max_bearing_deg: float) -> Pose:
+    """A free pose ``offset`` + [``min_m``, ``max_m``] from ``obj``'s centre, facing it to within
+    ±``max_bearing_deg``; a random pose when none is found in POSE_TRIES draws."""
     half = math.radians(max_bearing_deg)
     for _ in range(POSE_TRIES):
-        distance, around = rng.uniform(min_m, max_m), rng.uniform(-math.pi, math.pi)
+        distance, around = offset + rng.uniform(min_m, max_m), rng.uniform(-math.pi, math.pi)
         x, y = obj.x + distance * math.cos(around), obj.y + distance * math.sin(around)
         if free(world, x, y):
             theta = around + math.pi + rng.uniform(-half, half)
             return Pose(x, y, math.atan2(math.sin(theta), math.cos(theta)))
     return random_pose(world, rng)
+
+
+def far_target_pose(world: World, target: str, rng: random.Random, min_m: float = FAR_MIN_M,
+                    max_m: float = FAR_MAX_M, max_bearing_deg: float = FAR_MAX_BEARING_DEG) -> Pose:
+    """A free pose ``min_m``-``max_m`` from the target's centre with the target in view: its bearing
+    uniform within ±``max_bearing_deg`` (inside the field of view, so the expert says turn towards it
+    or walk at it, never search). Falls back to a random pose when none is found."""
+    return _facing_pose(world, world.target(target), rng, 0.0, min_m, max_m, max_bearing_deg)
 
 
 def near_target_pose(world: World, target: str, rng: random.Random, min_m: float = NEAR_MIN_M,
@@ -157,14 +163,7 @@ def near_target_pose(world: World, target: str, rng: random.Random, min_m: float
     if not 0 <= max_bearing_deg <= NEAR_MAX_BEARING_DEG:
         raise ValueError(f"max_bearing_deg must be in [0, {NEAR_MAX_BEARING_DEG}], got {max_bearing_deg}")
     obj = world.target(target)
-    half = math.radians(max_bearing_deg)
-    for _ in range(POSE_TRIES):
-        distance, around = obj.size[0] / 2 + rng.uniform(min_m, max_m), rng.uniform(-math.pi, math.pi)
-        x, y = obj.x + distance * math.cos(around), obj.y + distance * math.sin(around)
-        if free(world, x, y):
-            theta = around + math.pi + rng.uniform(-half, half)
-            return Pose(x, y, math.atan2(math.sin(theta), math.cos(theta)))
-    return random_pose(world, rng)
+    return _facing_pose(world, obj, rng, obj.size[0] / 2, min_m, max_m, max_bearing_deg)
 
 
 def detour_pose(world: World, target: str, rng: random.Random, noise: float) -> Pose:
