@@ -3,7 +3,6 @@ walk, a turn towards it or stop; off by default, so the mix the shipped pair was
 
 from __future__ import annotations
 
-import hashlib
 import random
 
 import pytest
@@ -14,20 +13,15 @@ from edge_spec_ros.sim.samples import (NEAR_MAX_M, NEAR_MIN_M, SimDataConfig, ne
 from edge_spec_ros.sim.tasks import TRAINING_ROOM_SEEDS
 from edge_spec_ros.sim.world import World
 
-# sha256 of "instruction|text" of samples 0-11 of data seed 3 in the shipped pair's mix (test_samples.py's)
-DEFAULT_MIX_SHA256 = "6b77fcd3fb4ced9bdc3078edf9b3976424dd001cf9024d67b4e52ff86a470b0f"
+from mix_digest import DEFAULT_MIX_SHA256, mix_digest
+
 SHORT_WALK_M = 0.5  # the longest walk the expert says from a near pose
-
-
-def _digest(config: SimDataConfig, n: int = 12) -> str:
-    samples = [sim_sample(config, i) for i in range(n)]
-    return hashlib.sha256("\n".join(f"{s.instruction}|{s.text}" for s in samples).encode()).hexdigest()
 
 
 def test_the_default_mix_is_unchanged_by_the_near_option():
     assert SimDataConfig().near_fraction == 0.0
-    assert _digest(SimDataConfig(seed=3, near_fraction=0.0)) == DEFAULT_MIX_SHA256
-    assert _digest(SimDataConfig(seed=3, near_fraction=0.3)) != DEFAULT_MIX_SHA256
+    assert mix_digest(SimDataConfig(seed=3, near_fraction=0.0)) == DEFAULT_MIX_SHA256
+    assert mix_digest(SimDataConfig(seed=3, near_fraction=0.3)) != DEFAULT_MIX_SHA256
 
 
 def test_a_near_pose_has_the_target_close_and_in_view():

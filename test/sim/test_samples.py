@@ -3,7 +3,6 @@ by default, so the mix the shipped pair was trained on is unchanged."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 
@@ -16,20 +15,12 @@ from edge_spec_ros.sim.samples import FAR_MAX_M, FAR_MIN_M, SimDataConfig, far_i
 from edge_spec_ros.sim.tasks import TRAINING_ROOM_SEEDS
 from edge_spec_ros.sim.world import World, WorldObject
 
-# sha256 of "instruction|text" of samples 0-11 of data seed 3, as the sampler drew them before the far
-# samples existed (the shipped pair's mix)
-DEFAULT_MIX_SHA256 = "6b77fcd3fb4ced9bdc3078edf9b3976424dd001cf9024d67b4e52ff86a470b0f"
-
-
-def _digest(config: SimDataConfig, n: int = 12) -> str:
-    samples = [sim_sample(config, i) for i in range(n)]
-    return hashlib.sha256("\n".join(f"{s.instruction}|{s.text}" for s in samples).encode()).hexdigest()
-
+from mix_digest import DEFAULT_MIX_SHA256, mix_digest
 
 def test_the_default_mix_is_the_one_the_shipped_pair_saw():
     assert SimDataConfig().far_fraction == 0.0
-    assert _digest(SimDataConfig(seed=3)) == DEFAULT_MIX_SHA256
-    assert _digest(SimDataConfig(seed=3, far_fraction=0.3)) != DEFAULT_MIX_SHA256
+    assert mix_digest(SimDataConfig(seed=3)) == DEFAULT_MIX_SHA256
+    assert mix_digest(SimDataConfig(seed=3, far_fraction=0.3)) != DEFAULT_MIX_SHA256
 
 
 def test_a_far_pose_has_the_target_in_view_between_the_far_distances():

@@ -3,7 +3,6 @@ off by default, so the mix the shipped pair was trained on is unchanged."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import numpy as np
@@ -22,14 +21,9 @@ from edge_spec_ros.sim.samples import (
 )
 from edge_spec_ros.training.sim_pair import SimPairConfig
 
-# the shipped pair's mix, as test/sim/test_samples.py pins it: samples 0-11 of data seed 3
-DEFAULT_MIX_SHA256 = "6b77fcd3fb4ced9bdc3078edf9b3976424dd001cf9024d67b4e52ff86a470b0f"
+from mix_digest import DEFAULT_MIX_SHA256, mix_digest
+
 ONLY_SYNTHETIC = dict(random_pose_fraction=0, lookalike_fraction=0, detour_fraction=0, synthetic_fraction=1)
-
-
-def _digest(config: SimDataConfig, n: int = 12) -> str:
-    samples = [sim_sample(config, i) for i in range(n)]
-    return hashlib.sha256("\n".join(f"{s.instruction}|{s.text}" for s in samples).encode()).hexdigest()
 
 
 def _frames() -> list[np.ndarray]:
@@ -44,8 +38,8 @@ def _is_synthetic(image: np.ndarray, frames: list[np.ndarray]) -> bool:
 
 def test_the_default_mix_has_no_synthetic_frames():
     assert SimDataConfig().synthetic_fraction == 0.0 and SimPairConfig().synthetic_fraction == 0.0
-    assert _digest(SimDataConfig(seed=3, synthetic_fraction=0.0)) == DEFAULT_MIX_SHA256
-    assert _digest(SimDataConfig(seed=3, synthetic_fraction=0.3)) != DEFAULT_MIX_SHA256
+    assert mix_digest(SimDataConfig(seed=3, synthetic_fraction=0.0)) == DEFAULT_MIX_SHA256
+    assert mix_digest(SimDataConfig(seed=3, synthetic_fraction=0.3)) != DEFAULT_MIX_SHA256
 
 
 def test_a_synthetic_sample_is_the_camera_frame_with_a_parseable_search_reply():
