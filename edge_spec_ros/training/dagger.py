@@ -86,6 +86,14 @@ def far_states(states: Sequence[VisitedState], min_m: float = FAR_MIN_M) -> list
     return [s for s in states if far_in_view(*s.world(), min_m)]
 
 
+def check_fractions(final_fraction: float, far_fraction: float, prefix: str = "") -> None:
+    """ValueError unless the shares of a DAgger draw taken from final and from far states are >= 0 and
+    sum to <= 1 (``prefix``: of the caller's option names)."""
+    if not (0 <= final_fraction and 0 <= far_fraction and final_fraction + far_fraction <= 1):
+        raise ValueError(f"{prefix}final_fraction and {prefix}far_fraction must be >= 0 and sum to <= 1, got "
+                         f"{final_fraction}, {far_fraction}")
+
+
 def dagger_sample(states: list[VisitedState], seed: int, index: int, jpeg_quality: int,
                   compare: bool = True, final_fraction: float = 0.0,
                   far: Sequence[VisitedState] = (), far_fraction: float = 0.0) -> SimSample:
@@ -96,9 +104,7 @@ def dagger_sample(states: list[VisitedState], seed: int, index: int, jpeg_qualit
     drawn among ``far`` (``far_states`` of the same states: the target in view but far). With both
     fractions 0 (or their pools empty) every state is equally likely, and the draw is the one it
     always was."""
-    if not (0 <= final_fraction and 0 <= far_fraction and final_fraction + far_fraction <= 1):
-        raise ValueError(f"final_fraction and far_fraction must be >= 0 and sum to <= 1, got "
-                         f"{final_fraction}, {far_fraction}")
+    check_fractions(final_fraction, far_fraction)
     rng = random.Random(seed * 1_000_003 + index)
     finals = [s for s in states if s.final] if final_fraction > 0 else []
     far = list(far) if far_fraction > 0 else []

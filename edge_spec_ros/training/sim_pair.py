@@ -37,7 +37,9 @@ from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.nav import NavConfig, parse_action
 from edge_spec_ros.sim.closed_loop import MAX_DECISIONS, ModelPolicy, evaluate
 from edge_spec_ros.sim.samples import FAR_MAX_BEARING_DEG, FAR_MIN_M, SimDataConfig, SimSample, sim_sample
-from edge_spec_ros.training.dagger import dagger_sample, far_states, load_states, rollout_states, save_states
+from edge_spec_ros.training.dagger import (
+    check_fractions, dagger_sample, far_states, load_states, rollout_states, save_states,
+)
 from edge_spec_ros.training.exits import (
     ExitTrainingConfig,
     evaluate as evaluate_exits,
@@ -95,15 +97,15 @@ class SimPairConfig:
     init_from: str = ""  # a train-sim-pair directory: the verifier, drafter and exits start from its weights
     # (a fine-tuning stage: verifier_steps more steps, then the DAgger rounds, the drafter and exits)
 
+    def data_config(self, **kw) -> SimDataConfig:
+        """The expert mix with this stage's far, synthetic and near options (and ``kw``)."""
+        return SimDataConfig(far_fraction=self.far_fraction, far_min_m=self.far_min_m,
+                             far_max_bearing_deg=self.far_max_bearing_deg, synthetic_fraction=self.synthetic_fraction,
+                             near_fraction=self.near_fraction, **kw)
+
     def __post_init__(self) -> None:
-        if not (0 <= self.dagger_final_fraction and 0 <= self.dagger_far_fraction
-                and self.dagger_final_fraction + self.dagger_far_fraction <= 1):
-            raise ValueError("dagger_final_fraction and dagger_far_fraction must be >= 0 and sum to <= 1, got "
-                             f"{self.dagger_final_fraction}, {self.dagger_far_fraction}")
-        SimDataConfig(far_fraction=self.far_fraction, far_min_m=self.far_min_m,
-                      far_max_bearing_deg=self.far_max_bearing_deg,
-                      synthetic_fraction=self.synthetic_fraction,
-                      near_fraction=self.near_fraction)  # refuses bad far, synthetic and near options
+        check_fractions(self.dagger_final_fraction, self.dagger_far_fraction, "dagger_")  # before hours of training
+        self.data_config()  # refuses bad far, synthetic and near options likewise
         if self.labels not in LABELS:
             raise ValueError(f"labels must be one of {sorted(LABELS)}, got {self.labels!r}")
         if self.init_from and not (Path(self.init_from) / "verifier" / "config.json").is_file():
@@ -165,9 +167,7 @@ def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
     tokenizer = load_tokenizer()
     encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=config.max_pixels))
     compare = LABELS[config.labels]
-    data = SimDataConfig(seed=config.seed, compare=compare, far_fraction=config.far_fraction,
-                         far_min_m=config.far_min_m, far_max_bearing_deg=config.far_max_bearing_deg,
-                         synthetic_fraction=config.synthetic_fraction, near_fraction=config.near_fraction)
+    data = config.data_config(seed=config.seed, compare=compare)
     held_out = SimDataConfig(seed=config.seed + HELD_OUT_SEED_OFFSET, compare=compare)
     init = Path(config.init_from) if config.init_from else None
     report_path = work / "report.json"  # the report so far: survives an interruption
