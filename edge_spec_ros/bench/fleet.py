@@ -19,6 +19,12 @@ code (the robots' exceptions and the server's error counters), the server's mean
 whether every decision equalled its solo run ("nothing lost or changed"). Exit status 1 if a decision
 differed or failed, or none completed.
 
+The server's outgoing link (settings ``…+egressR``): every robot's results leave through one queue
+paced at R Mbit/s, ordered across robots (FSD's server queue Q_e kept across sessions: finals first,
+then the early exits of robots in motion, then by confidence) or, with ``…+egressRfifo``, in arrival
+order; each point reports the FSD decisions' pre-draft cache hit rate and the early exits sent and
+dropped (an early exit still queued when its round's final leaves is dropped).
+
 Priorities across robots: with ``--moving F`` a share F of the robots (spread evenly over the robot
 indices: robot r when ⌊(r + 1)F⌋ > ⌊rF⌋) are "in motion": their decisions are opened with
 ``Open.priority`` 1 (``ClientConfig.priority``), the others' with 0, and each point also reports the
@@ -86,14 +92,17 @@ MOVING_PRIORITY = 1  # Open.priority of a robot in motion (0: standing still)
 
 def serve_args(setting: str) -> tuple[str, ...]:
     """``edge-spec-ros serve`` options of a setting name: ``off``, ``batchK`` (K sessions per forward) or
-    ``batchKwM`` (and a batching window of M ms: ``serve --batch-window-ms``)."""
-    if setting == "off":
-        return ()
-    match = re.fullmatch(r"batch(\d+)(?:w(\d+))?", setting)
-    if match and int(match[1]) >= 2:
+    ``batchKwM`` (and a batching window of M ms: ``serve --batch-window-ms``), optionally followed by
+    ``+egressR`` (every result through one queue paced at R Mbit/s, ordered across robots:
+    ``serve --egress-mbps``) or ``+egressRfifo`` (the same queue in arrival order)."""
+    match = re.fullmatch(r"(?:off|batch(\d+)(?:w(\d+))?)(?:\+egress(\d+(?:\.\d+)?)(fifo)?)?", setting)
+    if match and (match[1] is None or int(match[1]) >= 2) and (match[3] is None or float(match[3]) > 0):
+        batch = ("--batch", "--max-batch", match[1]) if match[1] else ()
         window = ("--batch-window-ms", match[2]) if match[2] else ()
-        return ("--batch", "--max-batch", match[1], *window)
-    raise ValueError(f"server setting {setting!r}: 'off', 'batchK' with K >= 2, or 'batchKwM' (M ms window)")
+        egress = ("--egress-mbps", match[3], "--egress-policy", match[4] or "priority") if match[3] else ()
+        return (*batch, *window, *egress)
+    raise ValueError(f"server setting {setting!r}: 'off', 'batchK' with K >= 2 or 'batchKwM' (M ms window), "
+                     "optionally followed by '+egressR' or '+egressRfifo' (R Mbit/s > 0)")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -156,7 +165,8 @@ class _Robots:
                 t0 = time.perf_counter()
                 try:
                     result = decoder.decode(mode, *self.work[p])
-                    row.update(tokens=result.tokens, rounds=result.stats.rounds)
+                    row.update(tokens=result.tokens, rounds=result.stats.rounds,
+                               cache_hits=result.stats.cache_hits, cache_misses=result.stats.cache_misses)
                 except VerifierTimeout:
                     row["error"] = "TIMEOUT"
                 except VerifierError as exc:
@@ -269,6 +279,7 @@ def _point(rows: list[dict], wall: float, solo: dict, n: int, before: dict, afte
     by_motion = {"moving": quantiles([r for r in done if r.get("moving")]),
                  "still": quantiles([r for r in done if not r.get("moving")])}
     busy_s, busy_tokens = _all_busy(rows)
+    hits, misses = sum(r.get("cache_hits", 0) for r in done), sum(r.get("cache_misses", 0) for r in done)
     return {
         "robots": n, "decisions": len(done), "tokens": tokens, "wall_s": wall,
         "tokens_per_s": tokens / wall if wall > 0 else 0.0,
@@ -281,6 +292,8 @@ def _point(rows: list[dict], wall: float, solo: dict, n: int, before: dict, afte
         "mean_batch": (server.get("batched_rounds", 0) / batches) if batches else 1.0,
         "exact": not different and not errors, "different": different[:20],
         "latency_by_motion_ms": by_motion,
+        "cache_hit_rate": hits / (hits + misses) if hits + misses else float("nan"),
+        "early_exits_sent": server.get("early_exits_sent", 0), "early_exits_dropped": server.get("early_exits_dropped", 0),
     }
 
 
@@ -403,9 +416,9 @@ def table(report: dict) -> str:
              f"{c['gamma']}, temperature {c['temperature']}; robots in {c['procs']} processes",
              *[f"  {line}" for line in report["emulated"]],
              "| server | N | decisions | tokens/s | × N=1 | tokens/s all busy | decisions/s | p50 ms | p95 ms | p99 ms | "
-             "mean batch | errors | = solo |"
+             "mean batch | FSD cache hits | early exits sent / dropped | errors | = solo |"
              + (" in motion p50 / p95 / p99 ms | still p50 / p95 / p99 ms |" if c.get("moving") else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if c.get("moving") else "")]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if c.get("moving") else "")]
     for setting, points in report["settings"].items():
         base = points[0]["tokens_per_s"] if points and points[0]["tokens_per_s"] else float("nan")
         for p in points:
@@ -414,11 +427,17 @@ def table(report: dict) -> str:
                          f"{p['tokens_per_s'] / base:.2f} | {p['tokens_per_s_all_busy']:.1f} | "
                          f"{p['decisions_per_s']:.2f} | {p['latency_ms']['p50']:.0f} | "
                          f"{p['latency_ms']['p95']:.0f} | {p['latency_ms']['p99']:.0f} | {p['mean_batch']:.2f} | "
+                         f"{_percent(p.get('cache_hit_rate', float('nan')))} | "
+                         f"{p.get('early_exits_sent', 0)} / {p.get('early_exits_dropped', 0)} | "
                          f"{', '.join(f'{k} {v}' for k, v in errors.items()) or 'none'} | "
                          f"{'yes' if p['exact'] else 'NO'} |" + (_motion_cells(p) if c.get("moving") else ""))
     lines.append("every decision equal to its solo run" if report["exact"] else "DIFFERENT or failed decisions: "
                  "see the JSON")
     return "\n".join(lines)
+
+
+def _percent(rate: float) -> str:
+    return "–" if rate != rate else f"{100 * rate:.0f} %"
 
 
 def _motion_cells(point: dict) -> str:
@@ -477,7 +496,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=FleetConfig.max_new_tokens)
     parser.add_argument("--gamma", type=int, default=FleetConfig.gamma)
     parser.add_argument("--settings", default="off", help="server settings side by side: off, batchK, batchKwM "
-                        "(K sessions per forward, a window of M ms; e.g. off,batch8,batch8w50)")
+                        "(K sessions per forward, a window of M ms), each optionally +egressR or +egressRfifo (the "
+                        "results through one queue paced at R Mbit/s, by priority or arrival); e.g. "
+                        "off,batch8,batch8w50,batch8+egress0.2")
     parser.add_argument("--procs", type=int, default=FleetConfig.procs, help="robot worker processes")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)

@@ -17,7 +17,9 @@ its running work at the next token or emulated layer.
 
 Results go to a per-session outbox ordered by the session's queue policy (FSD Algorithm 2, SENDER;
 Table 7): the final exit is sent before any early exit still waiting, and early exits of a round
-whose final result has left are dropped, since the robot no longer needs them.
+whose final result has left are dropped, since the robot no longer needs them. With an egress
+(``ServerConfig.egress``, ``serve --egress-mbps``) the heads of every session's outbox share one paced
+link, in the order of ``spec/queues.egress_key``: FSD's Q_e across sessions.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.wire.codec import SESSION_BYTES, WireError, decode, encode
 from edge_spec_ros.wire.dragon import DragonDist, DragonDistRequest, DragonDraft, DragonOpen, DragonTarget
 from edge_spec_ros.wire.emulator import LinkShape
-from edge_spec_ros.wire.link import CurveKeys, IOThread
+from edge_spec_ros.wire.link import CurveKeys, Egress, IOThread
 from edge_spec_ros.wire.messages import (
     Close, DraftBlock, Envelope, Error, ErrorCode, ExitResult, Generate, Message, Open, Stats, StatsReply,
 )
@@ -85,7 +87,9 @@ class ServerConfig:
     most sessions whose pending verification rounds one forward of the verifier takes (1: one round per
     forward; cloud/batching.py); batch_window_s: with max_batch > 1, how long a worker holding a round
     waits for more rounds to join its forward while it has fewer than max_batch (0: it takes what is
-    pending at once)."""
+    pending at once); egress: the server's outgoing link shared by every robot (``wire/link.Egress``:
+    results leave it one at a time, finals first, then early exits by the robot's priority and the
+    exit's confidence; None: each robot's results go out as soon as they are ready)."""
 
     bind: str = "tcp://127.0.0.1:5555"
     workers: int = 1
@@ -104,6 +108,7 @@ class ServerConfig:
     documents: str = ""
     max_batch: int = 1
     batch_window_s: float = 0.0
+    egress: Egress | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.emulate_tq_s) and self.emulate_tq_s >= 0):
@@ -263,7 +268,8 @@ class VerifierServer:
             sock.curve_secretkey = self.config.curve.secret
         sock.bind(self.config.bind)
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._io = IOThread(sock, self._on_frames, "verifier-io", user_ids=self.config.curve is not None)
+        self._io = IOThread(sock, self._on_frames, "verifier-io", user_ids=self.config.curve is not None,
+                            egress=self.config.egress)
         self._io.start()
         for i in range(self.config.workers):
             worker = threading.Thread(target=self._work, name=f"verify-{i}", daemon=True)
@@ -587,7 +593,8 @@ class VerifierServer:
     # --- sending ---------------------------------------------------------------------------------
     def _emit(self, session: _Session, msg: Message, confidence: float = math.inf, tag=None) -> None:
         frames = [session.identity, *encode(Envelope(session.sid, msg))]
-        self._io.submit((session.identity, session.sid), frames, confidence, tag, session.shape, session.policy)
+        self._io.submit((session.identity, session.sid), frames, confidence, tag, session.shape, session.policy,
+                        getattr(session.request, "priority", 0))
 
     def _emit_reply(self, session: _Session, msg: Message) -> None:
         """A reply of the session's work: exit results through the early-exit rules, the rest as is."""
@@ -616,7 +623,7 @@ class VerifierServer:
     def _reply(self, identity: bytes, sid: bytes, msg: Message) -> None:
         if len(sid) != SESSION_BYTES:
             sid = bytes(SESSION_BYTES)
-        self._io.submit(("reply", identity), [identity, *encode(Envelope(sid, msg))])
+        self._io.submit(("reply", identity), [identity, *encode(Envelope(sid, msg))], math.inf)  # not an exit
 
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
