@@ -458,7 +458,8 @@ def cmd_train_sim_pair(args: argparse.Namespace) -> int:
                            dagger_lr=args.dagger_lr, dagger_final_fraction=args.dagger_final_fraction,
                            dagger_far_fraction=args.dagger_far_fraction, far_fraction=args.far_fraction,
                            far_min_m=args.far_min_m, far_max_bearing_deg=args.far_max_bearing_deg,
-                           synthetic_fraction=args.synthetic_fraction, near_fraction=args.near_fraction)
+                           synthetic_fraction=args.synthetic_fraction, near_fraction=args.near_fraction,
+                           average_with=tuple(args.average_with))
     bars: dict[str, tqdm] = {}
 
     def progress(phase: str, step: int, total: int, loss: float) -> None:
@@ -794,6 +795,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "or 'seen' (the earlier replies, the shipped pair's base stage)")
     pair.add_argument("--init-from", default="", help="a train-sim-pair directory to fine-tune: its verifier, drafter "
                       "and exits are the starting weights (--verifier-steps then counts fine-tuning steps)")
+    pair.add_argument("--average-with", nargs="+", default=[], metavar="DIR",
+                      help="with --init-from: train-sim-pair directories whose verifiers are averaged with "
+                      "--init-from's, weight by weight (a model soup of fine-tuning rounds), before this stage")
     pair.add_argument("--dagger-lr", type=float, default=1e-3, help="peak learning rate of the DAgger rounds")
     pair.add_argument("--dagger-final-fraction", type=float, default=0.0,
                       help="of the visited states a DAgger batch draws: episodes' final states (where it stopped)")

@@ -96,6 +96,8 @@ class SimPairConfig:
     # instruction before the decision) or "seen" (the earlier replies, the shipped pair's base stage)
     init_from: str = ""  # a train-sim-pair directory: the verifier, drafter and exits start from its weights
     # (a fine-tuning stage: verifier_steps more steps, then the DAgger rounds, the drafter and exits)
+    average_with: tuple[str, ...] = ()  # with init_from: train-sim-pair directories whose verifiers (same
+    # architecture, fine-tuned from one lineage) are averaged with init_from's, weight by weight, before the stage
 
     def data_config(self, **kw) -> SimDataConfig:
         """The expert mix with this stage's far, synthetic and near options (and ``kw``)."""
@@ -108,8 +110,25 @@ class SimPairConfig:
         self.data_config()  # refuses bad far, synthetic and near options likewise
         if self.labels not in LABELS:
             raise ValueError(f"labels must be one of {sorted(LABELS)}, got {self.labels!r}")
-        if self.init_from and not (Path(self.init_from) / "verifier" / "config.json").is_file():
-            raise ValueError(f"init_from {self.init_from!r} is not a train-sim-pair directory (no verifier/config.json)")
+        if self.average_with and not self.init_from:
+            raise ValueError("average_with needs init_from (the pair whose drafter and exits the stage starts from)")
+        for source in (self.init_from, *self.average_with) if self.init_from else ():
+            if not (Path(source) / "verifier" / "config.json").is_file():
+                raise ValueError(f"{source!r} is not a train-sim-pair directory (no verifier/config.json)")
+
+
+def average_weights(model: torch.nn.Module, others: list[torch.nn.Module]) -> None:
+    """Set ``model``'s weights to the mean of its own and ``others``' (a uniform model soup, Wortsman et
+    al. 2022: fine-tuned models of one lineage averaged; each DAgger round changes which rooms succeed,
+    their mean keeps what they share). Same architecture required."""
+    state = model.state_dict()
+    states = [other.state_dict() for other in others]
+    for state_ in states:
+        if state_.keys() != state.keys() or any(state_[k].shape != v.shape for k, v in state.items()):
+            raise ValueError("average_with: the verifiers differ in architecture")
+    with torch.no_grad():
+        model.load_state_dict({k: (v.float() + sum(s[k].float() for s in states)) / (1 + len(states))
+                               for k, v in state.items()})
 
 
 @dataclass(frozen=True)
@@ -192,6 +211,8 @@ def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
     if not (out / "verifier" / "config.json").is_file():
         if init is not None:
             model = load_qwen2vl(str(init / "verifier"))
+            if config.average_with:
+                average_weights(model, [load_qwen2vl(str(Path(p) / "verifier")) for p in config.average_with])
         else:
             model = build_tiny_qwen2vl(SIM_VERIFIER_SPEC, tokenizer, seed=config.seed)
         with cpu("verifier"):

@@ -15,7 +15,7 @@ from edge_spec_ros.models.tiny import TinyModelSpec, build_tiny_qwen2vl
 from edge_spec_ros.nav import NavConfig, parse_action
 from edge_spec_ros.sim.samples import SimDataConfig, sim_sample
 from edge_spec_ros.training.sim_data import IGNORE, collate
-from edge_spec_ros.training.sim_pair import SimPairConfig, train_sim_pair
+from edge_spec_ros.training.sim_pair import SimPairConfig, average_weights, train_sim_pair
 from edge_spec_ros.training.vlm import LMTrainingConfig, lm_loss, save_model, train_lm
 
 SMALL = TinyModelSpec(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64, init_std=0.02)
@@ -123,6 +123,29 @@ def test_a_fine_tuning_stage_starts_from_a_trained_pair(tmp_path):
     train_sim_pair(tmp_path / "tuned1", tuned)
     changed = load_qwen2vl(str(tmp_path / "tuned1" / "verifier")).state_dict()
     assert any(not torch.equal(changed[k], v) for k, v in load_qwen2vl(str(tmp_path / "base" / "verifier")).state_dict().items())
+
+
+def test_a_stage_may_start_from_the_average_of_fine_tuned_pairs(tmp_path, tokenizer):
+    """--average-with: the stage's verifier starts from the weight-by-weight mean of --init-from's and
+    the others' (with no steps, that mean is what it ships, to float16); a different architecture or no
+    --init-from is refused before any training."""
+    base = SimPairConfig(verifier_steps=1, drafter_steps=0, exit_steps=0, batch_size=2, eval_samples=1,
+                         validation_rooms=0, max_pixels=112 * 84, labels="seen")
+    train_sim_pair(tmp_path / "a", base)
+    train_sim_pair(tmp_path / "b", SimPairConfig(**{**base.__dict__, "seed": 1}))
+    with pytest.raises(ValueError, match="needs init_from"):
+        SimPairConfig(average_with=(str(tmp_path / "b"),))
+    with pytest.raises(ValueError, match="not a train-sim-pair directory"):
+        SimPairConfig(init_from=str(tmp_path / "a"), average_with=(str(tmp_path / "none"),))
+    soup = SimPairConfig(**{**base.__dict__, "verifier_steps": 0, "init_from": str(tmp_path / "a"),
+                            "average_with": (str(tmp_path / "b"),)})
+    train_sim_pair(tmp_path / "soup", soup)
+    a, b, mean = (load_qwen2vl(str(tmp_path / d / "verifier")).state_dict() for d in ("a", "b", "soup"))
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    for k in a:
+        assert torch.equal(mean[k], ((a[k] + b[k]) / 2).half().float()), k
+    with pytest.raises(ValueError, match="differ in architecture"):
+        average_weights(load_qwen2vl(str(tmp_path / "a" / "verifier")), [build_tiny_qwen2vl(SMALL, tokenizer)])
 
 
 def test_a_missing_pair_says_how_to_make_it(tmp_path):
