@@ -1,8 +1,9 @@
 """The Navigate action, the Describe service and /diagnostics, with real nodes in separate processes:
-camera (synthetic frame), bridge, drafter and action nodes in one process (as bringup composes them,
-but running until stopped), navigate_node in another, a verifier process on loopback, and the action
-and service clients in the test process. The shipped pair decides "stop" for "go to the grey
-cone" and "move forward 100 cm" for "go to the red chair" on the synthetic frame."""
+camera (a folder holding one simulated room's frame), bridge, drafter and action nodes in one process
+(as bringup composes them, but running until stopped), navigate_node in another, a verifier process on
+loopback, and the action and service clients in the test process. On that frame (room 48: the green
+box reached, the grey box ahead) the shipped pair decides "stop" for "go to the green box" and "move
+forward 100 cm" for "go to the grey box"."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 import yaml
 from action_msgs.msg import GoalStatus
@@ -23,13 +26,15 @@ from edge_spec_ros.action import Navigate
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.msg import Decision, DecisionRequest, NavAction as NavActionMsg
 from edge_spec_ros.nav import NavConfig, parse_action
+from edge_spec_ros.nav.motion import PlanarPose as Pose
 from edge_spec_ros.nodes.convert import rgb_to_image
 from edge_spec_ros.nodes.ros_link import RELIABLE
+from edge_spec_ros.sim.world import World
 from edge_spec_ros.srv import Describe
 
 ROOT = Path(__file__).resolve().parents[2]
-REACH = "go to the grey cone"  # the shipped pair, on the synthetic frame → "... Action: stop"
-MOVE = "go to the red chair"  # → "... Action: move forward 100 cm" (6.7 s at 0.15 m/s)
+REACH = "go to the green box"  # the shipped pair, on room_frame() → "... Action: stop"
+MOVE = "go to the grey box"  # → "... Action: move forward 100 cm" (6.7 s at 0.15 m/s)
 UP_S = 90.0
 DECIDE_S = 60.0
 STACK = ("import sys\n"
@@ -41,8 +46,20 @@ STACK = ("import sys\n"
          "raise SystemExit(main_for(DrafterNode, BridgeNode, ActionNode, CameraNode, args=sys.argv))\n")
 
 
+def room_frame() -> np.ndarray:
+    """The camera's frame (H, W, 3) RGB: simulated room 48, the robot facing the green box it has
+    reached, the grey box about 2 m beyond it."""
+    world = World.random(48, distractors=3)
+    world.pose = Pose(2.91, 1.53, 1.74)
+    return world.render()
+
+
 def stack_params(tmp_path: Path, endpoint: str) -> Path:
     config = yaml.safe_load((ROOT / "config" / "go2_nav.yaml").read_text())
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    cv2.imwrite(str(frames / "room48.png"), cv2.cvtColor(room_frame(), cv2.COLOR_RGB2BGR))  # lossless
+    config["camera"]["ros__parameters"].update(source=str(frames))
     config["bridge"]["ros__parameters"].update(verifier_endpoint=endpoint, diagnostics_period_s=0.25)
     config["drafter"]["ros__parameters"].update(mode="fsd", predraft_threads=1, torch_threads=1)
     # timed motions (no odometry without the sim), slow enough to be cancelled on the way
@@ -210,7 +227,7 @@ def test_describe_answers_text_and_statistics_and_moves_nothing(stack):
     assert latest.image_stamp.sec > 0
     if stack.reached_text:
         assert latest.text == stack.reached_text
-    frame = rgb_to_image(synthetic_camera_image(224, 168, seed=0), latest.image_stamp, "camera", "bgr8")
+    frame = rgb_to_image(room_frame(), latest.image_stamp, "camera", "bgr8")
     given = stack.call(Describe.Request(image=frame, prompt=REACH, mode="sd", max_new_tokens=48))
     assert given.success and given.text == latest.text and given.stats.mode == "SD", given
     assert (given.image_stamp.sec, given.image_stamp.nanosec) == (frame.header.stamp.sec, frame.header.stamp.nanosec)
