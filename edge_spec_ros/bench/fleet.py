@@ -293,7 +293,8 @@ def _point(rows: list[dict], wall: float, solo: dict, n: int, before: dict, afte
         "exact": not different and not errors, "different": different[:20],
         "latency_by_motion_ms": by_motion,
         "cache_hit_rate": hits / (hits + misses) if hits + misses else float("nan"),
-        "early_exits_sent": server.get("early_exits_sent", 0), "early_exits_dropped": server.get("early_exits_dropped", 0),
+        "early_exits_sent": server.get("early_exits_sent", 0),
+        "early_exits_dropped": server.get("early_exits_dropped", 0),
     }
 
 

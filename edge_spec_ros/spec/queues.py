@@ -64,10 +64,12 @@ class ExitQueue(Generic[T]):
 
 
 EGRESS_POLICIES = ("priority", "fifo")
+EGRESS_LEAD_S = 0.05  # per priority level: how much later a final result may be queued on a shared
+# egress and still leave before a lower-priority one
 
 
 def egress_key(confidence: float, priority: int, queued_at: float, order: int, policy: str = "priority",
-               lead_s: float = 1.0) -> tuple:
+               lead_s: float = EGRESS_LEAD_S) -> tuple:
     """Order of one message on the server's shared outgoing link: Q_e of FSD Appendix A (Eq. 8) kept
     across sessions, so a fleet's results leave in one order whichever robot they are for; the least
     key is sent first.

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from edge_spec_ros.spec.queues import EGRESS_POLICIES, ExitQueue, egress_key
+from edge_spec_ros.spec.queues import EGRESS_LEAD_S, EGRESS_POLICIES, ExitQueue, egress_key
 from edge_spec_ros.wire.emulator import LinkEmulator, LinkShape
 
 log = logging.getLogger(__name__)
@@ -36,8 +36,6 @@ MAX_FRAMES_PER_LOOP = 64  # received frame sets handled before the loop sends an
 BUSY_YIELD_S = 0.0005  # after a full batch, the I/O thread leaves the interpreter (GIL) to the workers
 MAX_UNSENT = 10_000  # due messages kept while the socket cannot take them (oldest dropped beyond)
 STOP_JOIN_S = 0.5  # how long stop() waits for the I/O thread
-EGRESS_LEAD_S = 0.05  # per priority level: how much later a final result may be queued on a shared
-# egress and still leave before a lower-priority one (``egress_key``)
 
 
 @dataclass
