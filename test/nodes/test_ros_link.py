@@ -112,9 +112,11 @@ def pair(ros):
     robot = RobotSide()
     bridge = StandInBridge(ros, robot.ns)
     link_subs = link_subscriptions(robot)
-    # both ways, on the reader's side: a message sent before its reader matched the writer is lost
+    # both ways, on both ends: a message sent before its reader matched the writer is lost, and so is
+    # one sent before the writer matched the reader (volatile durability keeps nothing for late readers)
     wait_for(lambda: bridge.sub.get_publisher_count() > 0 and bridge.drafts.get_publisher_count() > 0
-             and all(s.get_publisher_count() > 0 for s in link_subs),
+             and all(s.get_publisher_count() > 0 for s in link_subs)
+             and bridge.results.get_subscription_count() > 0 and bridge.status.get_subscription_count() > 0,
              MATCH_S, "the link and the stand-in bridge to match")
     yield robot, bridge
     robot.close()
@@ -261,7 +263,9 @@ def test_receiver_reports_matches_and_takes_messages_on_the_pumping_thread_only(
         # the pump reports the publishers matched on this side: none first, then the test's one
         wait_for(lambda: receiver.pump(0.05) and matched[-1:] == [1], MATCH_S, "the Receiver to report a match")
         assert matched[0] == 0 and sub.get_publisher_count() == 1
-        wait_for(lambda: plain.get_publisher_count() == 1, MATCH_S, "the sentinel to match")
+        # the writers' side too: a writer that has not matched a reader sends it nothing
+        wait_for(lambda: plain.get_publisher_count() == 1 and pub.get_subscription_count() == 1
+                 and pub_sentinel.get_subscription_count() == 1, MATCH_S, "the sentinel to match")
         for decision in (1, 2, 3):
             msg = BridgeStatus()
             msg.decision = decision
