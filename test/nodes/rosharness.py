@@ -41,13 +41,15 @@ class RosHarness:
         rclpy.shutdown(context=self.context)
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str | Callable[[], str]) -> None:
+    """Poll ``predicate`` until it holds; else fail naming ``what`` (a callable: evaluated at the
+    failure, e.g. to show a process's log as it is then)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what() if callable(what) else what}")
 
 
 def service_answers(client, request, timeout_s: float, what: str, attempt_s: float = 2.0):

@@ -106,12 +106,12 @@ class Stack:
         return handle, feedback, handle.get_result_async()
 
     def result(self, future, timeout_s: float = DECIDE_S):
-        wait_for(future.done, timeout_s, f"the goal's result\n{self.logs()}")
+        wait_for(future.done, timeout_s, lambda: f"the goal's result\n{self.logs()}")
         return future.result()
 
     def call(self, request: Describe.Request, timeout_s: float = DECIDE_S) -> Describe.Response:
         future = self.describe.call_async(request)
-        wait_for(future.done, timeout_s, f"the describe answer\n{self.logs()}")
+        wait_for(future.done, timeout_s, lambda: f"the describe answer\n{self.logs()}")
         return future.result()
 
 

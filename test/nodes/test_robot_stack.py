@@ -87,7 +87,7 @@ def test_instruction_through_the_stack(ros, server_endpoint, tmp_path, mode, tem
         wait_for(lambda: drafter_matched_instruction(log.read_text()) >= 1, STACK_UP_S,
                  f"the drafter matching the instruction publisher ({log.read_text()[-2000:]})")
         instruction.publish(String(data=INSTRUCTION))
-        wait_for(lambda: actions and stats, 60, f"a decision ({log.read_text()[-2000:]})")
+        wait_for(lambda: actions and stats, 60, lambda: f"a decision ({log.read_text()[-2000:]})")
         assert proc.poll() is None
     decision = decisions[-1]
     assert decision.instruction == INSTRUCTION and decision.mode == mode
