@@ -173,7 +173,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               max_requests=args.max_requests, idle_exit_s=args.idle_exit, curve=curve,
                               limits=limits, emulate_tq_s=args.emulate_tq_s,
                               prefill_chunk_tokens=args.prefill_chunk_tokens,
-                              prefill_chunk_cells=args.prefill_chunk_cells,
+                              prefill_chunk_cells=args.prefill_chunk_cells, exit_shortlist=args.exit_shortlist,
                               documents="" if dragon is not None else args.documents or "",
                               max_batch=args.max_batch if args.batch else 1,
                               batch_window_s=args.batch_window_ms / 1e3 if args.batch else 0.0,
@@ -575,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
         DEFAULT_MAX_GAMMA, DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_NEW_TOKENS,
         DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_SESSIONS_PER_CLIENT, MAX_GAMMA,
     )
-    from edge_spec_ros.cloud.session import PREFILL_CHUNK_CELLS, PREFILL_CHUNK_TOKENS
+    from edge_spec_ros.cloud.session import EXIT_SHORTLIST, PREFILL_CHUNK_CELLS, PREFILL_CHUNK_TOKENS
 
     parser = argparse.ArgumentParser(prog="edge-spec-ros", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -636,6 +636,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--prefill-chunk-cells", type=int, default=PREFILL_CHUNK_CELLS,
                        help="query-key pairs per prefill slice (s positions after c cached: s*(c+s)), so slices "
                             f"shorten as a long prompt's cache grows (default {PREFILL_CHUNK_CELLS}; 0: no bound)")
+    serve.add_argument("--exit-shortlist", type=int, default=EXIT_SHORTLIST,
+                       help="an early exit's head scores the token ids below this and the decision's own tokens, "
+                            f"not the whole vocabulary (default {EXIT_SHORTLIST}; 0: the whole vocabulary). Exits "
+                            "only steer pre-drafting: the output is the same either way")
     serve.add_argument("--batch", action="store_true",
                        help="batched verification: the pending rounds of up to --max-batch sessions go through the "
                             "verifier in one forward (docs/fleet.md)")

@@ -64,7 +64,7 @@ def verify_batch(verifier: EarlyExitVerifier, jobs: list[VerifyJob]) -> list[Bas
             if out.layer == L:
                 logits = ExitLogits(L, verifier.stack.logits(out.hidden), True)
             elif entry.plan.want_exits and out.layer in entry.plan.exits:  # the planner's choice (spec/exits.py)
-                logits = ExitLogits(out.layer, verifier.exit_logits(out.layer, out.hidden), False)
+                logits = ExitLogits(out.layer, verifier.exit_logits(out.layer, out.hidden, entry.plan.shortlist), False)
             else:
                 continue
             try:

@@ -44,7 +44,7 @@ from edge_spec_ros.cloud.limits import (
 from edge_spec_ros.cloud.batching import batchable, verify_batch
 from edge_spec_ros.cloud.dragon import DragonService, DragonSession, dragon_caps
 from edge_spec_ros.cloud.session import (
-    PREFILL_CHUNK_CELLS, PREFILL_CHUNK_TOKENS, Cancelled, ComputeProfile, VerifySession,
+    EXIT_SHORTLIST, PREFILL_CHUNK_CELLS, PREFILL_CHUNK_TOKENS, Cancelled, ComputeProfile, VerifySession,
 )
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
@@ -103,6 +103,7 @@ class ServerConfig:
     emulate_tq_s: float = 0.0
     prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
     prefill_chunk_cells: int = PREFILL_CHUNK_CELLS
+    exit_shortlist: int = EXIT_SHORTLIST  # early-exit heads score ids below this + the decision's (0: all)
     fair_credit_s: float = FAIR_CREDIT_S
     priority_lead_s: float = PRIORITY_LEAD_S
     documents: str = ""
@@ -113,6 +114,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.emulate_tq_s) and self.emulate_tq_s >= 0):
             raise ValueError(f"emulate_tq_s must be finite and >= 0, got {self.emulate_tq_s}")
+        if self.exit_shortlist < 0:
+            raise ValueError(f"exit_shortlist must be >= 0, got {self.exit_shortlist}")
         if self.prefill_chunk_tokens < 0 or self.prefill_chunk_cells < 0:
             raise ValueError(f"prefill_chunk_tokens and prefill_chunk_cells must be >= 0, got "
                              f"{self.prefill_chunk_tokens} and {self.prefill_chunk_cells}")
@@ -374,7 +377,8 @@ class VerifierServer:
         max_tokens = self.config.limits.max_prompt_tokens + self.config.limits.max_new_tokens
         cancel = threading.Event()
         state = VerifySession(self.verifier, self.encoder, msg, compute, cancel, max_tokens,
-                              self.config.prefill_chunk_tokens, self.config.prefill_chunk_cells)
+                              self.config.prefill_chunk_tokens, self.config.prefill_chunk_cells,
+                              self.config.exit_shortlist)
         session = _Session(key[0], key[1], client, msg, shape, msg.queue_policy, time.monotonic(), state, cancel,
                            lead=msg.priority * self.config.priority_lead_s)
         work = state.handle(msg, lambda reply: self._emit_reply(session, reply))  # on a worker: the image, prefill

@@ -24,6 +24,15 @@ from edge_spec_ros.models.prompt import EncodedPrompt
 
 
 @dataclass(frozen=True)
+class Shortlist:
+    """The token ids a head scores and the LM head's rows for them (``DecoderStack.shortlist``)."""
+
+    ids: torch.Tensor  # (k,) int64
+    weight: torch.Tensor  # (k, d)
+    bias: torch.Tensor | None  # (k,)
+
+
+@dataclass(frozen=True)
 class LayerOutput:
     """Hidden state after decoder layer ``layer`` (1-based; ``layer == num_layers`` is the last).
 
@@ -208,10 +217,23 @@ class DecoderStack:
             h = layer(h, attention_mask=mask, position_embeddings=rotary, past_key_values=kv, use_cache=True)
             yield LayerOutput(i + 1, h[0])
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """LM head over the final norm: (m, d) → (m, V) float32."""
+    def logits(self, hidden: torch.Tensor, shortlist: "Shortlist | None" = None) -> torch.Tensor:
+        """LM head over the final norm: (m, d) → (m, V) float32; with a ``shortlist``, only its ids are
+        scored (the LM head's rows for them) and every other id gets −inf."""
         with torch.inference_mode():
-            return self.model.lm_head(self.text.norm(hidden)).float()
+            if shortlist is None:
+                return self.model.lm_head(self.text.norm(hidden)).float()
+            scored = torch.nn.functional.linear(self.text.norm(hidden), shortlist.weight, shortlist.bias)  # (m, k)
+            out = torch.full((hidden.shape[0], self.vocab_size), -math.inf, dtype=torch.float32)  # (m, V)
+            out[:, shortlist.ids] = scored.float()
+            return out
+
+    def shortlist(self, ids: torch.Tensor) -> "Shortlist":
+        """The LM head restricted to ``ids`` (k,), for ``logits``."""
+        ids = ids.to(torch.long)
+        head = self.model.lm_head
+        with torch.inference_mode():
+            return Shortlist(ids, head.weight[ids], None if head.bias is None else head.bias[ids])
 
     def final_logits(self, kv: KVCache, sequence: list[int], first: int) -> torch.Tensor:
         """Logits (m, V) of the last layer for positions ``first ..`` of ``sequence``."""

@@ -18,7 +18,7 @@ from edge_spec_ros.models.adapters import ExitAdapters
 from edge_spec_ros.models.kv_cache import KVCache
 from edge_spec_ros.models.loading import load_qwen2vl
 from edge_spec_ros.models.prompt import EncodedPrompt
-from edge_spec_ros.models.stack import DecoderStack, PendingPrefill
+from edge_spec_ros.models.stack import DecoderStack, PendingPrefill, Shortlist
 from edge_spec_ros.spec.exits import ExitPlanner
 
 
@@ -93,23 +93,25 @@ class EarlyExitVerifier:
         (``DecoderStack.begin_prefill``)."""
         return self.stack.begin_prefill(prompt, chunk_tokens, chunk_cells)
 
-    def exit_logits(self, layer: int, hidden: torch.Tensor) -> torch.Tensor:
-        """z^(l) = LMHead(Norm(Adapter_l(h^(l)))): (m, d) → (m, V)."""
+    def exit_logits(self, layer: int, hidden: torch.Tensor, shortlist: Shortlist | None = None) -> torch.Tensor:
+        """z^(l) = LMHead(Norm(Adapter_l(h^(l)))): (m, d) → (m, V); with a ``shortlist``, over its ids
+        only (−inf elsewhere: ``DecoderStack.logits``)."""
         with torch.inference_mode():
-            return self.stack.logits(self.adapters[layer](hidden))
+            return self.stack.logits(self.adapters[layer](hidden), shortlist)
 
     def exits(self, kv: KVCache, sequence: list[int], first: int,
-              layers: Collection[int] | None = None) -> Iterator[ExitLogits]:
+              layers: Collection[int] | None = None, shortlist: Shortlist | None = None) -> Iterator[ExitLogits]:
         """Stream the exits' logits for positions ``first ..`` as soon as each layer is done: the early
         exits in ``layers`` (None: every one) and the final exit, always. An exit not asked for costs
-        nothing: its head is not run."""
+        nothing: its head is not run. ``shortlist``: the early exits' heads score only its ids (the
+        final exit always scores the whole vocabulary)."""
         L = self.num_layers
         for out in self.stack.run(kv, sequence, first):
             if out.layer == L:
                 yield ExitLogits(L, self.stack.logits(out.hidden), True)
             elif out.layer in self.exit_layers and (layers is None or out.layer in layers):
                 t = time.perf_counter()
-                logits = self.exit_logits(out.layer, out.hidden)
+                logits = self.exit_logits(out.layer, out.hidden, shortlist)
                 yield ExitLogits(out.layer, logits, False, time.perf_counter() - t)
 
     def logits(self, kv: KVCache, sequence: list[int], first: int) -> torch.Tensor:

@@ -1,13 +1,14 @@
 """The verifier computes only the early exits its ExitPlanner chooses: the robot sees fewer early results,
 and every final verdict is the one the verifier gives with all its exits (exactness does not depend on
-the plan)."""
+the plan). Early-exit heads that score a shortlist of ids change the early results only, never a final
+verdict."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from edge_spec_ros.cloud.session import VerifySession
+from edge_spec_ros.cloud.session import VerifySession, shortlist_ids
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.spec.exits import ExitPlanner
@@ -17,12 +18,13 @@ ROUNDS = 12
 GAMMA = 3
 
 
-def decide(verifier: EarlyExitVerifier, tokenizer, prompt, temperature: float) -> list[list[ExitResult]]:
+def decide(verifier: EarlyExitVerifier, tokenizer, prompt, temperature: float,
+           exit_shortlist: int = 0) -> list[list[ExitResult]]:
     """One decision of ROUNDS rounds with fixed pseudo-random drafts (the same for every verifier):
     each round's results, in the order emitted."""
     request = Open(input_ids=prompt.input_ids.numpy().astype(np.int32), want_exits=True,
                    temperature=temperature, seed=4)
-    s = VerifySession(verifier, PromptEncoder(tokenizer), request)
+    s = VerifySession(verifier, PromptEncoder(tokenizer), request, exit_shortlist=exit_shortlist)
     for _ in s.handle(request, lambda reply: None):
         pass
     g = torch.Generator().manual_seed(1)
@@ -103,3 +105,36 @@ def test_a_pipelined_session_teaches_the_planner_only_what_its_robot_can_use():
         rates[pipelined] = [e.right_rate for e in verifier.planner_for(pipelined).stats()]
     assert max(rates[False]) > 0.5 and max(rates[True]) == 0.0, rates
     assert verifier.exit_planner.rounds == verifier.pipelined_exit_planner.rounds == 4  # one kind each
+
+
+def test_shortlisted_exit_heads_score_only_their_ids_and_leave_every_verdict_unchanged(target_model, tokenizer,
+                                                                                      text_prompt):
+    """Heads over ids below 16 and the decision's own tokens: every early result is drawn from those ids
+    (with the whole vocabulary some are not), and every final verdict is the whole-vocabulary one."""
+    allowed = set(range(16)) | set(text_prompt.input_ids.tolist()) | set(range(20, 60))  # the drafts: 20..59
+    for temperature in (0.0, 0.9):
+        verifier = EarlyExitVerifier(target_model)
+        verifier.exit_planner = None  # every exit, every round
+        whole = decide(verifier, tokenizer, text_prompt, temperature)
+        short = decide(verifier, tokenizer, text_prompt, temperature, exit_shortlist=16)
+        seen = set(allowed)  # and every token committed before the round
+        for a, b in zip(whole, short, strict=True):
+            assert (a[-1].accepted, a[-1].tokens.tolist()) == (b[-1].accepted, b[-1].tokens.tolist())
+            assert all(set(r.tokens.tolist()) <= seen for r in b[:-1])
+            seen |= set(a[-1].tokens.tolist())
+        assert any(not set(r.tokens.tolist()) <= seen for rounds in whole for r in rounds[:-1])
+
+
+def test_a_shortlisted_head_gives_the_whole_heads_logits_at_its_ids(target_model):
+    verifier = EarlyExitVerifier(target_model)
+    hidden = torch.randn(3, target_model.config.text_config.hidden_size)  # (m, d)
+    ids = shortlist_ids(8, verifier.stack.vocab_size, [40, 9, 40])
+    assert ids.tolist() == [*range(8), 9, 40]
+    layer = verifier.exit_layers[0]
+    whole = verifier.exit_logits(layer, hidden)  # (m, V)
+    short = verifier.exit_logits(layer, hidden, verifier.stack.shortlist(ids))
+    assert torch.allclose(short[:, ids], whole[:, ids], atol=1e-5)
+    rest = torch.ones(verifier.stack.vocab_size, dtype=torch.bool)
+    rest[ids] = False
+    assert torch.isinf(short[:, rest]).all() and (short[:, rest] < 0).all()
+    assert shortlist_ids(0, 100, [5]) is None and shortlist_ids(100, 100, [5]) is None  # the whole vocabulary

@@ -205,3 +205,22 @@ def test_pico_overlapped_rounds(start_server, pair, images):
         # with FSD pre-drafting inside the pipeline, the same exactness
         combined = EdgeDecoder(client, perfect, EdgeConfig(decode=greedy, threads=2))
         assert combined.decode("pico-fsd", prompt, jpg).tokens == target
+
+
+def test_shortlisted_exit_heads_leave_fsd_exact(start_server, pair, images):
+    """A verifier whose early-exit heads score only 64 of the shipped pair's ids (and the decision's own
+    tokens): FSD and pico-fsd still give the target's greedy output, and sampled FSD still equals SD."""
+    assert pair.verifier.stack.vocab_size > 64
+    jpg, seen = images[1]
+    prompt = pair_prompt(pair, "go to the red chair", seen)
+    eos = pair.tokenizer.eos_token_id
+    greedy = DecodeConfig(max_new_tokens=24, gamma=4, stop_tokens=(eos,))
+    sampled = DecodeConfig(max_new_tokens=24, gamma=4, sampling=SamplingConfig(0.9), seed=3, stop_tokens=(eos,))
+    target = autoregressive(pair.verifier, prompt, greedy).tokens
+    with start_server("--exit-shortlist", "64") as endpoint, \
+            VerifierClient(ClientConfig(endpoint=endpoint)) as client:
+        decoder = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=greedy, threads=2))
+        for mode in ("fsd", "pico-fsd"):
+            assert decoder.decode(mode, prompt, jpg).tokens == target, mode
+        decoder.config = EdgeConfig(decode=sampled, threads=2)
+        assert decoder.decode("fsd", prompt, jpg).tokens == decoder.decode("sd", prompt, jpg).tokens
