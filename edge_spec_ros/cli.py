@@ -269,6 +269,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     threads = set_torch_threads(cpu_budget().torch_threads)
     pair, serve_args = _bench_pair(args)
     extra = ("--adapters", args.adapters) if args.adapters else ()
+    if args.exit_shortlist is not None:
+        extra += ("--exit-shortlist", str(args.exit_shortlist))
     server = nullcontext(args.endpoint) if args.endpoint else \
         verifier_process("--threads", str(threads), *serve_args, *extra, *profile_named(config.profile).serve_args())
     with server as endpoint:
@@ -637,9 +639,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="query-key pairs per prefill slice (s positions after c cached: s*(c+s)), so slices "
                             f"shorten as a long prompt's cache grows (default {PREFILL_CHUNK_CELLS}; 0: no bound)")
     serve.add_argument("--exit-shortlist", type=int, default=EXIT_SHORTLIST,
-                       help="an early exit's head scores the token ids below this and the decision's own tokens, "
-                            f"not the whole vocabulary (default {EXIT_SHORTLIST}; 0: the whole vocabulary). Exits "
-                            "only steer pre-drafting: the output is the same either way")
+                       help="N > 0: an early exit's head scores the token ids below N and the decision's own "
+                            f"tokens, not the whole vocabulary (default {EXIT_SHORTLIST}: the whole vocabulary). "
+                            "Exits only steer pre-drafting: the output is the same either way (docs/benchmarks.md)")
     serve.add_argument("--batch", action="store_true",
                        help="batched verification: the pending rounds of up to --max-batch sessions go through the "
                             "verifier in one forward (docs/fleet.md)")
@@ -678,6 +680,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="γ by ODLD, cloud fallback by AS² with probes back (TK-SLT; edge/gamma.py; default on); "
                             "--no-adaptive-gamma: every round drafts --gamma, as in the papers' tables (the "
                             "sweeps always do)")
+    bench.add_argument("--exit-shortlist", type=int, default=None,
+                       help="serve --exit-shortlist of the verifier the bench starts (default: serve's)")
     bench.add_argument("--prompts", type=int, default=3, help="number of image + instruction prompts")
     bench.add_argument("--max-new-tokens", type=int, default=24)
     bench.add_argument("--gamma", type=int, default=4, help="draft length γ")

@@ -103,7 +103,7 @@ class ServerConfig:
     emulate_tq_s: float = 0.0
     prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
     prefill_chunk_cells: int = PREFILL_CHUNK_CELLS
-    exit_shortlist: int = EXIT_SHORTLIST  # early-exit heads score ids below this + the decision's (0: all)
+    exit_shortlist: int = EXIT_SHORTLIST  # > 0: early-exit heads score ids below this + the decision's (0: all)
     fair_credit_s: float = FAIR_CREDIT_S
     priority_lead_s: float = PRIORITY_LEAD_S
     documents: str = ""

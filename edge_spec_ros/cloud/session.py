@@ -43,8 +43,9 @@ PREFILL_CHUNK_CELLS = 256 * 1024  # query-key pairs per prefill slice (serve --p
 # about as much at any depth
 
 
-EXIT_SHORTLIST = 4096  # an early exit's head scores the token ids below this and the decision's own
-# tokens (prompt, committed, draft), not the whole vocabulary (serve --exit-shortlist; 0: the whole)
+EXIT_SHORTLIST = 0  # > 0: an early exit's head scores the token ids below this and the decision's own
+# tokens (prompt, committed, draft), not the whole vocabulary (serve --exit-shortlist; 0: the whole, as
+# the FSD paper's heads do)
 
 
 def shortlist_ids(below: int, vocab_size: int, *token_lists: list[int]) -> torch.Tensor | None:
@@ -54,9 +55,10 @@ def shortlist_ids(below: int, vocab_size: int, *token_lists: list[int]) -> torch
     A departure from the FSD paper, whose exit heads score every token (eq. 4-5): an early exit only
     steers pre-drafting, never the output, so a head that scores fewer tokens changes which exits are
     right, never a token emitted. Byte-pair vocabularies (SmolLM2's, Qwen2's) give their most frequent
-    tokens the lowest ids; on SmolLM2-135M's text tasks the exits were right in the same rounds with
-    ids below 4,096 plus the decision's tokens as with all 49,152, at a fifth of the heads' time
-    (docs/benchmarks.md)."""
+    tokens the lowest ids; on SmolLM2-135M's text tasks, with ids below 4,096 plus the decision's tokens,
+    each exit was right about as often as with all 49,152 ids (within one round of 126) at a fifth of
+    the heads' time; it is off by default because on this project's 2-core machine it did not make FSD
+    faster end to end (docs/benchmarks.md)."""
     if below <= 0 or below >= vocab_size:
         return None
     extra = {t for tokens in token_lists for t in tokens if below <= t < vocab_size}
