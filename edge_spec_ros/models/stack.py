@@ -217,7 +217,7 @@ class DecoderStack:
             h = layer(h, attention_mask=mask, position_embeddings=rotary, past_key_values=kv, use_cache=True)
             yield LayerOutput(i + 1, h[0])
 
-    def logits(self, hidden: torch.Tensor, shortlist: "Shortlist | None" = None) -> torch.Tensor:
+    def logits(self, hidden: torch.Tensor, shortlist: Shortlist | None = None) -> torch.Tensor:
         """LM head over the final norm: (m, d) → (m, V) float32; with a ``shortlist``, only its ids are
         scored (the LM head's rows for them) and every other id gets −inf."""
         with torch.inference_mode():
@@ -228,7 +228,7 @@ class DecoderStack:
             out[:, shortlist.ids] = scored.float()
             return out
 
-    def shortlist(self, ids: torch.Tensor) -> "Shortlist":
+    def shortlist(self, ids: torch.Tensor) -> Shortlist:
         """The LM head restricted to ``ids`` (k,), for ``logits``."""
         ids = ids.to(torch.long)
         head = self.model.lm_head
