@@ -578,6 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
         DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_SESSIONS_PER_CLIENT, MAX_GAMMA,
     )
     from edge_spec_ros.cloud.session import EXIT_SHORTLIST, PREFILL_CHUNK_CELLS, PREFILL_CHUNK_TOKENS
+    from edge_spec_ros.spec.queues import EGRESS_POLICIES
 
     parser = argparse.ArgumentParser(prog="edge-spec-ros", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -659,7 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "across sessions: finals first, then early exits of robots in motion, then by "
                             "confidence); set R a little below the uplink's real rate so the queue forms here, in "
                             "that order (default 0: off, each result leaves when ready)")
-    serve.add_argument("--egress-policy", default="priority", choices=["priority", "fifo"],
+    serve.add_argument("--egress-policy", default="priority", choices=EGRESS_POLICIES,
                        help="with --egress-mbps: the order across robots (default priority; fifo: arrival order)")
     serve.add_argument("--emulate-tq-s", type=float, default=0.0,
                        help="benchmarks: every verification forward takes at least this long (s; default 0: off)")

@@ -17,6 +17,7 @@ from edge_spec_ros.sim.world import World, WorldObject
 
 from mix_digest import DEFAULT_MIX_SHA256, mix_digest
 
+
 def test_the_default_mix_is_the_one_the_shipped_pair_saw():
     assert SimDataConfig().far_fraction == 0.0
     assert mix_digest(SimDataConfig(seed=3)) == DEFAULT_MIX_SHA256
