@@ -260,7 +260,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                          temperature=args.temperature, seed=args.seed, client_policy=args.client_policy,
                          server_policy=args.server_policy, sweep_threads=args.sweep_threads,
                          sweep_gamma=args.sweep_gamma, sweep_policies=args.sweep_policies,
-                         adaptive_gamma=args.adaptive_gamma, task_set=args.task_set,
+                         adaptive_gamma=args.adaptive_gamma, branch_blocks=args.branch_blocks,
+                         task_set=args.task_set,
                          tasks=tuple(args.tasks.split(",")) if args.tasks else BenchConfig.tasks,
                          paths=tuple(args.paths.split(",")))
     from edge_spec_ros.cpu import cpu_budget, set_torch_threads
@@ -683,6 +684,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "sweeps always do)")
     bench.add_argument("--exit-shortlist", type=int, default=None,
                        help="serve --exit-shortlist of the verifier the bench starts (default: serve's)")
+    bench.add_argument("--branch-blocks", action=argparse.BooleanOptionalAction, default=True,
+                       help="pico, pico-fsd: a branch block per round for the likeliest rejection of the block "
+                            "being verified (edge/pipeline.py; default on)")
     bench.add_argument("--prompts", type=int, default=3, help="number of image + instruction prompts")
     bench.add_argument("--max-new-tokens", type=int, default=24)
     bench.add_argument("--gamma", type=int, default=4, help="draft length γ")

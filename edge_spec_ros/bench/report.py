@@ -24,6 +24,7 @@ ROWS = (
     ("α per token (MLE)", "alpha_mle", "{:.2f}"),
     ("r cache miss", "miss_rate", "{:.1%}"),
     ("avg hit exit", "avg_hit_exit", "{:.1f}"),
+    ("branch blocks held", "branches_held", "{:.0f}"),
     ("TTFT ms", "ttft_s", "ms"),
     ("per token ms", "per_token_s", "ms"),
     ("  after the first verdict ms", "steady_per_token_s", "ms"),

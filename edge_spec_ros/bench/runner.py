@@ -57,6 +57,7 @@ class BenchConfig:
     sweep_gamma: tuple[int, ...] = ()
     sweep_policies: bool = False
     adaptive_gamma: bool = True  # γ by ODLD, cloud-only chunks by AS² with probes back (edge.gamma)
+    branch_blocks: bool = True  # PicoSpec modes: a branch block per round (edge.pipeline)
     task_set: str = "camera"  # camera: image + instruction prompts; text: bench/tasks.py, ``prompts`` per kind
     tasks: tuple[str, ...] = TASK_KINDS  # the task kinds of the text set
     # zmq: EdgeDecoder over the direct ZeroMQ client; ros: the same decoder over RosVerifierLink through a
@@ -184,7 +185,7 @@ class Bench:
                               stop_tokens=(self.pair.tokenizer.eos_token_id,))
         edge = EdgeConfig(decode=decode, threads=c.threads, client_policy=c.client_policy,
                           server_policy=c.server_policy, tp_s=self.profile.tp_s,  # T_q: Profile.serve_args
-                          adaptive_gamma=c.adaptive_gamma)
+                          adaptive_gamma=c.adaptive_gamma, branch_blocks=c.branch_blocks)
         edge = dataclasses.replace(edge, **overrides)
         warm = dataclasses.replace(edge, decode=dataclasses.replace(decode, max_new_tokens=4))
         client_config = ClientConfig(endpoint=self.endpoint, uplink=self.profile.uplink,

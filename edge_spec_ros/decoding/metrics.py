@@ -35,6 +35,7 @@ class DecodeStats:
     cache_hits: int = 0  # FSD: rounds whose next draft came from the pre-draft cache
     cache_misses: int = 0
     hit_exit_sum: int = 0  # Σ over hits of the earliest exit layer that matched the final output
+    branches_held: int = 0  # PicoSpec: rounds whose block was a branch block that held (edge.pipeline)
     server_s: float = 0.0  # Σ server compute reported per round (T_q)
     round_trip_s: float = 0.0  # Σ from sending a draft (or request) to its final result
     bytes_up: int = 0

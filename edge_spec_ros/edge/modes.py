@@ -61,7 +61,7 @@ from edge_spec_ros.edge.client import VerifierAuthError, VerifierError, Verifier
 from edge_spec_ros.edge.draft_sources import DraftChain, FreshDraft, PreDraftCache
 from edge_spec_ros.edge.gamma import CloudWall, RoundTiming
 from edge_spec_ros.edge.long_lived import LongLivedParts
-from edge_spec_ros.edge.pipeline import PipelinedRound, SerialRound
+from edge_spec_ros.edge.pipeline import Pipeline, PipelinedRound, SerialRound
 from edge_spec_ros.edge.registry import MODES, REGISTRY, get_mode  # noqa: F401 - MODES re-exported
 from edge_spec_ros.edge.round_link import RoundLink, verdict_tokens
 from edge_spec_ros.models.drafter import Draft, Drafter
@@ -112,6 +112,9 @@ class EdgeConfig:
     b_prior: float = 0.05
     c_prior: float = 0.05
     max_gamma: int = 16
+    # PicoSpec: a branch block per round for the likeliest rejection of the block being verified
+    # (edge.pipeline); it changes when the verifier works, never the tokens
+    branch_blocks: bool = True
     reconnect_retries: int = 2  # a decision interrupted by a lost or restarted verifier is opened again
 
     def draft_distribution(self, mode: str) -> DraftDistribution | None:
@@ -258,22 +261,25 @@ class EdgeDecoder:
         rng = PositionalRNG(d.seed)
         link = RoundLink(self.client, sid, mode, c.draft_distribution(mode))
         with self._parts.decision(c, self.drafter, mode, rng) as (policy, predrafter):
-            def chain() -> tuple[DraftChain, partial]:
-                """The draft sources and the round type; built again after cloud-only tokens, so that
-                nothing settled before them (a pre-draft, a block drafted ahead) outlives them."""
+            def chain(number: int) -> tuple[DraftChain, partial]:
+                """The draft sources and the round type from round ``number`` on; built again after
+                cloud-only tokens, so that nothing settled before them (a pre-draft, a block drafted
+                ahead) outlives them."""
                 sources = DraftChain(FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, spec.pipelined, stats),
                                      PreDraftCache(predrafter) if predrafter is not None else None, spec.pipelined,
                                      stats)
+                pipeline = Pipeline(number + 1, branches=c.branch_blocks)
                 new_round = partial(PipelinedRound, link=link, on_exit=sources.on_exit, drafter=self.drafter,
-                                    sampling=d.sampling, rng=rng, tp_s=c.tp_s) if spec.pipelined \
+                                    sampling=d.sampling, rng=rng, tp_s=c.tp_s, pipeline=pipeline,
+                                    split=spec.split) if spec.pipelined \
                     else partial(SerialRound, link=link, on_exit=sources.on_exit)
                 return sources, new_round
 
-            sources, new_round = chain()
             # the drafter's prefill waits for the first speculative round: a decision AS² hands to the
             # cloud at once never pays for it
             kv, seq, out = None, prompt.input_ids.tolist(), []
             number, gamma, resampled = 0, d.gamma, -1
+            sources, new_round = chain(number)
             mark = time.perf_counter()  # the last emission: a round's wall time per token counts from it
             for _ in range(d.max_new_tokens + 1):
                 if not sources.in_flight:  # a block on the link already keeps the γ it was drafted with
@@ -293,7 +299,7 @@ class EdgeDecoder:
                         seq.extend(tokens)
                         if emit(out, tokens, d, stats, t0) or len(tokens) < n or n == budget:
                             return out
-                        sources, new_round = chain()
+                        sources, new_round = chain(number)
                         gamma = policy.gamma(d.max_new_tokens - len(out))  # a probe after enough cloud-only tokens
                 if kv is None:
                     kv = self.drafter.start(prompt)
@@ -315,6 +321,7 @@ class EdgeDecoder:
                 if emit(out, tokens, d, stats, t0):
                     return out
                 settled = round_.settle(draft, final, tokens)
+                stats.branches_held += settled.branch
                 sources.after_verdict(settled.ahead, tokens)
                 number = settled.next_number
         raise VerifierError(0, "decode did not finish within its token budget")  # unreachable

@@ -2,38 +2,66 @@
 
 Pipelined round i: while the cloud verifies S_i, the robot drafts S_{i+1} — its guess of the cloud's
 own token, then γ more — on a fork of its cache, as if S_i were fully accepted, and stops as soon as
-the verdict arrives (latency-aware truncation). Finished first, S_{i+1} leaves at once as round i+1,
-chained: the cloud verifies it right after S_i if the assumption held and answers "stale" otherwise
-(overlapped communication), and round i+1's number is then spent. Arriving with the verdict, it is
-kept if the assumption held, dropped otherwise (its cache fork with it). Either way the block was
-drafted from the same prefix, with the same position-indexed draws, as a fresh draft would be.
+the verdict arrives (latency-aware truncation). Finished first, S_{i+1} leaves at once, chained: the
+cloud verifies it right after S_i if the assumption held and answers "stale" otherwise (overlapped
+communication); either way it used a round number. Arriving with the verdict, it is kept if the
+assumption held, dropped otherwise (its cache fork with it). Either way the block was drafted from
+the same prefix, with the same position-indexed draws, as a fresh draft would be.
 
-Each round object owns its state (the block drafted ahead, its cache, when it left) and answers
-three questions: the verdict, the block the next round can use, and the next round's number.
+Branch block (a departure from PicoSpec, which leaves the verifier idle after every rejection until a
+block drafted after the verdict arrives, 2T_c + γT_p later): beside S_{i+1}, a second drafting thread
+drafts γ tokens for the likeliest rejection of S_i — at the position j where the drafter was least
+sure of its token, with the drafter's runner-up there as the cloud's token — and the block leaves
+chained right behind S_{i+1}. The cloud verifies it right after S_i if S_i was rejected at exactly j
+in favour of exactly that token, and answers "stale" otherwise, by the rule it applies to S_{i+1}
+(``cloud.session.VerifySession._unchain``). Like S_{i+1} it is drafted with the position-indexed draws
+of a fresh draft from the same prefix: it changes when the verifier works, never the tokens. On the
+robot's GPU the two drafts would run as one batch of two sequences, about the time of one at these
+sizes (decoding is bound by reading the weights); with an emulated T_p each thread's step lasts T_p,
+as the FSD pre-draft threads' do. S_{i+1} leaves first so that each chained block can only be checked
+against the verdict it was drafted for, or against a later one that has already committed past it
+(then it is stale). Not drafted where the cloud could not check it: split verification with sampling
+(the robot itself resamples the rejected position), or a block without the drafter's alternatives
+(prompt-lookup tokens).
 
-Legend: S_i — round i's block; γ — draft length; T_q — verification; x_t — the cloud's own token.
+Blocks sent ahead can outlive their round (a branch behind an S_{i+1} that held is answered stale a
+round later), so a decision's pipelined rounds share a ``Pipeline``: the next free round number and
+the blocks on the link in number order. After each verdict the robot applies the cloud's rule to them
+in that order (``AheadBlock.holds``): each one that does not hold was answered stale; the first that
+holds is the next round's block; those behind it wait for its verdict.
+
+Legend: S_i — round i's block; γ — draft length; T_q — verification; T_c — one-way link delay; T_p —
+draft step; x_t — the cloud's own token; j — a position in a block.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
 
 from edge_spec_ros.edge.draft_sources import SourcedDraft
 from edge_spec_ros.edge.round_link import OnExit, RoundLink
-from edge_spec_ros.models.drafter import Draft, Drafter
+from edge_spec_ros.models.drafter import Alternative, Draft, DraftCancelled, Drafter
 from edge_spec_ros.models.kv_cache import KVCache
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 from edge_spec_ros.wire.messages import ExitResult
 
+BRANCH_POLL_S = 0.002  # how often the robot looks for the verdict while the branch block is drafted
+NO_ALTERNATIVE = Alternative(0.0, -1)  # the guess's row of a branch block (the cloud checks the guess, never drafts it)
+
 
 @dataclass(frozen=True)
 class Settled:
-    """What a round leaves to the next: the next round's number and (PicoSpec) the block drafted
-    ahead, when its assumption held."""
+    """What a round leaves to the next: the next round's number and (PicoSpec) its block when one
+    drafted ahead holds; ``branch``: that block is a branch block."""
 
     next_number: int
     ahead: SourcedDraft | None = None
+    branch: bool = False
 
 
 class SerialRound:
@@ -54,26 +82,106 @@ class SerialRound:
 
 
 @dataclass(frozen=True)
-class Ahead:
-    """S_{i+1} as drafted during T_q: 1 + γ' tokens (the guess of x_t first) on its own cache fork."""
+class AheadBlock:
+    """A block drafted before the verdict it follows: ``draft`` is the guess the cloud checks (its
+    first token, at ``draft.position``) and then the block proper, on its own cache fork ``kv``;
+    ``number`` and ``sent_at`` (perf_counter): its round number and when it left, None if kept back."""
 
     draft: Draft
     kv: KVCache
     t_token_s: float  # its measured draft time per token
-    chained_at: float | None  # sent before the verdict (perf_counter), None if kept back
+    number: int | None = None
+    sent_at: float | None = None
+    branch: bool = False
+
+    def holds(self, position: int, tokens: tuple[int, ...], resample: bool) -> bool:
+        """The cloud's rule, after a verdict that committed ``tokens`` from ``position`` on: the
+        committed sequence ends with this block's guess, at the guess's position, and no resample is
+        owed (the cloud would not know the last token yet)."""
+        return (not resample and self.draft.gamma >= 2 and self.draft.position == position + len(tokens) - 1
+                and self.draft.tokens[0] == tokens[-1])
+
+    def next_block(self) -> SourcedDraft:
+        """The block proper, the next round's draft."""
+        return SourcedDraft(self.draft.tail(1), self.kv, self.t_token_s, self.sent_at)
+
+
+@dataclass
+class Pipeline:
+    """One decision's pipelined rounds: the first round number no block has used, the blocks on the
+    link ahead of their verdicts (in number order) and whether branch blocks are drafted."""
+
+    free: int
+    branches: bool = True
+    outstanding: list[AheadBlock] = field(default_factory=list)
+
+    def take(self) -> int:
+        """The next free round number, now used."""
+        self.free += 1
+        return self.free - 1
+
+
+def branch_point(draft: Draft) -> tuple[int, int] | None:
+    """(j, token): the position of ``draft`` where the drafter was least sure of its token, and its
+    runner-up there; None when the draft carries no alternatives (e.g. prompt-lookup tokens)."""
+    alts = draft.alternatives
+    if not alts or len(alts) != draft.gamma:
+        return None
+    j = min(range(len(alts)), key=lambda i: alts[i].confidence)
+    return (j, alts[j].runner_up) if alts[j].runner_up >= 0 else None
+
+
+class _BranchDraft:
+    """A branch block drafted on a thread of its own (see the module docstring)."""
+
+    def __init__(self, drafter: Drafter, kv: KVCache, prefix: list[int], gamma: int, sampling: SamplingConfig,
+                 rng: PositionalRNG, tp_s: float, link: RoundLink) -> None:
+        self._cancelled = False
+        self._done = threading.Event()
+        self.block: AheadBlock | None = None
+        args = (drafter, kv.fork(), prefix, gamma, sampling, rng, tp_s, link)
+        threading.Thread(target=self._run, args=args, name="branch-draft", daemon=True).start()
+
+    def _run(self, drafter: Drafter, kv: KVCache, prefix: list[int], gamma: int, sampling: SamplingConfig,
+             rng: PositionalRNG, tp_s: float, link: RoundLink) -> None:
+        try:
+            t = time.perf_counter()
+            rest = drafter.draft(kv, prefix, gamma, sampling, rng, tp_s, cancelled=lambda: self._cancelled,
+                                 distribution=link.distribution)
+            q = None if rest.q is None else torch.cat([rest.q[:1], rest.q])  # (1 + γ, V): the guess's row is unused
+            wire = Draft((prefix[-1], *rest.tokens), q, rest.position - 1, (NO_ALTERNATIVE, *rest.alternatives))
+            self.block = AheadBlock(wire, kv, (time.perf_counter() - t) / rest.gamma, branch=True)
+        except DraftCancelled:
+            pass
+        finally:
+            self._done.set()
+
+    def wait(self, verdict_in: Callable[[], bool]) -> AheadBlock | None:
+        """The branch block once drafted, or None if the verdict arrives first (it is then of no use)."""
+        while not self._done.wait(BRANCH_POLL_S):
+            if verdict_in():
+                return None
+        return None if verdict_in() else self.block
+
+    def cancel(self) -> None:
+        self._cancelled = True
 
 
 class PipelinedRound(SerialRound):
-    """PicoSpec's round: verify S_i while drafting S_{i+1} (see the module docstring)."""
+    """PicoSpec's round: verify S_i while drafting S_{i+1} and S_i's branch block (see the module
+    docstring); they take the pipeline's next free numbers, S_{i+1} first."""
 
     def __init__(self, number: int, link: RoundLink, on_exit: OnExit, drafter: Drafter,
-                 sampling: SamplingConfig, rng: PositionalRNG, tp_s: float) -> None:
+                 sampling: SamplingConfig, rng: PositionalRNG, tp_s: float, pipeline: Pipeline,
+                 split: bool = False) -> None:
         super().__init__(number, link, on_exit)
         self.drafter = drafter
         self.sampling = sampling
         self.rng = rng
         self.tp_s = tp_s
-        self.ahead: Ahead | None = None
+        self.pipeline = pipeline
+        self.split = split
+        self.ahead: AheadBlock | None = None
 
     def verdict(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int) -> ExitResult:
         arrived: list[ExitResult] = []
@@ -83,27 +191,51 @@ class PipelinedRound(SerialRound):
                 arrived.append(final)
             return bool(arrived)
 
-        fork = kv.fork()
-        t = time.perf_counter()
-        block = self.drafter.draft(fork, seq + list(draft.tokens), gamma + 1, self.sampling, self.rng, self.tp_s,
-                                   distribution=self.link.distribution, truncate=verdict_in)
-        t_token_s = (time.perf_counter() - t) / block.gamma
-        chained_at = None
-        if not arrived and block.gamma >= 2:  # overlapped: S_{i+1} leaves before S_i's verdict
-            chained_at = self.link.send(self.number + 1, block, -1, chained=True)
-        self.ahead = Ahead(block, fork, t_token_s, chained_at)
+        branch = self._start_branch(seq, kv, draft, gamma)
+        try:
+            fork = kv.fork()
+            t = time.perf_counter()
+            block = self.drafter.draft(fork, seq + list(draft.tokens), gamma + 1, self.sampling, self.rng,
+                                       self.tp_s, distribution=self.link.distribution, truncate=verdict_in)
+            self.ahead = AheadBlock(block, fork, (time.perf_counter() - t) / block.gamma)
+            if not arrived and block.gamma >= 2:  # overlapped: S_{i+1} leaves before S_i's verdict
+                self.ahead = self._send(self.ahead)
+                if branch is not None and (held := branch.wait(verdict_in)) is not None:
+                    self._send(held)
+        finally:
+            if branch is not None:
+                branch.cancel()
         return arrived[0] if arrived else self.link.await_final(self.number, self.on_exit)
 
+    def _start_branch(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int) -> _BranchDraft | None:
+        """Start drafting S_i's branch block, where the cloud can check one and S_i says where."""
+        if not self.pipeline.branches or (self.split and not self.sampling.greedy):
+            return None
+        point = branch_point(draft)
+        if point is None:
+            return None
+        j, token = point
+        prefix = seq + list(draft.tokens[:j]) + [token]
+        return _BranchDraft(self.drafter, kv, prefix, gamma, self.sampling, self.rng, self.tp_s, self.link)
+
+    def _send(self, block: AheadBlock) -> AheadBlock:
+        number = self.pipeline.take()
+        sent = AheadBlock(block.draft, block.kv, block.t_token_s, number,
+                          self.link.send(number, block.draft, -1, chained=True), block.branch)
+        self.pipeline.outstanding.append(sent)
+        return sent
+
     def settle(self, draft: Draft, final: ExitResult, tokens: tuple[int, ...]) -> Settled:
-        """S_{i+1} without its guessed first token is the next block if the assumption held: S_i fully
-        accepted (no resample) and the guess equal to the cloud's token ``tokens[-1]``. A chained
-        block that did not hold was answered stale and spent round i+1's number."""
-        a = self.ahead
-        if a is None:
-            return Settled(self.number + 1)
-        held = (final.accepted == draft.gamma and not final.resample and a.draft.gamma >= 2
-                and a.draft.tokens[0] == tokens[-1])
-        if held:
-            return Settled(self.number + 1, SourcedDraft(a.draft.tail(1), a.kv, a.t_token_s, a.chained_at))
-        stale = a.chained_at is not None
-        return Settled(self.number + 2 if stale else self.number + 1)
+        """The verdict of ``draft`` committed ``tokens``: the blocks on the link that do not hold were
+        answered stale and spent their numbers; the first that holds is the next round's block (on the
+        link already); else S_{i+1} kept back, if it holds, is the next block (it leaves unchained);
+        else the next round drafts."""
+        outstanding = self.pipeline.outstanding
+        while outstanding:
+            block = outstanding.pop(0)
+            if block.holds(draft.position, tokens, final.resample):
+                return Settled(block.number, block.next_block(), block.branch)
+        kept = self.ahead
+        if kept is not None and kept.sent_at is None and kept.holds(draft.position, tokens, final.resample):
+            return Settled(self.pipeline.take(), kept.next_block())
+        return Settled(self.pipeline.take())

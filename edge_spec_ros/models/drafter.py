@@ -39,12 +39,22 @@ class DrafterConfig:
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """What the drafter thought of one token it drafted: q_i(x_i), and the likeliest other token."""
+
+    confidence: float  # q_i(x_i)
+    runner_up: int  # argmax over x ≠ x_i of q_i(x)
+
+
+@dataclass(frozen=True)
 class Draft:
-    """γ draft tokens starting at absolute position ``position``; q: (γ, V) or None when greedy."""
+    """γ draft tokens starting at absolute position ``position``; q: (γ, V) or None when greedy;
+    alternatives: one per token when the drafter model drafted every one of them, else ()."""
 
     tokens: tuple[int, ...]
     q: torch.Tensor | None
     position: int
+    alternatives: tuple[Alternative, ...] = ()
 
     @property
     def gamma(self) -> int:
@@ -55,11 +65,14 @@ class Draft:
         if rest.position != self.position + self.gamma:
             raise ValueError("the drafts are not contiguous")
         q = None if self.q is None else torch.cat([self.q, rest.q])
-        return Draft(self.tokens + rest.tokens, q, self.position)
+        whole = len(self.alternatives) == self.gamma and len(rest.alternatives) == rest.gamma
+        return Draft(self.tokens + rest.tokens, q, self.position,
+                     self.alternatives + rest.alternatives if whole else ())
 
     def tail(self, drop: int) -> "Draft":
         """The draft without its first ``drop`` tokens (their positions are already committed)."""
-        return Draft(self.tokens[drop:], None if self.q is None else self.q[drop:], self.position + drop)
+        return Draft(self.tokens[drop:], None if self.q is None else self.q[drop:], self.position + drop,
+                     self.alternatives[drop:])
 
 
 def quantize_int8(model: nn.Module) -> nn.Module:
@@ -157,6 +170,7 @@ class Drafter:
         seq = list(prefix)
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
+        alternatives: list[Alternative] = []
         for _ in range(gamma):
             if cancelled is not None and cancelled():
                 raise DraftCancelled()
@@ -170,7 +184,16 @@ class Drafter:
                 time.sleep(max(0.0, t0 + min_step_s - time.perf_counter()))
             tokens.append(token)
             qs.append(q)
+            alternatives.append(alternative(torch.softmax(logits.float(), -1) if sampling.greedy else q, token))
             seq.append(token)
         q = None if sampling.greedy else torch.stack(qs)  # (γ, V)
-        return Draft(tuple(tokens), q, len(prefix))
+        return Draft(tuple(tokens), q, len(prefix), tuple(alternatives))
+
+
+def alternative(q: torch.Tensor, token: int) -> Alternative:
+    """A distribution (V,) and the token drafted from it: its probability and the likeliest other token
+    (greedy drafts pass softmax(z), their q being one-hot)."""
+    top = q.topk(min(2, q.numel())).indices.tolist()
+    others = [t for t in top if t != token]
+    return Alternative(float(q[token]), others[0] if others else -1)
 

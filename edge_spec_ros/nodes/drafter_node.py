@@ -65,6 +65,9 @@ class DrafterNodeConfig:
     adaptive_gamma: bool = field(default=True, metadata=doc(
         "γ per round by ODLD and a hand-over to cloud-only decoding when speculation does not pay (AS²), with "
         "probes back (TK-SLT; edge/gamma.py); false: every round drafts gamma"))
+    branch_blocks: bool = field(default=True, metadata=doc(
+        "pico, pico-fsd: a branch block per round for the likeliest rejection of the block being verified "
+        "(edge/pipeline.py); changes when the verifier works, never the tokens"))
     max_new_tokens: int = field(default=48, metadata=doc("token budget of one decision", 1, 4096))
     temperature: float = field(default=0.0, metadata=doc("0: greedy", 0.0, 100.0))
     seed: int = field(default=0, metadata=doc("seed of the position-indexed random draws", 0, 9223372036854775807))
@@ -125,7 +128,8 @@ class DrafterNode(Node):
         # one decoder for decisions and Describe requests; a Describe's decode never overlaps a decision's
         self.decoder = ExclusiveDecoder(EdgeDecoder(self.link, drafter, EdgeConfig(
             decode=decode, threads=predraft, client_policy=c.client_queue_policy,
-            server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s, adaptive_gamma=c.adaptive_gamma)))
+            server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s, adaptive_gamma=c.adaptive_gamma,
+            branch_blocks=c.branch_blocks)))
         self.decisions = self.create_publisher(Decision, "edge_spec/decision", RELIABLE)
         self.stats = self.create_publisher(DecodeStatsMsg, "edge_spec/stats", RELIABLE)
         self.create_subscription(String, "instruction", self.on_instruction, RELIABLE, event_callbacks=(

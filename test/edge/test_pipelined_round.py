@@ -1,11 +1,12 @@
-"""PicoSpec's round bookkeeping: which block the next round uses and which number it takes."""
+"""PicoSpec's round bookkeeping: which block the next round uses and which number it takes, and where
+a branch block is drafted."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from edge_spec_ros.edge.pipeline import Ahead, PipelinedRound, SerialRound
-from edge_spec_ros.models.drafter import Draft
+from edge_spec_ros.edge.pipeline import AheadBlock, Pipeline, PipelinedRound, SerialRound, branch_point
+from edge_spec_ros.models.drafter import Alternative, Draft
 from edge_spec_ros.wire.messages import ExitResult
 
 DRAFT = Draft((5, 6, 7), None, 10)  # S_i: γ = 3 at positions 10..12
@@ -17,14 +18,22 @@ def verdict(accepted: int, tokens: tuple[int, ...], resample: bool = False) -> E
                       is_final=True, resample=resample)
 
 
-def pipelined(ahead: Ahead | None) -> PipelinedRound:
-    round_ = PipelinedRound(4, None, None, None, None, None, 0.0)
+def pipelined(ahead: AheadBlock | None, *outstanding: AheadBlock) -> PipelinedRound:
+    """Round 4, whose S_{i+1} (and branch) took numbers 5 (and 6) when sent."""
+    pipeline = Pipeline(5 + len(outstanding), outstanding=list(outstanding))
+    round_ = PipelinedRound(4, None, None, None, None, None, 0.0, pipeline)
     round_.ahead = ahead
     return round_
 
 
-def ahead(chained_at: float | None, tokens=(8, 9, 1)) -> Ahead:
-    return Ahead(Draft(tokens, None, 13), KV, 0.01, chained_at)  # S_{i+1}: the guess of x_13, then γ'
+def ahead(sent_at: float | None, tokens=(8, 9, 1), number: int | None = 5) -> AheadBlock:
+    # S_{i+1}: the guess of x_13, then γ'
+    return AheadBlock(Draft(tokens, None, 13), KV, 0.01, number if sent_at is not None else None, sent_at)
+
+
+def branch(number: int = 6) -> AheadBlock:
+    # S_i rejected at position 11 in favour of 3: the guess of x_11, then γ
+    return AheadBlock(Draft((3, 4, 4, 2), None, 11), KV, 0.01, number, 1.6, branch=True)
 
 
 def test_a_serial_round_is_followed_by_the_next_number():
@@ -34,24 +43,61 @@ def test_a_serial_round_is_followed_by_the_next_number():
 
 def test_a_chained_block_that_held_is_the_next_round_and_on_the_link_already():
     all_accepted = verdict(3, (5, 6, 7, 8))  # the cloud's own token is the guess, 8
-    settled = pipelined(ahead(chained_at=1.5)).settle(DRAFT, all_accepted, (5, 6, 7, 8))
-    assert settled.next_number == 5
+    a = ahead(sent_at=1.5)
+    settled = pipelined(a, a).settle(DRAFT, all_accepted, (5, 6, 7, 8))
+    assert settled.next_number == 5 and not settled.branch
     assert settled.ahead.draft == Draft((9, 1), None, 14) and settled.ahead.sent_at == 1.5
     assert settled.ahead.kv is KV and settled.ahead.t_token_s == 0.01
 
 
 def test_a_chained_block_that_failed_spent_its_number():
     rejected = verdict(1, (5, 2))
-    assert pipelined(ahead(chained_at=1.5)).settle(DRAFT, rejected, (5, 2)).next_number == 6
+    a = ahead(sent_at=1.5)
+    assert pipelined(a, a).settle(DRAFT, rejected, (5, 2)).next_number == 6
     wrong_guess = verdict(3, (5, 6, 7, 4))
-    settled = pipelined(ahead(chained_at=1.5)).settle(DRAFT, wrong_guess, (5, 6, 7, 4))
+    settled = pipelined(a, a).settle(DRAFT, wrong_guess, (5, 6, 7, 4))
     assert settled.next_number == 6 and settled.ahead is None
 
 
 def test_a_block_kept_back_is_used_unsent_or_dropped():
-    held = pipelined(ahead(chained_at=None)).settle(DRAFT, verdict(3, (5, 6, 7, 8)), (5, 6, 7, 8))
+    held = pipelined(ahead(sent_at=None)).settle(DRAFT, verdict(3, (5, 6, 7, 8)), (5, 6, 7, 8))
     assert held.next_number == 5 and held.ahead.sent_at is None
-    resampled = pipelined(ahead(chained_at=None)).settle(DRAFT, verdict(3, (5, 6, 7), resample=True), (5, 6, 7, 8))
+    resampled = pipelined(ahead(sent_at=None)).settle(DRAFT, verdict(3, (5, 6, 7), resample=True), (5, 6, 7, 8))
     assert resampled.next_number == 5 and resampled.ahead is None
-    too_short = pipelined(ahead(chained_at=None, tokens=(8,))).settle(DRAFT, verdict(3, (5, 6, 7, 8)), (5, 6, 7, 8))
+    too_short = pipelined(ahead(sent_at=None, tokens=(8,))).settle(DRAFT, verdict(3, (5, 6, 7, 8)), (5, 6, 7, 8))
     assert too_short.ahead is None
+
+
+def test_a_branch_block_holds_after_the_rejection_it_was_drafted_for():
+    a, b = ahead(sent_at=1.5), branch()
+    settled = pipelined(a, a, b).settle(DRAFT, verdict(1, (5, 3)), (5, 3))  # rejected at 11, the cloud's token 3
+    assert settled.next_number == 6 and settled.branch
+    assert settled.ahead.draft == Draft((4, 4, 2), None, 12) and settled.ahead.sent_at == 1.6
+
+
+def test_a_branch_behind_the_block_that_held_is_answered_stale_a_round_later():
+    a, b = ahead(sent_at=1.5), branch()
+    round_ = pipelined(a, a, b)
+    settled = round_.settle(DRAFT, verdict(3, (5, 6, 7, 8)), (5, 6, 7, 8))
+    assert settled.next_number == 5 and round_.pipeline.outstanding == [b]
+    # S_{i+1}'s verdict: the branch (at 11) cannot hold against a sequence committed past it
+    nxt = PipelinedRound(5, None, None, None, None, None, 0.0, round_.pipeline)
+    assert nxt.settle(Draft((9, 1), None, 14), verdict(0, (2,)), (2,)).next_number == 7
+    assert round_.pipeline.outstanding == []
+
+
+def test_a_branch_for_another_rejection_does_not_hold():
+    a, b = ahead(sent_at=1.5), branch()
+    for tokens in ((5, 6, 2), (5, 9), (1,)):  # rejected elsewhere, or at 11 for another token
+        settled = pipelined(a, a, b).settle(DRAFT, verdict(len(tokens) - 1, tokens), tokens)
+        assert settled.next_number == 7 and settled.ahead is None
+
+
+def test_the_branch_point_is_the_least_sure_token_and_its_runner_up():
+    alts = (Alternative(0.9, 11), Alternative(0.4, 12), Alternative(0.7, 13))
+    assert branch_point(Draft((5, 6, 7), None, 10, alts)) == (1, 12)
+    assert branch_point(Draft((5, 6, 7), None, 10)) is None  # e.g. prompt-lookup tokens
+    assert branch_point(Draft((5, 6, 7), None, 10, (Alternative(0.9, 11),) * 2 + (Alternative(0.1, -1),))) is None
+    # a draft's tail keeps its tokens' alternatives; a join keeps them only when both parts have them
+    assert Draft((5, 6, 7), None, 10, alts).tail(1).alternatives == alts[1:]
+    assert Draft((5,), None, 10, alts[:1]).join(Draft((6, 7), None, 11)).alternatives == ()
