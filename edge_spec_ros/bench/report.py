@@ -28,6 +28,8 @@ ROWS = (
     ("TTFT ms", "ttft_s", "ms"),
     ("per token ms", "per_token_s", "ms"),
     ("  after the first verdict ms", "steady_per_token_s", "ms"),
+    ("  ms per round after it", "steady_round_s", "ms"),
+    ("  tokens per round after it", "steady_tau", "{:.2f}"),
     ("bound ms (T_q/τ(α,γ))", "bound_per_token_s", "ms"),
     ("T_p ms", "tp_s", "ms"),
     ("T_q ms", "tq_s", "ms"),

@@ -27,7 +27,8 @@ class DecodeStats:
     ttft_s: float = 0.0  # time to first emitted token
     first_tokens: int = 0  # tokens known at that time (the first verdict's, up to γ + 1)
     steady_s: float = 0.0  # wall_s − ttft_s: the decode after its first verdict ...
-    steady_tokens: int = 0  # ... and the tokens emitted in it (tokens − first_tokens)
+    steady_tokens: int = 0  # ... and the tokens emitted in it (tokens − first_tokens) ...
+    steady_rounds: int = 0  # ... by its rounds (rounds − 1)
     prefill_s: float = 0.0
     draft_s: float = 0.0  # Σ drafting time (γ·T_p per round)
     verify_s: float = 0.0  # Σ verification time as the robot waits for it (AR: per token)
@@ -71,6 +72,18 @@ class DecodeStats:
         nothing can overlap) is in ``ttft_s``, outside any pipeline (PicoSpec's eqs. 5-9 model the
         cycles only)."""
         return self.steady_s / self.steady_tokens if self.steady_tokens else 0.0
+
+    @property
+    def steady_round_s(self) -> float:
+        """Seconds per round after the first verdict (the bound's T_q when nothing but verification is
+        on the critical path)."""
+        return self.steady_s / self.steady_rounds if self.steady_rounds else 0.0
+
+    @property
+    def steady_tau(self) -> float:
+        """Tokens per round after the first verdict (the bound's τ(α, γ) for an endless answer; an answer
+        that ends inside a block emits fewer in its last round)."""
+        return self.steady_tokens / self.steady_rounds if self.steady_rounds else 0.0
 
     @property
     def bound_per_token_s(self) -> float:
@@ -118,7 +131,7 @@ class DecodeStats:
         return statistics.median(self.round_overheads_s) if self.round_overheads_s else 0.0
 
     DERIVED = ("overhead_median_s", "mean_tv", "tau", "alpha", "alpha_mle", "per_token_s", "steady_per_token_s",
-               "bound_per_token_s",
+               "steady_round_s", "steady_tau", "bound_per_token_s",
                "miss_rate", "avg_hit_exit", "tp_s", "tq_s", "tc_s",
                "bytes_up_per_round", "bytes_down_per_round")
 

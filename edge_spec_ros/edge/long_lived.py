@@ -1,4 +1,5 @@
-"""The robot decoder's long-lived parts: FSD's pre-draft workers and TK-SLT's γ controller.
+"""The robot decoder's long-lived parts: FSD's pre-draft workers, TK-SLT's γ controller and the
+pipelined modes' branch-block gates.
 
 Both outlive a decision. The ``PreDrafter``'s N threads start with the first decision in a mode
 with early exits and then idle between decisions (each decision ``begin``s and ``end``s it); the
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from edge_spec_ros.edge.gamma import AdaptiveGamma, FixedGamma, GammaPolicy
+from edge_spec_ros.edge.pipeline import BranchGate
 from edge_spec_ros.edge.predraft import PreDrafter
 from edge_spec_ros.edge.registry import get_mode
 from edge_spec_ros.models.drafter import Drafter
@@ -38,6 +40,11 @@ class LongLivedParts:
         self._decision = threading.Lock()
         self.predrafter: PreDrafter | None = None
         self.adaptive: dict[str, tuple[tuple, AdaptiveGamma]] = {}  # mode -> (built from, policy)
+        self.branch_gates: dict[str, BranchGate] = {}  # pipelined mode -> its branch blocks' gate
+
+    def branch_gate(self, mode: str) -> BranchGate:
+        """The gate of ``mode``'s branch blocks (edge.pipeline), measured over this decoder's decisions."""
+        return self.branch_gates.setdefault(mode, BranchGate())
 
     @contextmanager
     def decision(self, config: EdgeConfig, drafter: Drafter, mode: str,

@@ -219,6 +219,7 @@ class EdgeDecoder:
         stats.tokens = len(tokens)
         stats.steady_s = max(0.0, stats.wall_s - stats.ttft_s)
         stats.steady_tokens = max(0, stats.tokens - stats.first_tokens)
+        stats.steady_rounds = max(0, stats.rounds - 1)
         return DecodeResult(tokens, stats)
 
     def _cloud_ar(self, sid: bytes, stats: DecodeStats, t0: float, budget: int, resampled: int = -1) -> CloudTokens:
@@ -268,7 +269,7 @@ class EdgeDecoder:
                 sources = DraftChain(FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, spec.pipelined, stats),
                                      PreDraftCache(predrafter) if predrafter is not None else None, spec.pipelined,
                                      stats)
-                pipeline = Pipeline(number + 1, branches=c.branch_blocks)
+                pipeline = Pipeline(number + 1, self._parts.branch_gate(mode) if c.branch_blocks else None)
                 new_round = partial(PipelinedRound, link=link, on_exit=sources.on_exit, drafter=self.drafter,
                                     sampling=d.sampling, rng=rng, tp_s=c.tp_s, pipeline=pipeline,
                                     split=spec.split) if spec.pipelined \

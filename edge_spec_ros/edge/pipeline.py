@@ -10,19 +10,22 @@ the same prefix, with the same position-indexed draws, as a fresh draft would be
 
 Branch block (a departure from PicoSpec, which leaves the verifier idle after every rejection until a
 block drafted after the verdict arrives, 2T_c + γT_p later): beside S_{i+1}, a second drafting thread
-drafts γ tokens for the likeliest rejection of S_i — at the position j where the drafter was least
-sure of its token, with the drafter's runner-up there as the cloud's token — and the block leaves
-chained right behind S_{i+1}. The cloud verifies it right after S_i if S_i was rejected at exactly j
-in favour of exactly that token, and answers "stale" otherwise, by the rule it applies to S_{i+1}
+drafts the block for the likeliest way S_i's verdict differs from S_{i+1}'s assumption — at the
+position j of S_i or of the guess of x_t (γ + 1 candidates: the thread drafts the guess too, with the
+same draw as S_{i+1}) where the drafter was least sure of its token, with its runner-up there as the
+cloud's token, then γ tokens — and the block leaves chained right behind S_{i+1}. The cloud verifies
+it right after S_i if the verdict committed exactly that token at j (a rejection there, or S_i fully
+accepted and the runner-up as x_t), and answers "stale" otherwise, by the rule it applies to S_{i+1}
 (``cloud.session.VerifySession._unchain``). Like S_{i+1} it is drafted with the position-indexed draws
 of a fresh draft from the same prefix: it changes when the verifier works, never the tokens. On the
-robot's GPU the two drafts would run as one batch of two sequences, about the time of one at these
-sizes (decoding is bound by reading the weights); with an emulated T_p each thread's step lasts T_p,
-as the FSD pre-draft threads' do. S_{i+1} leaves first so that each chained block can only be checked
-against the verdict it was drafted for, or against a later one that has already committed past it
-(then it is stale). Not drafted where the cloud could not check it: split verification with sampling
-(the robot itself resamples the rejected position), or a block without the drafter's alternatives
-(prompt-lookup tokens).
+robot's GPU the two drafts (γ + 1 steps each) would run as one batch of two sequences, about the time
+of one at these sizes (decoding is bound by reading the weights); with an emulated T_p each thread's
+step lasts T_p, as the FSD pre-draft threads' do. Where the verdict comes before both blocks could
+leave (``BranchGate``: a verifier next door) no branch is drafted. S_{i+1} leaves first so that each
+chained block can only be checked against the verdict it was drafted for, or against a later one that
+has already committed past it (then it is stale). Not drafted where the cloud could not check it:
+split verification with sampling (the robot itself resamples the rejected position), or a block
+without the drafter's alternatives (prompt-lookup tokens).
 
 Blocks sent ahead can outlive their round (a branch behind an S_{i+1} that held is answered stale a
 round later), so a decision's pipelined rounds share a ``Pipeline``: the next free round number and
@@ -51,6 +54,8 @@ from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 from edge_spec_ros.wire.messages import ExitResult
 
 BRANCH_POLL_S = 0.002  # how often the robot looks for the verdict while the branch block is drafted
+BRANCH_SPARE_STEPS = 1  # a branch is drafted when the verdict is expected this many draft steps after both blocks
+GATE_WEIGHT = 0.25  # weight of the newest round in the gate's moving averages
 NO_ALTERNATIVE = Alternative(0.0, -1)  # the guess's row of a branch block (the cloud checks the guess, never drafts it)
 
 
@@ -107,12 +112,35 @@ class AheadBlock:
 
 
 @dataclass
+class BranchGate:
+    """Whether a branch block can be on the link before the verdict it is for, from the measured time
+    between a pipelined round's start and its verdict and the measured draft step (exponential moving
+    averages, per mode over the decoder's life). Where the verdict comes within the γ + 1 steps of
+    S_{i+1} (a verifier next door: the block drafted ahead is cut short), a branch could never leave
+    in time and its thread would only take the cores the drafter needs."""
+
+    wait_s: float | None = None
+    step_s: float | None = None
+
+    def observe(self, wait_s: float, step_s: float) -> None:
+        def mean(old: float | None, new: float) -> float:
+            return new if old is None else (1 - GATE_WEIGHT) * old + GATE_WEIGHT * new
+
+        self.wait_s, self.step_s = mean(self.wait_s, wait_s), mean(self.step_s, step_s)
+
+    def open(self, gamma: int) -> bool:
+        """S_{i+1} (γ + 1 steps) and, beside it, a branch of γ are expected to leave before the verdict."""
+        return self.wait_s is not None and self.step_s is not None and \
+            self.wait_s >= (gamma + 1 + BRANCH_SPARE_STEPS) * self.step_s
+
+
+@dataclass
 class Pipeline:
     """One decision's pipelined rounds: the first round number no block has used, the blocks on the
-    link ahead of their verdicts (in number order) and whether branch blocks are drafted."""
+    link ahead of their verdicts (in number order) and, where branch blocks are drafted, their gate."""
 
     free: int
-    branches: bool = True
+    gate: BranchGate | None = None  # None: no branch blocks
     outstanding: list[AheadBlock] = field(default_factory=list)
 
     def take(self) -> int:
@@ -122,8 +150,9 @@ class Pipeline:
 
 
 def branch_point(draft: Draft) -> tuple[int, int] | None:
-    """(j, token): the position of ``draft`` where the drafter was least sure of its token, and its
-    runner-up there; None when the draft carries no alternatives (e.g. prompt-lookup tokens)."""
+    """(j, token): the position of ``draft`` (S_i and the guess of x_t) where the drafter was least
+    sure of its token, and its runner-up there; None when the draft carries no alternatives (e.g.
+    prompt-lookup tokens)."""
     alts = draft.alternatives
     if not alts or len(alts) != draft.gamma:
         return None
@@ -134,23 +163,32 @@ def branch_point(draft: Draft) -> tuple[int, int] | None:
 class _BranchDraft:
     """A branch block drafted on a thread of its own (see the module docstring)."""
 
-    def __init__(self, drafter: Drafter, kv: KVCache, prefix: list[int], gamma: int, sampling: SamplingConfig,
-                 rng: PositionalRNG, tp_s: float, link: RoundLink) -> None:
+    def __init__(self, drafter: Drafter, kv: KVCache, seq: list[int], block: Draft, gamma: int,
+                 sampling: SamplingConfig, rng: PositionalRNG, tp_s: float, link: RoundLink) -> None:
         self._cancelled = False
         self._done = threading.Event()
         self.block: AheadBlock | None = None
-        args = (drafter, kv.fork(), prefix, gamma, sampling, rng, tp_s, link)
+        args = (drafter, kv.fork(), seq, block, gamma, sampling, rng, tp_s, link)
         threading.Thread(target=self._run, args=args, name="branch-draft", daemon=True).start()
 
-    def _run(self, drafter: Drafter, kv: KVCache, prefix: list[int], gamma: int, sampling: SamplingConfig,
-             rng: PositionalRNG, tp_s: float, link: RoundLink) -> None:
+    def _run(self, drafter: Drafter, kv: KVCache, seq: list[int], block: Draft, gamma: int,
+             sampling: SamplingConfig, rng: PositionalRNG, tp_s: float, link: RoundLink) -> None:
         try:
             t = time.perf_counter()
-            rest = drafter.draft(kv, prefix, gamma, sampling, rng, tp_s, cancelled=lambda: self._cancelled,
+            cancelled = lambda: self._cancelled  # noqa: E731
+            # S_i and the guess of x_t (S_{i+1}'s first token, the same draw as S_{i+1}'s): γ + 1 candidates
+            guess = drafter.draft(kv, seq + list(block.tokens), 1, sampling, rng, tp_s, cancelled=cancelled,
+                                  distribution=link.distribution)
+            point = branch_point(block.join(guess))
+            if point is None:
+                return
+            j, token = point
+            prefix = seq + list((block.tokens + guess.tokens)[:j]) + [token]
+            rest = drafter.draft(kv, prefix, gamma, sampling, rng, tp_s, cancelled=cancelled,
                                  distribution=link.distribution)
             q = None if rest.q is None else torch.cat([rest.q[:1], rest.q])  # (1 + γ, V): the guess's row is unused
-            wire = Draft((prefix[-1], *rest.tokens), q, rest.position - 1, (NO_ALTERNATIVE, *rest.alternatives))
-            self.block = AheadBlock(wire, kv, (time.perf_counter() - t) / rest.gamma, branch=True)
+            wire = Draft((token, *rest.tokens), q, rest.position - 1, (NO_ALTERNATIVE, *rest.alternatives))
+            self.block = AheadBlock(wire, kv, (time.perf_counter() - t) / (1 + rest.gamma), branch=True)
         except DraftCancelled:
             pass
         finally:
@@ -191,6 +229,7 @@ class PipelinedRound(SerialRound):
                 arrived.append(final)
             return bool(arrived)
 
+        started = time.perf_counter()
         branch = self._start_branch(seq, kv, draft, gamma)
         try:
             fork = kv.fork()
@@ -205,18 +244,19 @@ class PipelinedRound(SerialRound):
         finally:
             if branch is not None:
                 branch.cancel()
-        return arrived[0] if arrived else self.link.await_final(self.number, self.on_exit)
+        final = arrived[0] if arrived else self.link.await_final(self.number, self.on_exit)
+        if self.pipeline.gate is not None:
+            self.pipeline.gate.observe(time.perf_counter() - started, self.ahead.t_token_s)
+        return final
 
     def _start_branch(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int) -> _BranchDraft | None:
         """Start drafting S_i's branch block, where the cloud can check one and S_i says where."""
-        if not self.pipeline.branches or (self.split and not self.sampling.greedy):
+        gate = self.pipeline.gate
+        if gate is None or not gate.open(gamma) or (self.split and not self.sampling.greedy):
             return None
-        point = branch_point(draft)
-        if point is None:
+        if len(draft.alternatives) != draft.gamma:  # e.g. prompt-lookup tokens: nowhere to branch
             return None
-        j, token = point
-        prefix = seq + list(draft.tokens[:j]) + [token]
-        return _BranchDraft(self.drafter, kv, prefix, gamma, self.sampling, self.rng, self.tp_s, self.link)
+        return _BranchDraft(self.drafter, kv, seq, draft, gamma, self.sampling, self.rng, self.tp_s, self.link)
 
     def _send(self, block: AheadBlock) -> AheadBlock:
         number = self.pipeline.take()

@@ -56,6 +56,7 @@ def test_greedy_over_the_network_equals_target_greedy(server_endpoint, pair, ima
             assert result.tokens == target.tokens, mode
             s = result.stats  # the first verdict's tokens, and the decode after it
             assert 1 <= s.first_tokens <= config.gamma + 1 and s.steady_tokens == s.tokens - s.first_tokens, mode
+            assert s.steady_rounds == s.rounds - 1, mode
             assert 0 < s.steady_s < s.wall_s and math.isclose(s.steady_s, s.wall_s - s.ttft_s), mode
         fsd = results["fsd"].stats
         assert fsd.cache_hits + fsd.cache_misses == fsd.rounds - 1  # every round but the last needed a draft

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_spec_ros.edge.pipeline import AheadBlock, Pipeline, PipelinedRound, SerialRound, branch_point
+from edge_spec_ros.edge.pipeline import AheadBlock, BranchGate, Pipeline, PipelinedRound, SerialRound, branch_point
 from edge_spec_ros.models.drafter import Alternative, Draft
 from edge_spec_ros.wire.messages import ExitResult
 
@@ -101,3 +101,16 @@ def test_the_branch_point_is_the_least_sure_token_and_its_runner_up():
     # a draft's tail keeps its tokens' alternatives; a join keeps them only when both parts have them
     assert Draft((5, 6, 7), None, 10, alts).tail(1).alternatives == alts[1:]
     assert Draft((5,), None, 10, alts[:1]).join(Draft((6, 7), None, 11)).alternatives == ()
+
+
+def test_the_branch_gate_opens_only_when_both_blocks_can_leave_before_the_verdict():
+    gate = BranchGate()
+    assert not gate.open(4)  # nothing measured yet
+    gate.observe(wait_s=0.62, step_s=0.072)  # go2-paper: T_q = 620 ms, T_p = 72 ms
+    assert gate.open(4) and not gate.open(8)  # 6 steps of 72 ms fit in 620 ms, 10 do not
+    loopback = BranchGate()
+    loopback.observe(wait_s=0.002, step_s=0.001)  # the verdict cuts S_{i+1} short: no branch
+    assert not loopback.open(4)
+    for _ in range(20):  # the verifier moved far away: the moving averages follow
+        loopback.observe(wait_s=0.3, step_s=0.001)
+    assert loopback.open(4)
