@@ -39,6 +39,7 @@ draft step; x_t — the cloud's own token; j — a position in a block.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -53,6 +54,7 @@ from edge_spec_ros.models.kv_cache import KVCache
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 from edge_spec_ros.wire.messages import ExitResult
 
+log = logging.getLogger(__name__)
 BRANCH_POLL_S = 0.002  # how often the robot looks for the verdict while the branch block is drafted
 BRANCH_SPARE_STEPS = 1  # a branch is drafted when the verdict is expected this many draft steps after both blocks
 GATE_WEIGHT = 0.25  # weight of the newest round in the gate's moving averages
@@ -161,36 +163,39 @@ def branch_point(draft: Draft) -> tuple[int, int] | None:
 
 
 class _BranchDraft:
-    """A branch block drafted on a thread of its own (see the module docstring)."""
+    """A branch block drafted on a thread of its own (see the module docstring): after the block
+    ``block`` that extends ``seq``, from a fork of ``kv``."""
 
-    def __init__(self, drafter: Drafter, kv: KVCache, seq: list[int], block: Draft, gamma: int,
-                 sampling: SamplingConfig, rng: PositionalRNG, tp_s: float, link: RoundLink) -> None:
+    def __init__(self, round_: PipelinedRound, kv: KVCache, seq: list[int], block: Draft, gamma: int) -> None:
+        self.round, self.kv, self.seq, self.block_in, self.gamma = round_, kv.fork(), seq, block, gamma
         self._cancelled = False
         self._done = threading.Event()
         self.block: AheadBlock | None = None
-        args = (drafter, kv.fork(), seq, block, gamma, sampling, rng, tp_s, link)
-        threading.Thread(target=self._run, args=args, name="branch-draft", daemon=True).start()
+        threading.Thread(target=self._run, name="branch-draft", daemon=True).start()
 
-    def _run(self, drafter: Drafter, kv: KVCache, seq: list[int], block: Draft, gamma: int,
-             sampling: SamplingConfig, rng: PositionalRNG, tp_s: float, link: RoundLink) -> None:
+    def _draft(self, prefix: list[int], gamma: int) -> Draft:
+        r = self.round
+        return r.drafter.draft(self.kv, prefix, gamma, r.sampling, r.rng, r.tp_s, cancelled=lambda: self._cancelled,
+                               distribution=r.link.distribution)
+
+    def _run(self) -> None:
         try:
             t = time.perf_counter()
-            cancelled = lambda: self._cancelled  # noqa: E731
+            s_i = self.block_in
             # S_i and the guess of x_t (S_{i+1}'s first token, the same draw as S_{i+1}'s): γ + 1 candidates
-            guess = drafter.draft(kv, seq + list(block.tokens), 1, sampling, rng, tp_s, cancelled=cancelled,
-                                  distribution=link.distribution)
-            point = branch_point(block.join(guess))
+            guess = self._draft(self.seq + list(s_i.tokens), 1)
+            point = branch_point(s_i.join(guess))
             if point is None:
                 return
             j, token = point
-            prefix = seq + list((block.tokens + guess.tokens)[:j]) + [token]
-            rest = drafter.draft(kv, prefix, gamma, sampling, rng, tp_s, cancelled=cancelled,
-                                 distribution=link.distribution)
+            rest = self._draft(self.seq + list((s_i.tokens + guess.tokens)[:j]) + [token], self.gamma)
             q = None if rest.q is None else torch.cat([rest.q[:1], rest.q])  # (1 + γ, V): the guess's row is unused
             wire = Draft((token, *rest.tokens), q, rest.position - 1, (NO_ALTERNATIVE, *rest.alternatives))
-            self.block = AheadBlock(wire, kv, (time.perf_counter() - t) / (1 + rest.gamma), branch=True)
+            self.block = AheadBlock(wire, self.kv, (time.perf_counter() - t) / (1 + rest.gamma), branch=True)
         except DraftCancelled:
             pass
+        except Exception:  # a failed branch only costs the bubble it would have saved
+            log.exception("branch draft failed")
         finally:
             self._done.set()
 
@@ -256,7 +261,7 @@ class PipelinedRound(SerialRound):
             return None
         if len(draft.alternatives) != draft.gamma:  # e.g. prompt-lookup tokens: nowhere to branch
             return None
-        return _BranchDraft(self.drafter, kv, seq, draft, gamma, self.sampling, self.rng, self.tp_s, self.link)
+        return _BranchDraft(self, kv, seq, draft, gamma)
 
     def _send(self, block: AheadBlock) -> AheadBlock:
         number = self.pipeline.take()
