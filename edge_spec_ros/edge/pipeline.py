@@ -10,10 +10,10 @@ the same prefix, with the same position-indexed draws, as a fresh draft would be
 
 Branch block (a departure from PicoSpec, which leaves the verifier idle after every rejection until a
 block drafted after the verdict arrives, 2T_c + γT_p later): beside S_{i+1}, a second drafting thread
-drafts the block for the likeliest way S_i's verdict differs from S_{i+1}'s assumption — at the
-position j of S_i or of the guess of x_t (γ + 1 candidates: the thread drafts the guess too, with the
-same draw as S_{i+1}) where the drafter was least sure of its token, with its runner-up there as the
-cloud's token, then γ tokens — and the block leaves chained right behind S_{i+1}. The cloud verifies
+drafts the block for the likeliest verdict of S_i other than S_{i+1}'s assumption — x_1 … x_{j−1}
+accepted, then the drafter's runner-up r_j at position j of S_i or of the guess of x_t (γ + 1
+candidates: the thread drafts the guess too, with the same draw as S_{i+1}), the j of largest
+Π_{i<j} q_i(x_i) · q_j(r_j), then γ tokens — and the block leaves chained right behind S_{i+1}. The cloud verifies
 it right after S_i if the verdict committed exactly that token at j (a rejection there, or S_i fully
 accepted and the runner-up as x_t), and answers "stale" otherwise, by the rule it applies to S_{i+1}
 (``cloud.session.VerifySession._unchain``). Like S_{i+1} it is drafted with the position-indexed draws
@@ -152,14 +152,19 @@ class Pipeline:
 
 
 def branch_point(draft: Draft) -> tuple[int, int] | None:
-    """(j, token): the position of ``draft`` (S_i and the guess of x_t) where the drafter was least
-    sure of its token, and its runner-up there; None when the draft carries no alternatives (e.g.
-    prompt-lookup tokens)."""
+    """(j, r_j): the likeliest verdict of ``draft`` (S_i and the guess of x_t) other than all of it,
+    with the drafter's distributions standing in for the verifier's: x_1 … x_{j−1} accepted, then the
+    runner-up r_j at j, P = Π_{i<j} q_i(x_i) · q_j(r_j) (j = γ: S_i accepted, r_γ as x_t); None when
+    the draft carries no alternatives (e.g. prompt-lookup tokens)."""
     alts = draft.alternatives
     if not alts or len(alts) != draft.gamma:
         return None
-    j = min(range(len(alts)), key=lambda i: alts[i].confidence)
-    return (j, alts[j].runner_up) if alts[j].runner_up >= 0 else None
+    best, best_p, accepted = None, 0.0, 1.0
+    for j, alt in enumerate(alts):
+        if alt.runner_up >= 0 and accepted * alt.runner_up_p > best_p:
+            best, best_p = (j, alt.runner_up), accepted * alt.runner_up_p
+        accepted *= alt.confidence
+    return best
 
 
 class _BranchDraft:

@@ -43,7 +43,8 @@ class Alternative:
     """What the drafter thought of one token it drafted: q_i(x_i), and the likeliest other token."""
 
     confidence: float  # q_i(x_i)
-    runner_up: int  # argmax over x ≠ x_i of q_i(x)
+    runner_up: int  # r_i = argmax over x ≠ x_i of q_i(x)
+    runner_up_p: float = 0.0  # q_i(r_i)
 
 
 @dataclass(frozen=True)
@@ -195,5 +196,5 @@ def alternative(q: torch.Tensor, token: int) -> Alternative:
     (greedy drafts pass softmax(z), their q being one-hot)."""
     top = q.topk(min(2, q.numel())).indices.tolist()
     others = [t for t in top if t != token]
-    return Alternative(float(q[token]), others[0] if others else -1)
+    return Alternative(float(q[token]), others[0], float(q[others[0]])) if others else Alternative(float(q[token]), -1)
 

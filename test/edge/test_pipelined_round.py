@@ -93,11 +93,15 @@ def test_a_branch_for_another_rejection_does_not_hold():
         assert settled.next_number == 7 and settled.ahead is None
 
 
-def test_the_branch_point_is_the_least_sure_token_and_its_runner_up():
-    alts = (Alternative(0.9, 11), Alternative(0.4, 12), Alternative(0.7, 13))
+def test_the_branch_point_is_the_likeliest_verdict_other_than_all_accepted():
+    # P(x_1 … x_{j−1} accepted, then r_j) = Π_{i<j} q_i(x_i) · q_j(r_j): 0.05, 0.9 · 0.5 = 0.45, 0.9 · 0.4 · 0.2
+    alts = (Alternative(0.9, 11, 0.05), Alternative(0.4, 12, 0.5), Alternative(0.7, 13, 0.2))
     assert branch_point(Draft((5, 6, 7), None, 10, alts)) == (1, 12)
+    # a weak drafter: the first token's runner-up outweighs everything after it
+    weak = (Alternative(0.3, 21, 0.25), Alternative(0.2, 22, 0.7), Alternative(0.9, 23, 0.1))
+    assert branch_point(Draft((5, 6, 7), None, 10, weak)) == (0, 21)
     assert branch_point(Draft((5, 6, 7), None, 10)) is None  # e.g. prompt-lookup tokens
-    assert branch_point(Draft((5, 6, 7), None, 10, (Alternative(0.9, 11),) * 2 + (Alternative(0.1, -1),))) is None
+    assert branch_point(Draft((5,), None, 10, (Alternative(1.0, -1),))) is None  # a one-token vocabulary
     # a draft's tail keeps its tokens' alternatives; a join keeps them only when both parts have them
     assert Draft((5, 6, 7), None, 10, alts).tail(1).alternatives == alts[1:]
     assert Draft((5,), None, 10, alts[:1]).join(Draft((6, 7), None, 11)).alternatives == ()
