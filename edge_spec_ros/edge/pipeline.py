@@ -8,24 +8,25 @@ communication); either way it used a round number. Arriving with the verdict, it
 assumption held, dropped otherwise (its cache fork with it). Either way the block was drafted from
 the same prefix, with the same position-indexed draws, as a fresh draft would be.
 
-Branch block (a departure from PicoSpec, which leaves the verifier idle after every rejection until a
-block drafted after the verdict arrives, 2T_c + γT_p later): beside S_{i+1}, a second drafting thread
-drafts the block for the likeliest verdict of S_i other than S_{i+1}'s assumption — x_1 … x_{j−1}
-accepted, then the drafter's runner-up r_j at position j of S_i or of the guess of x_t (γ + 1
-candidates: the thread drafts the guess too, with the same draw as S_{i+1}), the j of largest
-Π_{i<j} q_i(x_i) · q_j(r_j), then γ tokens — and the block leaves chained right behind S_{i+1}. The cloud verifies
-it right after S_i if the verdict committed exactly that token at j (a rejection there, or S_i fully
-accepted and the runner-up as x_t), and answers "stale" otherwise, by the rule it applies to S_{i+1}
-(``cloud.session.VerifySession._unchain``). Like S_{i+1} it is drafted with the position-indexed draws
-of a fresh draft from the same prefix: it changes when the verifier works, never the tokens. On the
-robot's GPU the two drafts (γ + 1 steps each) would run as one batch of two sequences, about the time
-of one at these sizes (decoding is bound by reading the weights); with an emulated T_p each thread's
-step lasts T_p, as the FSD pre-draft threads' do. Where the verdict comes before both blocks could
-leave (``BranchGate``: a verifier next door) no branch is drafted. S_{i+1} leaves first so that each
-chained block can only be checked against the verdict it was drafted for, or against a later one that
-has already committed past it (then it is stale). Not drafted where the cloud could not check it:
-split verification with sampling (the robot itself resamples the rejected position), or a block
-without the drafter's alternatives (prompt-lookup tokens).
+Branch blocks (a departure from PicoSpec, which leaves the verifier idle after every rejection until
+a block drafted after the verdict arrives, 2T_c + γT_p later): beside S_{i+1}, ``BRANCHES`` more
+drafting threads each draft a block for one of the likeliest verdicts of S_i other than S_{i+1}'s
+assumption — x_1 … x_{j−1} accepted, then another token r at position j of S_i or of the guess of
+x_t (γ + 1 candidates: each thread drafts the guess too, with the same draw as S_{i+1}), ranked by
+Π_{i<j} q_i(x_i) · q_j(r) with the drafter's distributions standing in for the verifier's, then γ
+tokens — and the blocks leave chained right behind S_{i+1}, in that order. The cloud verifies one
+right after S_i if the verdict committed exactly its token at its j (a rejection there, or S_i fully
+accepted and r as x_t), and answers "stale" otherwise, by the rule it applies to S_{i+1}
+(``cloud.session.VerifySession._unchain``); at most one can hold. Like S_{i+1} each is drafted with
+the position-indexed draws of a fresh draft from the same prefix: it changes when the verifier works,
+never the tokens. On the robot's GPU the drafts (γ + 1 steps each) would run as one batch of a few
+sequences, about the time of one at these sizes (decoding is bound by reading the weights); with an
+emulated T_p each thread's step lasts T_p, as the FSD pre-draft threads' do. Where the verdict comes
+before the blocks could leave (``BranchGate``: a verifier next door) none is drafted. S_{i+1} leaves
+first so that each chained block can only be checked against the verdict it was drafted for, or
+against a later one that has already committed past it (then it is stale). Not drafted where the
+cloud could not check them: split verification with sampling (the robot itself resamples the
+rejected position), or a block without the drafter's alternatives (prompt-lookup tokens).
 
 Blocks sent ahead can outlive their round (a branch behind an S_{i+1} that held is answered stale a
 round later), so a decision's pipelined rounds share a ``Pipeline``: the next free round number and
@@ -58,7 +59,11 @@ log = logging.getLogger(__name__)
 BRANCH_POLL_S = 0.002  # how often the robot looks for the verdict while the branch block is drafted
 BRANCH_SPARE_STEPS = 1  # a branch is drafted when the verdict is expected this many draft steps after both blocks
 GATE_WEIGHT = 0.25  # weight of the newest round in the gate's moving averages
-NO_ALTERNATIVE = Alternative(0.0, -1)  # the guess's row of a branch block (the cloud checks the guess, never drafts it)
+# branch blocks per round, for the likeliest verdicts: offline (greedy, docs/benchmarks.md) 1, 2, 3 and 4
+# would have held in 10, 11, 12 and 14 of the shipped pair's 15 rounds that S_{i+1} did not foresee, and
+# in 15, 25, 32 and 34 of SmolLM2-135M's 125 with its 6-layer self-drafter
+BRANCHES = 3
+NO_ALTERNATIVE = Alternative(0.0)  # the guess's row of a branch block (the cloud checks the guess, never drafts it)
 
 
 @dataclass(frozen=True)
@@ -151,28 +156,31 @@ class Pipeline:
         return self.free - 1
 
 
-def branch_point(draft: Draft) -> tuple[int, int] | None:
-    """(j, r_j): the likeliest verdict of ``draft`` (S_i and the guess of x_t) other than all of it,
-    with the drafter's distributions standing in for the verifier's: x_1 … x_{j−1} accepted, then the
-    runner-up r_j at j, P = Π_{i<j} q_i(x_i) · q_j(r_j) (j = γ: S_i accepted, r_γ as x_t); None when
-    the draft carries no alternatives (e.g. prompt-lookup tokens)."""
+def branch_points(draft: Draft, k: int = BRANCHES) -> list[tuple[int, int]]:
+    """[(j, r)]: the ``k`` likeliest verdicts of ``draft`` (S_i and the guess of x_t) other than all of
+    it, most likely first, with the drafter's distributions standing in for the verifier's: x_1 …
+    x_{j−1} accepted, then another token r at j, P = Π_{i<j} q_i(x_i) · q_j(r) (j = γ: S_i accepted,
+    r as x_t), r among the drafter's likeliest others; [] when the draft carries no alternatives
+    (e.g. prompt-lookup tokens)."""
     alts = draft.alternatives
     if not alts or len(alts) != draft.gamma:
-        return None
-    best, best_p, accepted = None, 0.0, 1.0
+        return []
+    scored, accepted = [], 1.0
     for j, alt in enumerate(alts):
-        if alt.runner_up >= 0 and accepted * alt.runner_up_p > best_p:
-            best, best_p = (j, alt.runner_up), accepted * alt.runner_up_p
+        scored += [(accepted * p, j, r) for r, p in alt.others]
         accepted *= alt.confidence
-    return best
+    scored.sort(key=lambda c: -c[0])
+    return [(j, r) for _, j, r in scored[:k]]
 
 
 class _BranchDraft:
-    """A branch block drafted on a thread of its own (see the module docstring): after the block
-    ``block`` that extends ``seq``, from a fork of ``kv``."""
+    """A branch block drafted on a thread of its own (see the module docstring): for the ``rank``-th
+    likeliest verdict of the block ``block`` that extends ``seq``, from a fork of ``kv``."""
 
-    def __init__(self, round_: PipelinedRound, kv: KVCache, seq: list[int], block: Draft, gamma: int) -> None:
+    def __init__(self, round_: PipelinedRound, kv: KVCache, seq: list[int], block: Draft, gamma: int,
+                 rank: int) -> None:
         self.round, self.kv, self.seq, self.block_in, self.gamma = round_, kv.fork(), seq, block, gamma
+        self.rank = rank
         self._cancelled = False
         self._done = threading.Event()
         self.block: AheadBlock | None = None
@@ -189,10 +197,10 @@ class _BranchDraft:
             s_i = self.block_in
             # S_i and the guess of x_t (S_{i+1}'s first token, the same draw as S_{i+1}'s): γ + 1 candidates
             guess = self._draft(self.seq + list(s_i.tokens), 1)
-            point = branch_point(s_i.join(guess))
-            if point is None:
+            points = branch_points(s_i.join(guess))
+            if len(points) <= self.rank:
                 return
-            j, token = point
+            j, token = points[self.rank]
             rest = self._draft(self.seq + list((s_i.tokens + guess.tokens)[:j]) + [token], self.gamma)
             q = None if rest.q is None else torch.cat([rest.q[:1], rest.q])  # (1 + γ, V): the guess's row is unused
             wire = Draft((token, *rest.tokens), q, rest.position - 1, (NO_ALTERNATIVE, *rest.alternatives))
@@ -216,7 +224,7 @@ class _BranchDraft:
 
 
 class PipelinedRound(SerialRound):
-    """PicoSpec's round: verify S_i while drafting S_{i+1} and S_i's branch block (see the module
+    """PicoSpec's round: verify S_i while drafting S_{i+1} and S_i's branch blocks (see the module
     docstring); they take the pipeline's next free numbers, S_{i+1} first."""
 
     def __init__(self, number: int, link: RoundLink, on_exit: OnExit, drafter: Drafter,
@@ -240,7 +248,7 @@ class PipelinedRound(SerialRound):
             return bool(arrived)
 
         started = time.perf_counter()
-        branch = self._start_branch(seq, kv, draft, gamma)
+        branches = self._start_branches(seq, kv, draft, gamma)
         try:
             fork = kv.fork()
             t = time.perf_counter()
@@ -249,24 +257,25 @@ class PipelinedRound(SerialRound):
             self.ahead = AheadBlock(block, fork, (time.perf_counter() - t) / block.gamma)
             if not arrived and block.gamma >= 2:  # overlapped: S_{i+1} leaves before S_i's verdict
                 self.ahead = self._send(self.ahead)
-                if branch is not None and (held := branch.wait(verdict_in)) is not None:
-                    self._send(held)
+                for branch in branches:  # in order: each leaves once drafted, none after the verdict
+                    if (held := branch.wait(verdict_in)) is not None:
+                        self._send(held)
         finally:
-            if branch is not None:
+            for branch in branches:
                 branch.cancel()
         final = arrived[0] if arrived else self.link.await_final(self.number, self.on_exit)
         if self.pipeline.gate is not None:
             self.pipeline.gate.observe(time.perf_counter() - started, self.ahead.t_token_s)
         return final
 
-    def _start_branch(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int) -> _BranchDraft | None:
-        """Start drafting S_i's branch block, where the cloud can check one and S_i says where."""
+    def _start_branches(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int) -> list[_BranchDraft]:
+        """Start drafting S_i's branch blocks, where the cloud can check them and the gate is open."""
         gate = self.pipeline.gate
         if gate is None or not gate.open(gamma) or (self.split and not self.sampling.greedy):
-            return None
+            return []
         if len(draft.alternatives) != draft.gamma:  # e.g. prompt-lookup tokens: nowhere to branch
-            return None
-        return _BranchDraft(self, kv, seq, draft, gamma)
+            return []
+        return [_BranchDraft(self, kv, seq, draft, gamma, rank) for rank in range(BRANCHES)]
 
     def _send(self, block: AheadBlock) -> AheadBlock:
         number = self.pipeline.take()

@@ -38,13 +38,15 @@ class DrafterConfig:
     adapters: str | None = None
 
 
+ALTERNATIVES = 3  # other tokens a drafted token's ``Alternative`` keeps
+
+
 @dataclass(frozen=True)
 class Alternative:
-    """What the drafter thought of one token it drafted: q_i(x_i), and the likeliest other token."""
+    """What the drafter thought of one token it drafted: q_i(x_i), and the likeliest other tokens."""
 
     confidence: float  # q_i(x_i)
-    runner_up: int  # r_i = argmax over x ≠ x_i of q_i(x)
-    runner_up_p: float = 0.0  # q_i(r_i)
+    others: tuple[tuple[int, float], ...] = ()  # (token, q_i(token)), most likely first, x_i left out
 
 
 @dataclass(frozen=True)
@@ -192,9 +194,8 @@ class Drafter:
 
 
 def alternative(q: torch.Tensor, token: int) -> Alternative:
-    """A distribution (V,) and the token drafted from it: its probability and the likeliest other token
+    """A distribution (V,) and the token drafted from it: its probability and the likeliest other tokens
     (greedy drafts pass softmax(z), their q being one-hot)."""
-    top = q.topk(min(2, q.numel())).indices.tolist()
-    others = [t for t in top if t != token]
-    return Alternative(float(q[token]), others[0], float(q[others[0]])) if others else Alternative(float(q[token]), -1)
-
+    top = q.topk(min(ALTERNATIVES + 1, q.numel()))
+    others = [(t, p) for t, p in zip(top.indices.tolist(), top.values.tolist()) if t != token]
+    return Alternative(float(q[token]), tuple(others[:ALTERNATIVES]))

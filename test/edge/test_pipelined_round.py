@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_spec_ros.edge.pipeline import AheadBlock, BranchGate, Pipeline, PipelinedRound, SerialRound, branch_point
+from edge_spec_ros.edge.pipeline import AheadBlock, BranchGate, Pipeline, PipelinedRound, SerialRound, branch_points
 from edge_spec_ros.models.drafter import Alternative, Draft
 from edge_spec_ros.wire.messages import ExitResult
 
@@ -93,15 +93,18 @@ def test_a_branch_for_another_rejection_does_not_hold():
         assert settled.next_number == 7 and settled.ahead is None
 
 
-def test_the_branch_point_is_the_likeliest_verdict_other_than_all_accepted():
-    # P(x_1 … x_{j−1} accepted, then r_j) = Π_{i<j} q_i(x_i) · q_j(r_j): 0.05, 0.9 · 0.5 = 0.45, 0.9 · 0.4 · 0.2
-    alts = (Alternative(0.9, 11, 0.05), Alternative(0.4, 12, 0.5), Alternative(0.7, 13, 0.2))
-    assert branch_point(Draft((5, 6, 7), None, 10, alts)) == (1, 12)
-    # a weak drafter: the first token's runner-up outweighs everything after it
-    weak = (Alternative(0.3, 21, 0.25), Alternative(0.2, 22, 0.7), Alternative(0.9, 23, 0.1))
-    assert branch_point(Draft((5, 6, 7), None, 10, weak)) == (0, 21)
-    assert branch_point(Draft((5, 6, 7), None, 10)) is None  # e.g. prompt-lookup tokens
-    assert branch_point(Draft((5,), None, 10, (Alternative(1.0, -1),))) is None  # a one-token vocabulary
+def test_the_branch_points_are_the_likeliest_verdicts_other_than_all_accepted():
+    # P(x_1 … x_{j−1} accepted, then r at j) = Π_{i<j} q_i(x_i) · q_j(r)
+    alts = (Alternative(0.9, ((11, 0.05), (14, 0.03))), Alternative(0.4, ((12, 0.5), (15, 0.1))),
+            Alternative(0.7, ((13, 0.2),)))
+    # 0.9·0.5 = 0.45, 0.9·0.4·0.2 = 0.072, 0.9·0.1 = 0.09, 0.05, 0.03
+    assert branch_points(Draft((5, 6, 7), None, 10, alts), 3) == [(1, 12), (1, 15), (2, 13)]
+    assert branch_points(Draft((5, 6, 7), None, 10, alts), 1) == [(1, 12)]
+    # a weak drafter: mostly the first token's others (0.25, then 0.3·0.7 = 0.21, 0.2, 0.3·0.2·0.1)
+    weak = (Alternative(0.3, ((21, 0.25), (24, 0.2))), Alternative(0.2, ((22, 0.7),)), Alternative(0.9, ((23, 0.1),)))
+    assert branch_points(Draft((5, 6, 7), None, 10, weak), 4) == [(0, 21), (1, 22), (0, 24), (2, 23)]
+    assert branch_points(Draft((5, 6, 7), None, 10)) == []  # e.g. prompt-lookup tokens
+    assert branch_points(Draft((5,), None, 10, (Alternative(1.0),))) == []  # a one-token vocabulary
     # a draft's tail keeps its tokens' alternatives; a join keeps them only when both parts have them
     assert Draft((5, 6, 7), None, 10, alts).tail(1).alternatives == alts[1:]
     assert Draft((5,), None, 10, alts[:1]).join(Draft((6, 7), None, 11)).alternatives == ()
