@@ -685,7 +685,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--exit-shortlist", type=int, default=None,
                        help="serve --exit-shortlist of the verifier the bench starts (default: serve's)")
     bench.add_argument("--branch-blocks", action=argparse.BooleanOptionalAction, default=True,
-                       help="pico, pico-fsd: a branch block per round for the likeliest rejection of the block "
+                       help="pico, pico-fsd: branch blocks per round for the likeliest other verdicts of the block "
                             "being verified (edge/pipeline.py; default on)")
     bench.add_argument("--prompts", type=int, default=3, help="number of image + instruction prompts")
     bench.add_argument("--max-new-tokens", type=int, default=24)

@@ -57,7 +57,7 @@ class BenchConfig:
     sweep_gamma: tuple[int, ...] = ()
     sweep_policies: bool = False
     adaptive_gamma: bool = True  # γ by ODLD, cloud-only chunks by AS² with probes back (edge.gamma)
-    branch_blocks: bool = True  # PicoSpec modes: a branch block per round (edge.pipeline)
+    branch_blocks: bool = True  # PicoSpec modes: branch blocks per round (edge.pipeline)
     task_set: str = "camera"  # camera: image + instruction prompts; text: bench/tasks.py, ``prompts`` per kind
     tasks: tuple[str, ...] = TASK_KINDS  # the task kinds of the text set
     # zmq: EdgeDecoder over the direct ZeroMQ client; ros: the same decoder over RosVerifierLink through a

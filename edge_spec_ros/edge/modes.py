@@ -112,7 +112,7 @@ class EdgeConfig:
     b_prior: float = 0.05
     c_prior: float = 0.05
     max_gamma: int = 16
-    # PicoSpec: a branch block per round for the likeliest rejection of the block being verified
+    # PicoSpec: branch blocks per round for the likeliest other verdicts of the block being verified
     # (edge.pipeline); it changes when the verifier works, never the tokens
     branch_blocks: bool = True
     reconnect_retries: int = 2  # a decision interrupted by a lost or restarted verifier is opened again

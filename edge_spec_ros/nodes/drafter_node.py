@@ -66,7 +66,7 @@ class DrafterNodeConfig:
         "γ per round by ODLD and a hand-over to cloud-only decoding when speculation does not pay (AS²), with "
         "probes back (TK-SLT; edge/gamma.py); false: every round drafts gamma"))
     branch_blocks: bool = field(default=True, metadata=doc(
-        "pico, pico-fsd: a branch block per round for the likeliest rejection of the block being verified "
+        "pico, pico-fsd: branch blocks per round for the likeliest other verdicts of the block being verified "
         "(edge/pipeline.py); changes when the verifier works, never the tokens"))
     max_new_tokens: int = field(default=48, metadata=doc("token budget of one decision", 1, 4096))
     temperature: float = field(default=0.0, metadata=doc("0: greedy", 0.0, 100.0))
