@@ -578,6 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
         DEFAULT_MAX_GAMMA, DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_NEW_TOKENS,
         DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_SESSIONS_PER_CLIENT, MAX_GAMMA,
     )
+    from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES
     from edge_spec_ros.cloud.session import EXIT_SHORTLIST, PREFILL_CHUNK_CELLS, PREFILL_CHUNK_TOKENS
     from edge_spec_ros.spec.queues import EGRESS_POLICIES
 
@@ -684,9 +685,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "sweeps always do)")
     bench.add_argument("--exit-shortlist", type=int, default=None,
                        help="serve --exit-shortlist of the verifier the bench starts (default: serve's)")
-    bench.add_argument("--branch-blocks", action=argparse.BooleanOptionalAction, default=True,
-                       help="pico, pico-fsd: branch blocks per round for the likeliest other verdicts of the block "
-                            "being verified (edge/pipeline.py; default on)")
+    bench.add_argument("--branch-blocks", type=int, default=BRANCHES, metavar="K",
+                       help="pico, pico-fsd: branch blocks per round for the K likeliest other verdicts of the "
+                            f"block being verified (edge/pipeline.py; default {BRANCHES}, 0: none, at most "
+                            f"{MAX_BRANCHES})")
     bench.add_argument("--prompts", type=int, default=3, help="number of image + instruction prompts")
     bench.add_argument("--max-new-tokens", type=int, default=24)
     bench.add_argument("--gamma", type=int, default=4, help="draft length γ")

@@ -28,6 +28,7 @@ from edge_spec_ros.bench.tasks import TASK_KINDS, task_prompts, text_encoder
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
+from edge_spec_ros.edge.pipeline import BRANCHES
 from edge_spec_ros.edge.modes import EXIT_MODES, LOSSY_MODES, MODES, PIPELINED_MODES, EdgeConfig, EdgeDecoder
 from edge_spec_ros.edge.registry import get_mode
 from edge_spec_ros.models.drafter import Drafter
@@ -57,7 +58,7 @@ class BenchConfig:
     sweep_gamma: tuple[int, ...] = ()
     sweep_policies: bool = False
     adaptive_gamma: bool = True  # γ by ODLD, cloud-only chunks by AS² with probes back (edge.gamma)
-    branch_blocks: bool = True  # PicoSpec modes: branch blocks per round (edge.pipeline)
+    branch_blocks: int = BRANCHES  # PicoSpec modes: branch blocks per round (edge.pipeline; 0: none)
     task_set: str = "camera"  # camera: image + instruction prompts; text: bench/tasks.py, ``prompts`` per kind
     tasks: tuple[str, ...] = TASK_KINDS  # the task kinds of the text set
     # zmq: EdgeDecoder over the direct ZeroMQ client; ros: the same decoder over RosVerifierLink through a

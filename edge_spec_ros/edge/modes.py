@@ -61,7 +61,7 @@ from edge_spec_ros.edge.client import VerifierAuthError, VerifierError, Verifier
 from edge_spec_ros.edge.draft_sources import DraftChain, FreshDraft, PreDraftCache
 from edge_spec_ros.edge.gamma import CloudWall, RoundTiming
 from edge_spec_ros.edge.long_lived import LongLivedParts
-from edge_spec_ros.edge.pipeline import Pipeline, PipelinedRound, SerialRound
+from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES, Pipeline, PipelinedRound, SerialRound
 from edge_spec_ros.edge.registry import MODES, REGISTRY, get_mode  # noqa: F401 - MODES re-exported
 from edge_spec_ros.edge.round_link import RoundLink, verdict_tokens
 from edge_spec_ros.models.drafter import Draft, Drafter
@@ -113,8 +113,8 @@ class EdgeConfig:
     c_prior: float = 0.05
     max_gamma: int = 16
     # PicoSpec: branch blocks per round for the likeliest other verdicts of the block being verified
-    # (edge.pipeline); it changes when the verifier works, never the tokens
-    branch_blocks: bool = True
+    # (edge.pipeline; 0: none); they change when the verifier works, never the tokens
+    branch_blocks: int = BRANCHES
     reconnect_retries: int = 2  # a decision interrupted by a lost or restarted verifier is opened again
 
     def draft_distribution(self, mode: str) -> DraftDistribution | None:
@@ -123,6 +123,8 @@ class EdgeConfig:
         return DraftDistribution(getattr(self, k_field)) if k_field else None
 
     def __post_init__(self) -> None:
+        if not 0 <= self.branch_blocks <= MAX_BRANCHES:
+            raise ValueError(f"branch_blocks must be 0..{MAX_BRANCHES}, got {self.branch_blocks}")
         for policy in (self.client_policy, self.server_policy):
             if policy not in POLICIES:
                 raise ValueError(f"queue policy {policy!r} is not one of {POLICIES}")
@@ -269,7 +271,8 @@ class EdgeDecoder:
                 sources = DraftChain(FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, spec.pipelined, stats),
                                      PreDraftCache(predrafter) if predrafter is not None else None, spec.pipelined,
                                      stats)
-                pipeline = Pipeline(number + 1, self._parts.branch_gate(mode) if c.branch_blocks else None)
+                pipeline = Pipeline(number + 1, self._parts.branch_gate(mode) if c.branch_blocks > 0 else None,
+                                    c.branch_blocks)
                 new_round = partial(PipelinedRound, link=link, on_exit=sources.on_exit, drafter=self.drafter,
                                     sampling=d.sampling, rng=rng, tp_s=c.tp_s, pipeline=pipeline,
                                     split=spec.split) if spec.pipelined \

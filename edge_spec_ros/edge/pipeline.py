@@ -9,8 +9,8 @@ assumption held, dropped otherwise (its cache fork with it). Either way the bloc
 the same prefix, with the same position-indexed draws, as a fresh draft would be.
 
 Branch blocks (a departure from PicoSpec, which leaves the verifier idle after every rejection until
-a block drafted after the verdict arrives, 2T_c + γT_p later): beside S_{i+1}, ``BRANCHES`` more
-drafting threads each draft a block for one of the likeliest verdicts of S_i other than S_{i+1}'s
+a block drafted after the verdict arrives, 2T_c + γT_p later): beside S_{i+1}, k more drafting
+threads (``Pipeline.branches``, default ``BRANCHES``) each draft a block for one of the likeliest verdicts of S_i other than S_{i+1}'s
 assumption — x_1 … x_{j−1} accepted, then another token r at position j of S_i or of the guess of
 x_t (γ + 1 candidates: each thread drafts the guess too, with the same draw as S_{i+1}), ranked by
 Π_{i<j} q_i(x_i) · q_j(r) with the drafter's distributions standing in for the verifier's, then γ
@@ -59,10 +59,13 @@ log = logging.getLogger(__name__)
 BRANCH_POLL_S = 0.002  # how often the robot looks for the verdict while the branch block is drafted
 BRANCH_SPARE_STEPS = 1  # a branch is drafted when the verdict is expected this many draft steps after both blocks
 GATE_WEIGHT = 0.25  # weight of the newest round in the gate's moving averages
-# branch blocks per round, for the likeliest verdicts: offline (greedy, docs/benchmarks.md) 1, 2, 3 and 4
-# would have held in 10, 11, 12 and 14 of the shipped pair's 15 rounds that S_{i+1} did not foresee, and
-# in 15, 25, 32 and 34 of SmolLM2-135M's 125 with its 6-layer self-drafter
-BRANCHES = 3
+# branch blocks per round by default, for the likeliest verdicts: offline (greedy, docs/benchmarks.md) 1,
+# 2, 3 and 4 would have held in 10, 11, 12 and 14 of the shipped pair's 15 rounds that S_{i+1} did not
+# foresee, and in 15, 25, 32 and 34 of SmolLM2-135M's 125 with its 6-layer self-drafter; but each is a
+# drafting thread, and where the drafts are not batched (this project's CPU) more than one cost more
+# than they saved under real compute
+BRANCHES = 1
+MAX_BRANCHES = 8
 NO_ALTERNATIVE = Alternative(0.0)  # the guess's row of a branch block (the cloud checks the guess, never drafts it)
 
 
@@ -148,6 +151,7 @@ class Pipeline:
 
     free: int
     gate: BranchGate | None = None  # None: no branch blocks
+    branches: int = BRANCHES  # branch blocks per round, with a gate
     outstanding: list[AheadBlock] = field(default_factory=list)
 
     def take(self) -> int:
@@ -197,7 +201,7 @@ class _BranchDraft:
             s_i = self.block_in
             # S_i and the guess of x_t (S_{i+1}'s first token, the same draw as S_{i+1}'s): γ + 1 candidates
             guess = self._draft(self.seq + list(s_i.tokens), 1)
-            points = branch_points(s_i.join(guess))
+            points = branch_points(s_i.join(guess), self.rank + 1)
             if len(points) <= self.rank:
                 return
             j, token = points[self.rank]
@@ -275,7 +279,7 @@ class PipelinedRound(SerialRound):
             return []
         if len(draft.alternatives) != draft.gamma:  # e.g. prompt-lookup tokens: nowhere to branch
             return []
-        return [_BranchDraft(self, kv, seq, draft, gamma, rank) for rank in range(BRANCHES)]
+        return [_BranchDraft(self, kv, seq, draft, gamma, rank) for rank in range(self.pipeline.branches)]
 
     def _send(self, block: AheadBlock) -> AheadBlock:
         number = self.pipeline.take()

@@ -65,9 +65,9 @@ class DrafterNodeConfig:
     adaptive_gamma: bool = field(default=True, metadata=doc(
         "γ per round by ODLD and a hand-over to cloud-only decoding when speculation does not pay (AS²), with "
         "probes back (TK-SLT; edge/gamma.py); false: every round drafts gamma"))
-    branch_blocks: bool = field(default=True, metadata=doc(
+    branch_blocks: int = field(default=1, metadata=doc(
         "pico, pico-fsd: branch blocks per round for the likeliest other verdicts of the block being verified "
-        "(edge/pipeline.py); changes when the verifier works, never the tokens"))
+        "(edge/pipeline.py; 0: none); they change when the verifier works, never the tokens", 0, 8))
     max_new_tokens: int = field(default=48, metadata=doc("token budget of one decision", 1, 4096))
     temperature: float = field(default=0.0, metadata=doc("0: greedy", 0.0, 100.0))
     seed: int = field(default=0, metadata=doc("seed of the position-indexed random draws", 0, 9223372036854775807))

@@ -209,20 +209,21 @@ def test_pico_overlapped_rounds(start_server, pair, images):
 
 
 def test_pico_branch_blocks_hold_and_leave_the_output_exact(start_server, pair):
-    """A branch block per round (edge/pipeline.py): with the shipped drafter some rejections fall where
-    it was least sure, in favour of its runner-up, and the branch drafted for them is verified at once
-    (it held); greedy pico and pico-fsd still give the target's own output, sampled pico-fsd still
-    equals speculative sampling with the same seed; without branch blocks none holds (the control)."""
+    """Branch blocks (edge/pipeline.py): with the shipped drafter some rounds end in a verdict the
+    drafter ranked among its likeliest, and the branch drafted for it is verified at once (it held);
+    greedy pico and pico-fsd still give the target's own output, sampled pico-fsd still equals
+    speculative sampling with the same seed, with one branch per round or three; without branch blocks
+    none holds (the control)."""
     from edge_spec_ros.bench.runner import bench_prompts
 
     eos = pair.tokenizer.eos_token_id
-    prompts = [bench_prompts(pair.prompt_encoder(), 5)[i] for i in (0, 4)]  # decisions with such rejections
+    prompts = [bench_prompts(pair.prompt_encoder(), 5)[i] for i in (0, 4)]  # decisions with such rounds
     greedy = DecodeConfig(max_new_tokens=40, gamma=4, stop_tokens=(eos,))
     sampled = DecodeConfig(max_new_tokens=40, gamma=4, sampling=SamplingConfig(1.0), seed=3, stop_tokens=(eos,))
-    held: dict[tuple[str, bool, bool], int] = {}
-    # an emulated T_q long enough for both blocks to be drafted while the one before them is verified
+    held: dict[tuple[str, bool, int], int] = {}
+    # an emulated T_q long enough for the blocks to be drafted while the one before them is verified
     with start_server("--emulate-tq-s", "0.15") as endpoint, VerifierClient(ClientConfig(endpoint=endpoint)) as client:
-        for branches in (True, False):
+        for branches in (1, 3, 0):
             for config in (greedy, sampled):
                 decoder = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config, threads=2,
                                                                        branch_blocks=branches))
@@ -234,9 +235,12 @@ def test_pico_branch_blocks_hold_and_leave_the_output_exact(start_server, pair):
                         assert result.tokens == reference.tokens, (mode, branches, config.sampling)
                         key = (mode, config is greedy, branches)
                         held[key] = held.get(key, 0) + result.stats.branches_held
-    assert held[("pico", True, True)] >= 1 and held[("pico-fsd", True, True)] >= 1, held
-    assert held[("pico-fsd", False, True)] >= 1, held
+    for branches in (1, 3):
+        assert held[("pico", True, branches)] >= 1 and held[("pico-fsd", True, branches)] >= 1, held
+        assert held[("pico-fsd", False, branches)] >= 1, held
     assert not any(n for (_, _, branches), n in held.items() if not branches), held
+    with pytest.raises(ValueError, match="branch_blocks"):
+        EdgeConfig(branch_blocks=-1)
 
 
 def test_shortlisted_exit_heads_leave_fsd_exact(start_server, pair, images):
