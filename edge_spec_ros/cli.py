@@ -578,8 +578,8 @@ def build_parser() -> argparse.ArgumentParser:
         DEFAULT_MAX_GAMMA, DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_NEW_TOKENS,
         DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_SESSIONS_PER_CLIENT, MAX_GAMMA,
     )
-    from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES
     from edge_spec_ros.cloud.session import EXIT_SHORTLIST, PREFILL_CHUNK_CELLS, PREFILL_CHUNK_TOKENS
+    from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES
     from edge_spec_ros.spec.queues import EGRESS_POLICIES
 
     parser = argparse.ArgumentParser(prog="edge-spec-ros", description=__doc__,

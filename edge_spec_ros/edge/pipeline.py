@@ -10,23 +10,24 @@ the same prefix, with the same position-indexed draws, as a fresh draft would be
 
 Branch blocks (a departure from PicoSpec, which leaves the verifier idle after every rejection until
 a block drafted after the verdict arrives, 2T_c + γT_p later): beside S_{i+1}, k more drafting
-threads (``Pipeline.branches``, default ``BRANCHES``) each draft a block for one of the likeliest verdicts of S_i other than S_{i+1}'s
-assumption — x_1 … x_{j−1} accepted, then another token r at position j of S_i or of the guess of
-x_t (γ + 1 candidates: each thread drafts the guess too, with the same draw as S_{i+1}), ranked by
-Π_{i<j} q_i(x_i) · q_j(r) with the drafter's distributions standing in for the verifier's, then γ
-tokens — and the blocks leave chained right behind S_{i+1}, in that order. The cloud verifies one
-right after S_i if the verdict committed exactly its token at its j (a rejection there, or S_i fully
-accepted and r as x_t), and answers "stale" otherwise, by the rule it applies to S_{i+1}
-(``cloud.session.VerifySession._unchain``); at most one can hold. Like S_{i+1} each is drafted with
-the position-indexed draws of a fresh draft from the same prefix: it changes when the verifier works,
-never the tokens. On the robot's GPU the drafts (γ + 1 steps each) would run as one batch of a few
-sequences, about the time of one at these sizes (decoding is bound by reading the weights); with an
-emulated T_p each thread's step lasts T_p, as the FSD pre-draft threads' do. Where the verdict comes
-before the blocks could leave (``BranchGate``: a verifier next door) none is drafted. S_{i+1} leaves
-first so that each chained block can only be checked against the verdict it was drafted for, or
-against a later one that has already committed past it (then it is stale). Not drafted where the
-cloud could not check them: split verification with sampling (the robot itself resamples the
-rejected position), or a block without the drafter's alternatives (prompt-lookup tokens).
+threads (``Pipeline.branches``, default ``BRANCHES``) each draft a block for one of the k likeliest
+verdicts of S_i other than S_{i+1}'s assumption — x_1 … x_{j−1} accepted, then another token r at
+position j of S_i or of the guess of x_t (γ + 1 candidates: each thread drafts the guess too, with
+the same draw as S_{i+1}), ranked by Π_{i<j} q_i(x_i) · q_j(r) with the drafter's distributions
+standing in for the verifier's, then γ tokens — and the blocks leave chained right behind S_{i+1},
+in that order. The cloud verifies one right after S_i if the verdict committed exactly its token at
+its j (a rejection there, or S_i fully accepted and r as x_t), and answers "stale" otherwise, by the
+rule it applies to S_{i+1} (``cloud.session.VerifySession._unchain``); at most one can hold. Like
+S_{i+1} each is drafted with the position-indexed draws of a fresh draft from the same prefix: it
+changes when the verifier works, never the tokens. On the robot's GPU the drafts (γ + 1 steps each)
+would run as one batch of a few sequences, about the time of one at these sizes (decoding is bound
+by reading the weights); with an emulated T_p each thread's step lasts T_p, as the FSD pre-draft
+threads' do. Where the verdict comes before the blocks could leave (``BranchGate``: a verifier next
+door) none is drafted. S_{i+1} leaves first so that each chained block can only be checked against
+the verdict it was drafted for, or against a later one that has already committed past it (then it
+is stale). Not drafted where the cloud could not check them: split verification with sampling (the
+robot itself resamples the rejected position), or a block without the drafter's alternatives
+(prompt-lookup tokens).
 
 Blocks sent ahead can outlive their round (a branch behind an S_{i+1} that held is answered stale a
 round later), so a decision's pipelined rounds share a ``Pipeline``: the next free round number and
@@ -139,7 +140,7 @@ class BranchGate:
         self.wait_s, self.step_s = mean(self.wait_s, wait_s), mean(self.step_s, step_s)
 
     def open(self, gamma: int) -> bool:
-        """S_{i+1} (γ + 1 steps) and, beside it, a branch of γ are expected to leave before the verdict."""
+        """S_{i+1} and, beside it, the branch blocks (γ + 1 steps each) are expected to leave before the verdict."""
         return self.wait_s is not None and self.step_s is not None and \
             self.wait_s >= (gamma + 1 + BRANCH_SPARE_STEPS) * self.step_s
 

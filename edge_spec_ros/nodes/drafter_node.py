@@ -34,6 +34,7 @@ from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import VerifierError
 from edge_spec_ros.edge.cycle import CycleConfig, MotionEnd, run_answer, run_cycle
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
+from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES
 from edge_spec_ros.edge.registry import ALL_MODES, find_mode
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
@@ -65,9 +66,9 @@ class DrafterNodeConfig:
     adaptive_gamma: bool = field(default=True, metadata=doc(
         "γ per round by ODLD and a hand-over to cloud-only decoding when speculation does not pay (AS²), with "
         "probes back (TK-SLT; edge/gamma.py); false: every round drafts gamma"))
-    branch_blocks: int = field(default=1, metadata=doc(
+    branch_blocks: int = field(default=BRANCHES, metadata=doc(
         "pico, pico-fsd: branch blocks per round for the likeliest other verdicts of the block being verified "
-        "(edge/pipeline.py; 0: none); they change when the verifier works, never the tokens", 0, 8))
+        "(edge/pipeline.py; 0: none); they change when the verifier works, never the tokens", 0, MAX_BRANCHES))
     max_new_tokens: int = field(default=48, metadata=doc("token budget of one decision", 1, 4096))
     temperature: float = field(default=0.0, metadata=doc("0: greedy", 0.0, 100.0))
     seed: int = field(default=0, metadata=doc("seed of the position-indexed random draws", 0, 9223372036854775807))
