@@ -291,6 +291,22 @@ def _bench_pair(args: argparse.Namespace):
     the CPU) at the same pixel budget. ``--draft-layers K`` makes the drafter the verifier's first K
     layers headed by the exit-K adapter of ``--adapters``."""
     pair = _load_pair(args.verifier, parts=("drafter",), draft_layers=args.draft_layers, adapters=args.adapters)
+    if args.distilled:
+        from edge_spec_ros.models.distilled_drafter import load_distilled
+
+        if args.draft_layers:
+            raise SystemExit("--distilled and --draft-layers each choose the drafter: give one")
+        try:
+            pair.drafter = load_distilled(args.distilled, args.verifier)
+        except (OSError, ValueError, KeyError) as exc:
+            raise SystemExit(f"--distilled {args.distilled}: not a distill-drafter directory "
+                             f"({type(exc).__name__}: {exc})") from None
+        pair.source += f" (drafter: distilled, {args.distilled})"
+    if args.draft_source != "model":
+        from edge_spec_ros.edge.draft_sources import fresh_drafter
+
+        pair.drafter = fresh_drafter(args.draft_source, pair.drafter)
+        pair.source += f" (draft source: {args.draft_source})"
     serve_args = ("--verifier", pair.location, "--dtype", "float32", "--device", "cpu",
                   "--max-pixels", str(pair.max_pixels))
     return pair, serve_args
@@ -572,7 +588,7 @@ SERVE_SWITCH_INTERVAL_S = 0.0005  # the verifier process's GIL switch interval (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from edge_spec_ros.edge.registry import MODES
+    from edge_spec_ros.edge.registry import FRESH_SOURCE_NAMES, MODES
 
     from edge_spec_ros.cloud.limits import (
         DEFAULT_MAX_GAMMA, DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_NEW_TOKENS,
@@ -706,6 +722,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"model source of the verifier it starts and of the robot's drafter: {SOURCE_HELP}")
     bench.add_argument("--draft-layers", type=int, default=0,
                        help="self-drafter: the verifier's first K layers + the exit-K adapter of --adapters")
+    bench.add_argument("--distilled", default="",
+                       help="the robot drafts with the distilled drafter in this directory (distill-drafter --out)")
+    bench.add_argument("--draft-source", default="model", choices=list(FRESH_SOURCE_NAMES),
+                       help="fresh drafts: model (the drafter) or lookup (prompt lookup first, the drafter for the "
+                            "rest of the block; edge/draft_sources.py)")
     bench.add_argument("--task-set", default="camera", choices=["camera", "text"],
                        help="camera: image + instruction prompts; text: conversation, code, maths, instructions, "
                             "summarisation, QA (--prompts per kind), reported per kind (FSD Table 6)")

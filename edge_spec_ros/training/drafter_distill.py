@@ -45,6 +45,7 @@ ANSWER_TOKENS = 96  # the answer length train-exits --text tasks generates (--ge
 DATA_FILE = "distill_data.json"
 TOP_K = 8  # verifier logits kept per answer token (the soft target)
 GEN_BATCH = 8
+SAMPLE_TEMPERATURE = 0.7  # the extra sampled answers (--sampled-answers): near the greedy path, not on it
 
 
 @dataclass(frozen=True)
@@ -114,18 +115,29 @@ def sample_loss(student, sample: Sample) -> torch.Tensor:
 @torch.no_grad()
 def generate_samples(model, prompts: list[list[int]], pad: int, stop: int, max_new_tokens: int, top_k: int,
                      batch_size: int, done: list[Sample] | None = None,
-                     checkpoint: Callable[[list[Sample]], None] = lambda samples: None) -> list[Sample]:
-    """The verifier's greedy answers to ``prompts`` (token ids), ``batch_size`` prompts per batched,
+                     checkpoint: Callable[[list[Sample]], None] = lambda samples: None,
+                     sampled_from: int | None = None, temperature: float = SAMPLE_TEMPERATURE,
+                     seed: int = 0) -> list[Sample]:
+    """The verifier's answers to ``prompts`` (token ids), ``batch_size`` prompts per batched,
     left-padded HF ``generate``, with its top-k logits per answer token; continues after ``done``
-    (the samples of an interrupted run) and calls ``checkpoint`` after each batch. Batching may round
-    a logit differently from one-prompt decoding: these are training data, not references."""
+    (the samples of an interrupted run) and calls ``checkpoint`` after each batch. Answers are greedy
+    up to index ``sampled_from`` and sampled at ``temperature`` (top-50) from it, each batch with the
+    generator seeded by (seed, batch start), so a resumed run draws the same answers. Batching may
+    round a logit differently from one-prompt decoding: these are training data, not references."""
     samples = list(done or [])
-    for b in range(len(samples), len(prompts), batch_size):
-        batch = prompts[b:b + batch_size]
+    boundary = len(prompts) if sampled_from is None else sampled_from
+    while len(samples) < len(prompts):
+        b = len(samples)
+        sampled = b >= boundary
+        batch = prompts[b:min(b + batch_size, len(prompts) if sampled else boundary)]
         width = max(map(len, batch))
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+        options = dict(do_sample=True, temperature=temperature, top_k=50, top_p=1.0) if sampled else \
+            dict(do_sample=False)
+        if sampled:
+            torch.manual_seed(seed * 1_000_003 + b)
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, **options,
                              eos_token_id=stop, pad_token_id=pad, output_logits=True, return_dict_in_generate=True)
         steps = torch.stack(out.logits, 1).float()  # (B, n, V)
         top = steps.topk(top_k, -1)
@@ -225,6 +237,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--answer-tokens", type=int, default=ANSWER_TOKENS)
     parser.add_argument("--top-k", type=int, default=TOP_K, help="verifier logits kept per answer token")
+    parser.add_argument("--sampled-answers", type=int, default=0,
+                        help="beside each greedy answer, this many answers sampled at T = 0.7 (top-50, seeded): "
+                             "more contexts, each with the verifier's own top-k targets")
     parser.add_argument("--gen-batch", type=int, default=GEN_BATCH, help="prompts per batched generate")
     parser.add_argument("--generate-only", action="store_true", help="stop after the training answers")
     parser.add_argument("--max-minutes", type=float, default=40.0, help="training time (a rerun continues)")
@@ -252,8 +267,10 @@ def run(args: argparse.Namespace, prompts_of: Callable[[object, str], list[list[
         save_samples(samples, data)
         print(f"answers {len(samples)}/{len(prompts)} ({time.monotonic() - started:.0f} s)", flush=True)
 
+    greedy = len(prompts)
+    prompts = prompts * (1 + args.sampled_answers)
     samples = generate_samples(model, prompts, pad, stop, args.answer_tokens, args.top_k, args.gen_batch,
-                               load_samples(data), checkpoint)
+                               load_samples(data), checkpoint, sampled_from=greedy, seed=args.seed)
     if args.stream:
         train_prompts = prompts_of(pair.tokenizer, "train")
         stream = [int(t) for t in json.loads(Path(args.stream).read_text())]
@@ -268,7 +285,7 @@ def run(args: argparse.Namespace, prompts_of: Callable[[object, str], list[list[
             print(f"step {step}/{config.steps} loss {loss:.3f} ({time.monotonic() - started:.0f} s)", flush=True)
 
     student, step = distill(model, samples, config, args.out, args.verifier, (stop,), 60 * args.max_minutes, progress)
-    report = {"step": step, "answers": len(samples), "answer_tokens": sum(len(s.ids) - s.answer_start for s in samples),
+    report = {"step": step, "answers": len(samples), "sampled_answers": len(prompts) - greedy, "answer_tokens": sum(len(s.ids) - s.answer_start for s in samples),
               "train_token_match_pct": round(token_match(student, samples), 1), "config": asdict(config),
               "splits": splits, "minutes": round((time.monotonic() - started) / 60, 1)}
     Path(args.out, "distill_report.json").write_text(json.dumps(report, indent=2))

@@ -183,6 +183,28 @@ def test_distillation_data_are_the_verifiers_greedy_answers_with_its_top_k(targe
     assert losses[-1] < losses[0]
 
 
+def test_sampled_distillation_answers_are_seeded_resumable_and_carry_the_verifiers_targets(target_model, encoder,
+                                                                                          tokenizer):
+    ids = [encoder.encode(text).input_ids.tolist() for text in INSTRUCTIONS[:2]]
+    prompts = [ids[0], ids[1], ids[1], ids[0]]  # one greedy answer each, then two sampled ones
+    stop = tokenizer.eos_token_id
+    sizes: list[int] = []
+    samples = generate_samples(target_model, prompts, stop, stop, 10, 4, batch_size=3, sampled_from=2, seed=5,
+                               checkpoint=lambda s: sizes.append(len(s)))
+    assert sizes == [2, 4]  # no batch straddles the greedy / sampled boundary
+    resumed = generate_samples(target_model, prompts, stop, stop, 10, 4, batch_size=3, done=samples[:2],
+                               sampled_from=2, seed=5)
+    assert resumed == samples  # seeded by (seed, batch start): a resumed run draws the same answers
+    other = generate_samples(target_model, prompts, stop, stop, 10, 4, batch_size=3, done=samples[:2],
+                             sampled_from=2, seed=6)
+    assert [s.ids for s in other[2:]] != [s.ids for s in samples[2:]]  # control: another seed, other answers
+    assert any(s.ids[s.answer_start:] != [r[0] for r in s.top_ids] for s in samples[2:])  # not the argmax path
+    for s in samples[2:]:  # each target is the verifier's own top-k at the sampled context
+        with torch.no_grad():
+            logits = target_model(input_ids=torch.tensor([s.ids])).logits[0, s.answer_start - 1:-1]
+        assert [r[0] for r in s.top_ids] == logits.argmax(-1).tolist()
+
+
 def test_the_teacher_forced_replay_equals_drafting_round_by_round(verifier, drafter, prompts, encoder, tokenizer):
 
     accepted = 0
