@@ -203,8 +203,6 @@ def adaptive_table(adaptive: dict[str, dict[str, float]]) -> list[str]:
 
 
 TASK_ROWS = (
-    ("speedup AR → SD", "speedup_ar_sd", "{:.2f}x"),
-    ("speedup SD → FSD", "speedup_sd_fsd", "{:.2f}x"),
     ("τ tokens/round", "tau", "{:.2f}"),
     ("cache miss rate", "miss_rate", "{:.1%}"),
     ("avg early exit", "avg_hit_exit", "{:.1f}"),
@@ -218,7 +216,10 @@ def task_table(tasks: dict[str, dict[str, float]]) -> list[str]:
     names = list(tasks)
     width = max(10, *(len(n) + 2 for n in names))
     lines = ["per task kind (cf. FSD Table 6):", f"  {'':<20}" + "".join(f"{n:>{width}}" for n in names)]
-    for label, key, fmt in TASK_ROWS:
+    speedup_keys = dict.fromkeys(k for row in tasks.values() for k in row if k.startswith("speedup_"))
+    rows = [(f"speedup {k.split('_', 2)[1].upper()} → {k.split('_', 2)[2].upper()}", k, "{:.2f}x")
+            for k in speedup_keys]
+    for label, key, fmt in [*rows, *TASK_ROWS]:
         if any(key in row for row in tasks.values()):
             lines.append(f"  {label:<20}" + "".join(
                 f"{fmt.format(tasks[n][key]) if key in tasks[n] else '–':>{width}}" for n in names))

@@ -63,10 +63,13 @@ def test_bench_reports_every_task_kind(start_server, target_model, tokenizer, tm
         assert {"speedup_ar_sd", "speedup_sd_fsd", "tau", "miss_rate", "alpha", "tokens"} <= set(row)
         assert row["tau"] >= 1 and 0 <= row["miss_rate"] <= 1
     assert tasks["average"]["tau"] == pytest.approx(sum(tasks[t]["tau"] for t in TASK_KINDS) / 6)
+    assert all(tasks[t]["speedup_ar_best"] == max(tasks[t]["speedup_ar_sd"], tasks[t]["speedup_ar_fsd"])
+               for t in TASK_KINDS)
     assert report["stamp"]["pair"].startswith(f"{tmp_path / 'verifier'} (verifier 0.")  # parameters of both parts
     text = bench_report.table(report)
     assert text.startswith("measured on commit ")
     assert "per task kind (cf. FSD Table 6)" in text and "cache miss rate" in text and "summarisation" in text
+    assert "speedup AR → BEST" in text and "speedup SD → FSD" in text
 
 
 def test_bench_config_checks_the_task_set():
