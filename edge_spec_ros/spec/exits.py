@@ -81,14 +81,14 @@ def verify_exit(layer: int, logits: torch.Tensor, draft: Sequence[int], q: torch
 
 # --------------------------------------------------------------------------- which exits to compute
 
-WARMUP_ROUNDS = 4  # rounds with every exit before the learned plan is used
+WARMUP_ROUNDS = 1  # rounds with every exit before the learned plan is used (each exit must be seen once)
 PROBE_EVERY = 0  # every so many rounds, every exit again (0: only each decision's first round does)
 PLAN_SMOOTHING = 0.1  # EMA weight of the newest round in r_l, h_l and the gaps
 HISTORY = 64  # rounds with every exit computed that the joint choice looks back on
 EXPLORE_EVERY = 16  # every so many planned rounds, the arm (chain / no exit) that looks slower is tried
 MIN_ARM_ROUNDS = 3  # cycles measured in each arm before the faster one is preferred
 OUTLIER_FACTOR = 3.0  # a cycle above this many times its arm's mean counts as that much (a lost packet)
-PROBE_BUDGET = 0.02  # a decision's every-exit first round: at most this share of the verification time
+PROBE_BUDGET = 0.01  # a decision's every-exit first round: at most this share of the verification time
 
 
 @dataclass(frozen=True)

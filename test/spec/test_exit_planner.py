@@ -43,8 +43,6 @@ def test_duplicates_of_an_earlier_exit_are_switched_off():
     assert learned and all(p == {1} for p in learned)  # exit 1 already gives every hit; the rest only cost
     assert all(plans[i - 1] == {1, 2, 3, 4} for i in (10, 20, 30))  # probes keep the others measured
     assert planner.plan(probe=True) == {1}  # a decision's first round right after a probe plans like the others
-    run_rounds(planner, 5, {1: True, 2: True, 3: True, 4: True}, head_s=0.001, t_q_s=0.05)
-    assert planner.plan(probe=True) == {1, 2, 3, 4}  # five rounds later its four 1 ms heads fit the budget
     assert ExitPlanner([1], num_layers=2).probe_every == 0  # by default only first rounds probe
 
 
@@ -73,7 +71,7 @@ def test_the_robots_measured_saving_caps_the_head_start():
 
 
 def test_summary_and_validation():
-    planner = ExitPlanner([2, 1], num_layers=3)
+    planner = ExitPlanner([2, 1], num_layers=3, warmup_rounds=3)
     assert planner.layers == (1, 2)
     run_rounds(planner, 3, {1: True, 2: True}, 0.001, 0.01)
     assert "1: 100% computed" in planner.summary()
