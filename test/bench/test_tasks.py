@@ -93,3 +93,34 @@ def test_bench_with_smollm2(tmp_path):
     assert "identical outputs across ar, sd, fsd" in result.stdout and "per task kind" in result.stdout
     report = json.loads((tmp_path / "bench_loopback.json").read_text())
     assert list(report["tasks"]) == [*TASK_KINDS, "average"]
+
+
+def test_bench_drafts_with_a_distilled_drafter_behind_prompt_lookup(start_server, target_model, tokenizer, tmp_path):
+    """``bench --distilled DIR --draft-source lookup``: the robot's drafter is the distilled one in DIR
+    behind prompt lookup, and the outputs stay the verifier's."""
+    import argparse
+
+    from edge_spec_ros.cli import _bench_pair
+    from edge_spec_ros.edge.draft_sources import LookupDrafter
+    from edge_spec_ros.models.distilled_drafter import DistilledConfig, DistilledDrafter, build_student, head_ids, \
+        save_student
+
+    verifier_dir, distilled_dir = tmp_path / "verifier", tmp_path / "distilled"
+    target_model.save_pretrained(verifier_dir)
+    tokenizer.save_pretrained(verifier_dir)
+    student = build_student(target_model, 2, head_ids(target_model.config.text_config.vocab_size, 64))
+    save_student(student, DistilledConfig(str(verifier_dir), 2, 64), distilled_dir)
+    args = argparse.Namespace(verifier=str(verifier_dir), draft_layers=0, adapters=None, distilled=str(distilled_dir),
+                              draft_source="lookup")
+    pair, serve = _bench_pair(args)
+    assert isinstance(pair.drafter, LookupDrafter) and isinstance(pair.drafter.model, DistilledDrafter)
+    assert "(drafter: distilled" in pair.source and "(draft source: lookup)" in pair.source
+    config = BenchConfig(profile="loopback", task_set="text", tasks=("summarisation",), prompts=1, max_new_tokens=6,
+                         modes=("ar", "sd"))
+    with start_server(*serve, "--threads", "1") as endpoint:
+        report = Bench(pair, endpoint, config).run()
+    assert report["exact"] == "identical outputs across ar, sd"
+    assert pair.drafter.lookup_tokens + pair.drafter.model_tokens > 0
+    for bad in ({"distilled": str(tmp_path / "missing")}, {"draft_layers": 2}):
+        with pytest.raises(SystemExit, match="--distilled"):
+            _bench_pair(argparse.Namespace(**{**vars(args), **bad}))
