@@ -83,26 +83,36 @@ class PreDraftCache:
         self.predrafter = predrafter
         self._round = -1
         self._earliest: dict[tuple[int, ...], int] = {}
+        self._pending: tuple[list[int], KVCache, int] | None = None
 
     def begin_round(self, round_: int, seq: list[int], kv: KVCache, gamma: int) -> None:
-        """Round ``round_``'s block left: pre-drafts of γ tokens extend ``seq`` from a snapshot of ``kv``."""
+        """Round ``round_``'s block left: pre-drafts of γ tokens extend ``seq`` from a snapshot of ``kv``,
+        taken at the round's first early exit. Until the verdict the decoder leaves ``kv`` alone (it
+        waits, or drafts ahead on forks of its own), so the snapshot is the cache as the block left it,
+        and a round in which the verifier computes no exit (its planner's choice) copies no cache."""
         self._round, self._earliest = round_, {}
-        self.predrafter.begin_round(round_, seq, kv.fork(), gamma)
+        self._pending = (seq, kv, gamma)
 
     def on_exit(self, msg: ExitResult) -> None:
         """An early exit of the round: remember its earliest layer, hand it to Q_p."""
+        if self._pending is not None:
+            seq, kv, gamma = self._pending
+            self._pending = None
+            self.predrafter.begin_round(self._round, seq, kv.fork(), gamma)
         tokens = tuple(int(t) for t in msg.tokens)
         self._earliest[tokens] = min(self._earliest.get(tokens, msg.layer), msg.layer)
         self.predrafter.offer(self._round, tokens, msg.confidence, msg.layer)
 
     def take(self, tokens: tuple[int, ...]) -> tuple[SourcedDraft, int] | None:
         """The pre-draft for the verdict's ``tokens`` and its earliest exit layer, or None (a miss)."""
+        self._pending = None
         hit = self.predrafter.take(tokens)
         if hit is None:
             return None
         return SourcedDraft(hit.draft, hit.kv, hit.draft_s / hit.draft.gamma), self._earliest.get(tokens, hit.layer)
 
     def end_round(self) -> None:
+        self._pending = None
         self.predrafter.end_round()
 
 
