@@ -302,11 +302,14 @@ def _bench_pair(args: argparse.Namespace):
             raise SystemExit(f"--distilled {args.distilled}: not a distill-drafter directory "
                              f"({type(exc).__name__}: {exc})") from None
         pair.source += f" (drafter: distilled, {args.distilled})"
-    if args.draft_source != "model":
+    if args.draft_source != "model" or args.datastore:
         from edge_spec_ros.edge.draft_sources import fresh_drafter
 
-        pair.drafter = fresh_drafter(args.draft_source, pair.drafter)
-        pair.source += f" (draft source: {args.draft_source})"
+        try:
+            pair.drafter = fresh_drafter(args.draft_source, pair.drafter, args.datastore)
+        except ValueError as exc:
+            raise SystemExit(f"--draft-source {args.draft_source}: {exc}") from None
+        pair.source += f" (draft source: {args.draft_source}" + (f", {args.datastore})" if args.datastore else ")")
     serve_args = ("--verifier", pair.location, "--dtype", "float32", "--device", "cpu",
                   "--max-pixels", str(pair.max_pixels))
     return pair, serve_args
@@ -725,8 +728,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--distilled", default="",
                        help="the robot drafts with the distilled drafter in this directory (distill-drafter --out)")
     bench.add_argument("--draft-source", default="model", choices=list(FRESH_SOURCE_NAMES),
-                       help="fresh drafts: model (the drafter) or lookup (prompt lookup first, the drafter for the "
-                            "rest of the block; edge/draft_sources.py)")
+                       help="fresh drafts: model (the drafter), lookup (prompt lookup first, the drafter for the "
+                            "rest of the block; edge/draft_sources.py) or retrieval (the --datastore first, then "
+                            "prompt lookup, then the drafter; edge/retrieval.py)")
+    bench.add_argument("--datastore", default="",
+                       help="--draft-source retrieval: the verifier's earlier answers (distill-drafter's "
+                            "distill_data.json, or a JSON list of token lists)")
     bench.add_argument("--task-set", default="camera", choices=["camera", "text"],
                        help="camera: image + instruction prompts; text: conversation, code, maths, instructions, "
                             "summarisation, QA (--prompts per kind), reported per kind (FSD Table 6)")

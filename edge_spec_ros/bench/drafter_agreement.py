@@ -16,10 +16,13 @@ decoder layers, adapters and the LM head rows; attention over the context is lef
 Sources: ``lookup`` (prompt lookup over prompt + committed text, ``edge/draft_sources.PromptLookup``;
 a round it has nothing for commits the verifier's one token), ``self-K`` (the verifier's first K
 layers + the exit-K adapter), ``lookup→self-K`` (``LookupDrafter``: lookup first, the model fills the
-block), and the same two for a distilled drafter checkpoint (``training/drafter_distill.py``).
+block), and the same two for a distilled drafter checkpoint (``training/drafter_distill.py``); with
+``--datastore``, ``retrieval→lookup`` (``edge/retrieval.py``: the datastore's continuation first, then
+prompt lookup) alone and ahead of each model.
 
 Run: ``python -m edge_spec_ros.bench.drafter_agreement --adapters artifacts/smollm2/exits
---draft-layers 6 [--distilled artifacts/drafter/distilled] --out artifacts/drafter/agreement``.
+--draft-layers 6 [--distilled artifacts/drafter/distilled] [--datastore
+artifacts/drafter/distilled/distill_data.json] --out artifacts/drafter/agreement``.
 
 Legend: γ — draft length; τ — tokens committed per round; α — acceptance rate; T_SLM, T_q — one
 drafter / verifier token step.
@@ -39,7 +42,7 @@ from torch import nn
 
 from edge_spec_ros.bench.tasks import TASK_KINDS, task_prompts, text_encoder
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
-from edge_spec_ros.edge.draft_sources import LookupDrafter, PromptLookup
+from edge_spec_ros.edge.draft_sources import FirstProposal, LookupDrafter, PromptLookup
 from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
@@ -138,7 +141,7 @@ def teacher_forced_hits(drafter: Drafter, prompt: EncodedPrompt, answer: list[in
 
 
 def replay_hits(prompt_ids: list[int], answer: list[int], gamma: int, hits: list[bool] | None,
-                lookup: PromptLookup | None) -> Replay:
+                lookup: PromptLookup | FirstProposal | None) -> Replay:
     """``replay`` of the chain lookup → model (either may be absent) from the model's teacher-forced
     ``hits``: each round the lookup proposes k ≤ γ tokens and, when all k match, the model's γ − k
     continue while they hit (the model drafts γ − k whatever happens: their count is drafted)."""
@@ -221,6 +224,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
     parser.add_argument("--gamma", type=int, default=GAMMA)
     parser.add_argument("--max-ngram", type=int, default=PromptLookup().max_ngram)
+    parser.add_argument("--datastore", default=None,
+                        help="also the retrieval sources (edge/retrieval.py): this datastore (distill_data.json), "
+                             "then prompt lookup, then each model")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default="artifacts/drafter/agreement")
     args = parser.parse_args(argv)
@@ -247,17 +253,23 @@ def main(argv: list[str] | None = None) -> None:
 
         distilled = load_distilled(args.distilled)
         models.append(("distilled", distilled, distilled.token_macs() / v_macs))
-    # (name, MACs ratio, the model (None: lookup only), lookup first)
-    sources: list[tuple[str, float, Drafter | None, bool]] = [("lookup", 0.0, None, True)]
+    proposers = {"lookup": lookup}
+    if args.datastore:
+        from edge_spec_ros.edge.retrieval import Retrieval
+
+        proposers["retrieval→lookup"] = FirstProposal(Retrieval.load(args.datastore), lookup)
+    # (name, MACs ratio, the model (None: model-free only), the model-free proposer first (None: none))
+    sources: list[tuple[str, float, Drafter | None, str | None]] = [(p, 0.0, None, p) for p in proposers]
     for name, drafter, ratio in models:
-        sources += [(name, ratio, drafter, False), (f"lookup→{name}", ratio, drafter, True)]
+        sources += [(name, ratio, drafter, None)] + [(f"{p}→{name}", ratio, drafter, p) for p in proposers]
     hits = {name: [teacher_forced_hits(drafter, p.prompt, answer) for p, answer in zip(prompts, answers)]
             for name, drafter, _ in models}
     timed = [i for i, p in enumerate(prompts) if i == next(j for j, q in enumerate(prompts) if q.task == p.task)]
 
     reports, checks = [], {}
-    for name, ratio, drafter, first in sources:
+    for name, ratio, drafter, first_name in sources:
         model_name = name.split("→")[-1]
+        first = proposers[first_name] if first_name else None
         rep = SourceReport(name, round(ratio, 3))
         total, timing = Replay(), Replay()
         for kind in kinds:
@@ -266,12 +278,11 @@ def main(argv: list[str] | None = None) -> None:
                 if p.task != kind:
                     continue
                 ids = p.prompt.input_ids.tolist()
-                acc.add(replay_hits(ids, answer, args.gamma, hits[model_name][i] if drafter else None,
-                                    lookup if first else None))
+                acc.add(replay_hits(ids, answer, args.gamma, hits[model_name][i] if drafter else None, first))
                 if drafter is not None and i in timed:  # real drafts: the draft time, and a check of the replay
-                    chain = LookupDrafter(drafter, lookup) if first else drafter
+                    chain = LookupDrafter(drafter, first) if first else drafter
                     real = replay(model_proposer(chain, p.prompt), ids, answer, args.gamma)
-                    fast = replay_hits(ids, answer, args.gamma, hits[model_name][i], lookup if first else None)
+                    fast = replay_hits(ids, answer, args.gamma, hits[model_name][i], first)
                     checks[f"{name}/{p.task}"] = (real.rounds, fast.rounds)
                     timing.add(real)
             rep.per_kind[kind] = summary(acc, timing, verifier_token_s)

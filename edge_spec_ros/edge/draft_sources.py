@@ -205,8 +205,25 @@ class PromptLookup:
         return ()
 
 
+class FirstProposal:
+    """Several model-free sources (anything with ``propose(context, γ)``), asked in order: the first
+    non-empty proposal (e.g. retrieval from a datastore, then prompt lookup)."""
+
+    def __init__(self, *sources) -> None:
+        if not sources:
+            raise ValueError("FirstProposal needs at least one source")
+        self.sources = sources
+
+    def propose(self, context: list[int] | tuple[int, ...], gamma: int) -> tuple[int, ...]:
+        for source in self.sources:
+            if found := source.propose(context, gamma):
+                return found
+        return ()
+
+
 class LookupDrafter(Drafter):
-    """The draft-source chain inside one fresh draft: prompt lookup first, the drafter model after it.
+    """The draft-source chain inside one fresh draft: prompt lookup (or ``FirstProposal`` of several
+    model-free sources) first, the drafter model after it.
 
     Greedy: the lookup proposes k ≤ γ tokens; the model drafts the other γ − k after them (none when
     the lookup filled the block). ``model`` None: lookup only, a draft of k tokens, or one model-free
@@ -216,7 +233,8 @@ class LookupDrafter(Drafter):
 
     ``lookup_tokens`` / ``model_tokens`` count what each source drafted (the bench reports them)."""
 
-    def __init__(self, model: Drafter | None, lookup: PromptLookup = PromptLookup()) -> None:  # noqa: B008
+    def __init__(self, model: Drafter | None, lookup: PromptLookup | FirstProposal = PromptLookup()  # noqa: B008
+                 ) -> None:
         self.model = model
         self.lookup = lookup
         self.stack = model.stack if model is not None else None
@@ -247,10 +265,18 @@ class LookupDrafter(Drafter):
         return draft
 
 
-def fresh_drafter(source: str, model: Drafter) -> Drafter:
+def fresh_drafter(source: str, model: Drafter, datastore: str = "") -> Drafter:
     """The drafter of the fresh-draft source called ``source`` (``edge.registry.FRESH_SOURCES``) over
-    the drafter model ``model``: ``model`` itself, or ``LookupDrafter(model)``."""
+    the drafter model ``model``: ``model`` itself, ``LookupDrafter(model)``, or for ``retrieval`` the
+    chain datastore (``edge.retrieval``, loaded from ``datastore``) → prompt lookup → ``model``."""
     from edge_spec_ros.edge.registry import get_fresh_source
+    from edge_spec_ros.edge.retrieval import Retrieval
 
     name = get_fresh_source(source).name
+    if name == "retrieval":
+        if not datastore:
+            raise ValueError("draft source 'retrieval' needs a datastore file (distill-drafter's distill_data.json)")
+        return LookupDrafter(model, FirstProposal(Retrieval.load(datastore), PromptLookup()))
+    if datastore:
+        raise ValueError(f"a datastore is read by draft source 'retrieval' only, not {name!r}")
     return model if name == "model" else LookupDrafter(model, PromptLookup())

@@ -111,7 +111,7 @@ def test_bench_drafts_with_a_distilled_drafter_behind_prompt_lookup(start_server
     student = build_student(target_model, 2, head_ids(target_model.config.text_config.vocab_size, 64))
     save_student(student, DistilledConfig(str(verifier_dir), 2, 64), distilled_dir)
     args = argparse.Namespace(verifier=str(verifier_dir), draft_layers=0, adapters=None, distilled=str(distilled_dir),
-                              draft_source="lookup")
+                              draft_source="lookup", datastore="")
     pair, serve = _bench_pair(args)
     assert isinstance(pair.drafter, LookupDrafter) and isinstance(pair.drafter.model, DistilledDrafter)
     assert "(drafter: distilled" in pair.source and "(draft source: lookup)" in pair.source
@@ -123,4 +123,9 @@ def test_bench_drafts_with_a_distilled_drafter_behind_prompt_lookup(start_server
     assert pair.drafter.lookup_tokens + pair.drafter.model_tokens > 0
     for bad in ({"distilled": str(tmp_path / "missing")}, {"draft_layers": 2}):
         with pytest.raises(SystemExit, match="--distilled"):
+            _bench_pair(argparse.Namespace(**{**vars(args), **bad}))
+    for bad, says in (({"draft_source": "retrieval"}, "needs a datastore"),
+                      ({"draft_source": "retrieval", "datastore": str(tmp_path / "none.json")}, "cannot read"),
+                      ({"datastore": str(tmp_path / "none.json")}, "read by draft source 'retrieval' only")):
+        with pytest.raises(SystemExit, match=says):
             _bench_pair(argparse.Namespace(**{**vars(args), **bad}))

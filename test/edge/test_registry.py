@@ -57,17 +57,28 @@ def test_dragon_is_an_answer_mode_the_drafter_accepts_and_the_decoder_refuses():
         modes.EdgeDecoder(None, None, modes.EdgeConfig()).decode("dragon", None, b"")
 
 
-def test_every_fresh_draft_source_builds_a_drafter(target_model):
-    from edge_spec_ros.edge.draft_sources import LookupDrafter, fresh_drafter
+def test_every_fresh_draft_source_builds_a_drafter(target_model, tmp_path):
+    import json
+
+    from edge_spec_ros.edge.draft_sources import FirstProposal, LookupDrafter, fresh_drafter
+    from edge_spec_ros.edge.retrieval import Retrieval
     from edge_spec_ros.edge.registry import FRESH_SOURCE_NAMES, fresh_sources_table, get_fresh_source
     from edge_spec_ros.models.drafter import Drafter
     from edge_spec_ros.models.tiny import truncated_copy
 
     model = Drafter(truncated_copy(target_model, 1))
-    assert FRESH_SOURCE_NAMES == ("model", "lookup")
+    assert FRESH_SOURCE_NAMES == ("model", "lookup", "retrieval")
     assert fresh_drafter("model", model) is model
     chain = fresh_drafter("lookup", model)
     assert isinstance(chain, LookupDrafter) and chain.model is model and chain.stack is model.stack
-    with pytest.raises(ValueError, match="model, lookup"):
+    store = tmp_path / "store.json"
+    store.write_text(json.dumps([[1, 2, 3, 4], [1, 2, 3, 5]]))
+    retrieval = fresh_drafter("retrieval", model, str(store))
+    assert isinstance(retrieval.lookup, FirstProposal) and isinstance(retrieval.lookup.sources[0], Retrieval)
+    with pytest.raises(ValueError, match="needs a datastore"):
+        fresh_drafter("retrieval", model)
+    with pytest.raises(ValueError, match="read by draft source 'retrieval' only"):
+        fresh_drafter("lookup", model, str(store))
+    with pytest.raises(ValueError, match="model, lookup, retrieval"):
         get_fresh_source("oracle")
     assert all(f"`{name}`" in fresh_sources_table() for name in FRESH_SOURCE_NAMES)
