@@ -33,9 +33,10 @@ from edge_spec_ros.cpu import cpu_budget, set_torch_threads
 from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import VerifierError
 from edge_spec_ros.edge.cycle import CycleConfig, MotionEnd, run_answer, run_cycle
+from edge_spec_ros.edge.draft_sources import fresh_drafter
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES
-from edge_spec_ros.edge.registry import ALL_MODES, find_mode
+from edge_spec_ros.edge.registry import ALL_MODES, FRESH_SOURCE_NAMES, find_mode, get_fresh_source
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
 from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
@@ -69,6 +70,13 @@ class DrafterNodeConfig:
     branch_blocks: int = field(default=BRANCHES, metadata=doc(
         "pico, pico-fsd: branch blocks per round for the likeliest other verdicts of the block being verified "
         "(edge/pipeline.py; 0: none); they change when the verifier works, never the tokens", 0, MAX_BRANCHES))
+    draft_source: str = field(default="model", metadata=doc(
+        f"what drafts a fresh block: {', '.join(FRESH_SOURCE_NAMES)} (edge/registry.py: the drafter model; prompt "
+        "lookup, then the model; retrieval from the datastore, then prompt lookup, then the model); the verdict "
+        "is the verifier's whatever drafts"))
+    datastore: str = field(default="", metadata=doc(
+        "draft_source retrieval: the verifier's earlier answers (distill-drafter's distill_data.json, or a JSON list "
+        "of token lists; edge/retrieval.py)"))
     max_new_tokens: int = field(default=48, metadata=doc("token budget of one decision", 1, 4096))
     temperature: float = field(default=0.0, metadata=doc("0: greedy", 0.0, 100.0))
     seed: int = field(default=0, metadata=doc("seed of the position-indexed random draws", 0, 9223372036854775807))
@@ -103,6 +111,11 @@ class DrafterNodeConfig:
 
     def __post_init__(self) -> None:
         find_mode(self.mode)
+        get_fresh_source(self.draft_source)
+        if self.datastore and self.draft_source != "retrieval":
+            raise ValueError(f"datastore is read by draft_source retrieval only, not {self.draft_source!r}")
+        if self.draft_source == "retrieval" and not self.datastore:
+            raise ValueError("draft_source retrieval needs a datastore file")
 
 
 PARAMETER_CONFIGS = (DrafterNodeConfig, ImageInputConfig, DragonNodeConfig)
@@ -121,7 +134,7 @@ class DrafterNode(Node):
         self.get_logger().info(f"loading drafter {c.drafter_model} ({threads} torch threads, {predraft} pre-draft "
                                "threads) ...")
         pair = load_pair(c.drafter_model, parts=("drafter",), quantize_drafter=c.quantize_int8)
-        drafter, tokenizer = pair.drafter, pair.tokenizer
+        drafter, tokenizer = fresh_drafter(c.draft_source, pair.drafter, c.datastore), pair.tokenizer
         self.encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=c.max_pixels or pair.max_pixels))
         self.link = RosVerifierLink(self, c.open_timeout_s, c.reply_timeout_s)
         decode = DecodeConfig(max_new_tokens=c.max_new_tokens, gamma=c.gamma, sampling=SamplingConfig(c.temperature),

@@ -43,6 +43,19 @@ def test_the_drafter_node_checks_modes_against_the_registry():
         DrafterNodeConfig(mode="fastest")
 
 
+def test_the_drafter_node_checks_its_draft_source():
+    from edge_spec_ros.nodes.drafter_node import DrafterNodeConfig
+
+    assert DrafterNodeConfig(draft_source="lookup").draft_source == "lookup"
+    assert DrafterNodeConfig(draft_source="retrieval", datastore="answers.json").datastore == "answers.json"
+    with pytest.raises(ValueError, match="unknown draft source"):
+        DrafterNodeConfig(draft_source="oracle")
+    with pytest.raises(ValueError, match="needs a datastore"):
+        DrafterNodeConfig(draft_source="retrieval")
+    with pytest.raises(ValueError, match="retrieval only"):
+        DrafterNodeConfig(datastore="answers.json")
+
+
 def test_dragon_is_an_answer_mode_the_drafter_accepts_and_the_decoder_refuses():
     from edge_spec_ros.edge.registry import ALL_MODES, ANSWER_MODES, find_mode
     from edge_spec_ros.nodes.drafter_node import DrafterNodeConfig
