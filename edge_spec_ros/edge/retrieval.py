@@ -27,9 +27,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
+# Chosen on SmolLM2-135M's answers to the text task set's bench prompts (docs/smollm2_drafter.md: 81
+# settings replayed; the best few were within 0.03 of τ of each other)
 MIN_NGRAM = 2  # shortest context suffix looked up (one token matches too much to say anything)
-MAX_NGRAM = 6  # longest suffix an occurrence is extended to
-MIN_COUNT = 2  # a drafted token must have followed the matched suffix at least this often ...
+MAX_NGRAM = 4  # longest suffix an occurrence is extended to
+MIN_COUNT = 1  # a drafted token must have followed the matched suffix at least this often ...
 MIN_SHARE = 0.5  # ... and in at least this share of the continuations still on the path
 
 
