@@ -175,7 +175,7 @@ class DraftChain:
 # output is the verifier's own (greedy: token for token, ``test/edge/test_draft_sources.py``).
 
 LOOKUP_MAX_NGRAM = 3  # longest suffix n-gram searched for
-LOOKUP_MIN_NGRAM = 1  # shortest one tried when the longer ones do not occur
+LOOKUP_MIN_NGRAM = 2  # shortest one tried when the longer ones do not occur (one token: too often wrong)
 
 
 @dataclass(frozen=True)

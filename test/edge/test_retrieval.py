@@ -70,7 +70,7 @@ def test_drafting_through_retrieval_keeps_the_verifiers_greedy_output(target_mod
     wrong = [(t + 1) % target_model.config.text_config.vocab_size for t in answer]
     model = Drafter(truncated_copy(target_model, 1))
     for sequences in ([right, right], [wrong, wrong], [right, right, wrong, wrong, wrong]):
-        chain = LookupDrafter(model, FirstProposal(Retrieval(sequences), PromptLookup()))
+        chain = LookupDrafter(model, FirstProposal(Retrieval(sequences), PromptLookup(min_ngram=1)))
         assert speculative(chain, verifier, text_prompt, config).tokens == answer
         assert chain.lookup_tokens > 0
     # with no model, retrieval alone drafts (a model-free token when nothing matches)
