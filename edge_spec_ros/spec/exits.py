@@ -88,6 +88,7 @@ HISTORY = 64  # rounds with every exit computed that the joint choice looks back
 EXPLORE_EVERY = 16  # every so many planned rounds, the arm (chain / no exit) that looks slower is tried
 MIN_ARM_ROUNDS = 3  # cycles measured in each arm before the faster one is preferred
 OUTLIER_FACTOR = 3.0  # a cycle above this many times its arm's mean counts as that much (a lost packet)
+PRIOR_ROUNDS = 2  # rounds without a hit the joint choice adds to its history: one probe is not proof
 PROBE_BUDGET = 0.01  # a decision's every-exit first round: at most this share of the verification time
 
 
@@ -267,11 +268,14 @@ class ExitPlanner:
                              for l in self.layers)
 
 
-def best_set(history: Sequence[frozenset[int]], head_s: Mapping[int, float], saving) -> list[int]:
+def best_set(history: Sequence[frozenset[int]], head_s: Mapping[int, float], saving,
+             prior_rounds: int = PRIOR_ROUNDS) -> list[int]:
     """The exits maximising, over ``history`` (per round the exits that were right), the mean saving of
     the earliest right exit in the set minus the set's head costs; greedy forward selection (each step
     adds the exit that gains most, until none gains). No nesting assumed: an exit that is right where
-    an earlier one is wrong is worth its rounds. [] when no exit gains."""
+    an earlier one is wrong is worth its rounds. The mean counts ``prior_rounds`` more rounds in which
+    no exit was right, so that an exit right in the one probe seen so far does not look right always
+    (a shrinkage towards "no hit" that fades as the history grows). [] when no exit gains."""
     layers = sorted(head_s)
 
     def value(chosen: list[int]) -> float:
@@ -279,7 +283,7 @@ def best_set(history: Sequence[frozenset[int]], head_s: Mapping[int, float], sav
         for right in history:
             first = next((l for l in chosen if l in right), None)
             total += saving(first) if first is not None else 0.0
-        return total / len(history) - sum(head_s[l] for l in chosen)
+        return total / (len(history) + prior_rounds) - sum(head_s[l] for l in chosen)
 
     chosen: list[int] = []
     best = 0.0

@@ -124,10 +124,16 @@ def test_the_joint_choice_keeps_an_exit_right_where_an_earlier_one_is_wrong():
 
     # exit 1 right in 3 rounds of 4, exit 3 right in the 4th only (not nested: r_3 < r_1)
     history = [frozenset({1}), frozenset({1}), frozenset({1}), frozenset({3})]
-    assert best_set(history, {1: 0.01, 2: 0.01, 3: 0.01}, lambda l: 1.0) == [1, 3]
+    assert best_set(history, {1: 0.01, 2: 0.01, 3: 0.01}, lambda l: 1.0, prior_rounds=0) == [1, 3]
     assert best_chain([(1, 0.75, 0.01), (2, 0.0, 0.01), (3, 0.25, 0.01)], lambda l: 1.0) == [1]  # nested model
-    assert best_set(history, {1: 0.5, 3: 0.5}, lambda l: 1.0) == [1]  # exit 3 earns 0.25 for 0.5
-    assert best_set(history, {1: 1.0, 3: 1.0}, lambda l: 1.0) == []
+    assert best_set(history, {1: 0.5, 3: 0.5}, lambda l: 1.0, prior_rounds=0) == [1]  # exit 3 earns 0.25 for 0.5
+    assert best_set(history, {1: 1.0, 3: 1.0}, lambda l: 1.0, prior_rounds=0) == []
+    # with the prior's two rounds without a hit, the four rounds count as six: exit 1 earns 0.5, exit 3 1/6
+    assert best_set(history, {1: 0.01, 2: 0.01, 3: 0.01}, lambda l: 1.0) == [1, 3]
+    assert best_set(history, {1: 0.3, 3: 0.3}, lambda l: 1.0) == [1]
+    assert best_set(history, {1: 0.6, 3: 0.6}, lambda l: 1.0) == []  # 0.6 > 0.5: one probe-sized history
+    assert best_set([frozenset({1})], {1: 0.25}, lambda l: 0.5) == []  # right once: 0.5 / 3 < 0.25
+    assert best_set([frozenset({1})] * 20, {1: 0.25}, lambda l: 0.5) == [1]  # right 20 times in 20
     planner = ExitPlanner([1, 2, 3], num_layers=4, warmup_rounds=4)
     for right in ({1: True, 2: False, 3: False},) * 3 + ({1: False, 2: False, 3: True},):
         run_rounds(planner, 1, right, head_s=0.0, t_q_s=1.0)
