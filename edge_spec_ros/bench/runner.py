@@ -346,9 +346,9 @@ def paths_exactness(rows: dict[str, dict]) -> str:
 
 def per_task(results: dict[str, ModeResult], labels: list[str]) -> dict[str, dict[str, float]]:
     """FSD Table 6 per task kind: speedups AR→every mode, AR→the kind's best, SD→FSD (wall-time
-    ratios over the kind's prompts), τ (tokens per round; FSD's equals SD's, same drafts), cache miss rate r and average
-    early exit of the hits (FSD; absent without hits), α; plus ``average``, the mean of the rows
-    that have the figure, as in the paper."""
+    ratios over the kind's prompts), τ (tokens per round; FSD's equals SD's, same drafts), cache miss
+    rate r and average early exit of the hits (FSD; absent without hits), α; plus ``average``, the
+    mean of the rows that have the figure, as in the paper."""
     rows: dict[str, dict[str, float]] = {}
     for task in dict.fromkeys(labels):
         stats = {m: merge([s for s, label in zip(r.runs, labels, strict=True) if label == task])

@@ -130,11 +130,11 @@ class FreshSource:
 FRESH_SOURCES: tuple[FreshSource, ...] = (
     FreshSource("model", "FSD §3 / SD", "the drafter model, γ steps", "the model samples and sends its q"),
     FreshSource("lookup", "prompt lookup (Saxena 2023; LLMA)",
-                "the tokens after the latest earlier match of the context's last n ≤ 3 tokens, then the model "
+                "the tokens after the latest earlier match of the context's last n tokens (2 ≤ n ≤ 3), then the model "
                 "for the rest of the block", "the model alone (a lookup token's q is a point mass)"),
     FreshSource("retrieval", "REST (He et al. 2023), then prompt lookup",
                 "the likeliest continuation, in a datastore of the verifier's earlier answers, of the context's "
-                "longest suffix found there (2-6 tokens; edge/retrieval.py); else prompt lookup; the model for "
+                "longest suffix found there (2-4 tokens; edge/retrieval.py); else prompt lookup; the model for "
                 "the rest of the block", "the model alone"),
 )
 FRESH_SOURCE_NAMES = tuple(s.name for s in FRESH_SOURCES)

@@ -52,10 +52,6 @@ class Retrieval:
             for end in range(min_ngram, len(seq)):
                 self._index.setdefault(tuple(seq[end - min_ngram:end]), []).append((s, end))
 
-    @property
-    def tokens(self) -> int:
-        return sum(map(len, self.sequences))
-
     def propose(self, context: list[int] | tuple[int, ...], gamma: int) -> tuple[int, ...]:
         """At most γ tokens after ``context``: () when its last ``min_ngram`` tokens never occur, or no
         next token wins the vote."""

@@ -1,12 +1,14 @@
 """Distil a drafter from its verifier's own greedy answers (``models/distilled_drafter.py``).
 
 Data: the verifier's greedy answers (at most 96 tokens) to the text task set's ``train`` and
-``distill`` prompts (``bench/tasks.py``; 168 prompts, never the bench split), generated once into
-``--out`` in batches (resumable) with the verifier's top-k logits per answer token. Under greedy
-decoding a draft token is accepted exactly when it is the verifier's argmax, which on its own answer
-is the answer's next token; the loss is the cross-entropy of the student's next-token distribution
-against the verifier's top-k distribution (soft targets carry more than the argmax; no verifier pass
-per training step). The stream of ``train-exits --text tasks`` can be added (``--stream``, hard labels).
+``distill`` prompts (``bench/tasks.py``; 168 prompts, never the bench split), and with
+``--sampled-answers S`` S more answers per prompt sampled at T = 0.7 (more contexts, each position
+still with the verifier's own top-k as its target: a departure from training on greedy answers only,
+for data, since the prompts are few), generated once into ``--out`` in batches (resumable) with the
+verifier's top-k logits per answer token. Under greedy decoding a draft token is accepted exactly
+when it is the verifier's argmax, which on its own answer is the answer's next token; the loss is
+the cross-entropy of the student's next-token distribution against the verifier's top-k
+distribution (soft targets carry more than the argmax; no verifier pass per training step). The stream of ``train-exits --text tasks`` can be added (``--stream``, hard labels).
 
 Resumable and seeded: the sample of step k is a function of (seed, k); student, optimiser state and
 step are checkpointed every ``checkpoint_every`` steps and at the end (``--max-minutes`` stops at a
@@ -285,7 +287,8 @@ def run(args: argparse.Namespace, prompts_of: Callable[[object, str], list[list[
             print(f"step {step}/{config.steps} loss {loss:.3f} ({time.monotonic() - started:.0f} s)", flush=True)
 
     student, step = distill(model, samples, config, args.out, args.verifier, (stop,), 60 * args.max_minutes, progress)
-    report = {"step": step, "answers": len(samples), "sampled_answers": len(prompts) - greedy, "answer_tokens": sum(len(s.ids) - s.answer_start for s in samples),
+    report = {"step": step, "answers": len(samples), "sampled_answers": len(prompts) - greedy,
+              "answer_tokens": sum(len(s.ids) - s.answer_start for s in samples),
               "train_token_match_pct": round(token_match(student, samples), 1), "config": asdict(config),
               "splits": splits, "minutes": round((time.monotonic() - started) / 60, 1)}
     Path(args.out, "distill_report.json").write_text(json.dumps(report, indent=2))
