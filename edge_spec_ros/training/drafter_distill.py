@@ -8,7 +8,8 @@ for data, since the prompts are few), generated once into ``--out`` in batches (
 verifier's top-k logits per answer token. Under greedy decoding a draft token is accepted exactly
 when it is the verifier's argmax, which on its own answer is the answer's next token; the loss is
 the cross-entropy of the student's next-token distribution against the verifier's top-k
-distribution (soft targets carry more than the argmax; no verifier pass per training step). The stream of ``train-exits --text tasks`` can be added (``--stream``, hard labels).
+distribution (soft targets carry more than the argmax; no verifier pass per training step). The
+stream of ``train-exits --text tasks`` can be added (``--stream``, hard labels).
 
 Resumable and seeded: the sample of step k is a function of (seed, k); student, optimiser state and
 step are checkpointed every ``checkpoint_every`` steps and at the end (``--max-minutes`` stops at a
