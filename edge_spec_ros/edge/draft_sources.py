@@ -269,14 +269,10 @@ def fresh_drafter(source: str, model: Drafter, datastore: str = "") -> Drafter:
     """The drafter of the fresh-draft source called ``source`` (``edge.registry.FRESH_SOURCES``) over
     the drafter model ``model``: ``model`` itself, ``LookupDrafter(model)``, or for ``retrieval`` the
     chain datastore (``edge.retrieval``, loaded from ``datastore``) → prompt lookup → ``model``."""
-    from edge_spec_ros.edge.registry import get_fresh_source
+    from edge_spec_ros.edge.registry import check_fresh_source
     from edge_spec_ros.edge.retrieval import Retrieval
 
-    name = get_fresh_source(source).name
+    name = check_fresh_source(source, datastore).name
     if name == "retrieval":
-        if not datastore:
-            raise ValueError("draft source 'retrieval' needs a datastore file (distill-drafter's distill_data.json)")
         return LookupDrafter(model, FirstProposal(Retrieval.load(datastore), PromptLookup()))
-    if datastore:
-        raise ValueError(f"a datastore is read by draft source 'retrieval' only, not {name!r}")
     return model if name == "model" else LookupDrafter(model, PromptLookup())

@@ -148,6 +148,17 @@ def get_fresh_source(name: str) -> FreshSource:
     raise ValueError(f"unknown draft source {name!r}; choose one of {', '.join(FRESH_SOURCE_NAMES)}")
 
 
+def check_fresh_source(name: str, datastore: str = "") -> FreshSource:
+    """The fresh-draft source called ``name``, checked against ``datastore``: ``retrieval`` needs one,
+    and no other source reads one; a ValueError saying which otherwise."""
+    source = get_fresh_source(name)
+    if source.name == "retrieval" and not datastore:
+        raise ValueError("draft source 'retrieval' needs a datastore file (distill-drafter's distill_data.json)")
+    if datastore and source.name != "retrieval":
+        raise ValueError(f"a datastore is read by draft source 'retrieval' only, not {source.name!r}")
+    return source
+
+
 def fresh_sources_table() -> str:
     """The draft sources as a Markdown table."""
     rows = ["| draft source | paper | proposes | at T > 0 |", "|---|---|---|---|"]

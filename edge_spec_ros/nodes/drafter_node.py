@@ -36,7 +36,7 @@ from edge_spec_ros.edge.cycle import CycleConfig, MotionEnd, run_answer, run_cyc
 from edge_spec_ros.edge.draft_sources import fresh_drafter
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES
-from edge_spec_ros.edge.registry import ALL_MODES, FRESH_SOURCE_NAMES, find_mode, get_fresh_source
+from edge_spec_ros.edge.registry import ALL_MODES, FRESH_SOURCE_NAMES, check_fresh_source, find_mode
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
 from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
@@ -111,11 +111,7 @@ class DrafterNodeConfig:
 
     def __post_init__(self) -> None:
         find_mode(self.mode)
-        get_fresh_source(self.draft_source)
-        if self.datastore and self.draft_source != "retrieval":
-            raise ValueError(f"datastore is read by draft_source retrieval only, not {self.draft_source!r}")
-        if self.draft_source == "retrieval" and not self.datastore:
-            raise ValueError("draft_source retrieval needs a datastore file")
+        check_fresh_source(self.draft_source, self.datastore)
 
 
 PARAMETER_CONFIGS = (DrafterNodeConfig, ImageInputConfig, DragonNodeConfig)

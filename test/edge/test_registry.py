@@ -52,7 +52,7 @@ def test_the_drafter_node_checks_its_draft_source():
         DrafterNodeConfig(draft_source="oracle")
     with pytest.raises(ValueError, match="needs a datastore"):
         DrafterNodeConfig(draft_source="retrieval")
-    with pytest.raises(ValueError, match="retrieval only"):
+    with pytest.raises(ValueError, match="read by draft source 'retrieval' only"):
         DrafterNodeConfig(datastore="answers.json")
 
 
