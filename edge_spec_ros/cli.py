@@ -39,7 +39,7 @@ def _load_pair(source: str, **options):
     from edge_spec_ros.models.pairs import ModelSourceError, load_pair
 
     parts = options.get("parts", ("drafter", "verifier"))
-    _log(f"loading the {' and '.join(parts)} of {source} ...")
+    _log(f"loading the {' and '.join(parts) or 'tokenizer'} of {source} ...")
     try:
         return load_pair(source, log=_log, **options)
     except ModelSourceError as exc:
@@ -290,12 +290,13 @@ def _bench_pair(args: argparse.Namespace):
     part of --verifier, and a verifier process loading the same source (a checkpoint in float32 on
     the CPU) at the same pixel budget. ``--draft-layers K`` makes the drafter the verifier's first K
     layers headed by the exit-K adapter of ``--adapters``."""
-    pair = _load_pair(args.verifier, parts=("drafter",), draft_layers=args.draft_layers, adapters=args.adapters)
+    if args.distilled and args.draft_layers:
+        raise SystemExit("--distilled and --draft-layers each choose the drafter: give one")
+    pair = _load_pair(args.verifier, parts=() if args.distilled else ("drafter",), draft_layers=args.draft_layers,
+                      adapters=args.adapters)
     if args.distilled:
         from edge_spec_ros.models.distilled_drafter import load_distilled
 
-        if args.draft_layers:
-            raise SystemExit("--distilled and --draft-layers each choose the drafter: give one")
         try:
             pair.drafter = load_distilled(args.distilled, args.verifier)
         except (OSError, ValueError, KeyError) as exc:
@@ -385,6 +386,8 @@ def cmd_train_exits(args: argparse.Namespace) -> int:
     from edge_spec_ros.training.exits import (ExitTrainingConfig, evaluate, token_batches, train_exits,
                                               write_report)
 
+    if args.answers and args.text != "tasks":
+        raise SystemExit("--answers needs --text tasks")
     if args.threads:
         import torch
 
@@ -426,7 +429,9 @@ def _task_text_batches(verifier, tokenizer, config, args: argparse.Namespace):
 
     from edge_spec_ros.bench.tasks import task_prompts, text_encoder
     from edge_spec_ros.training.self_distill import (
+        answers_stream,
         cached_stream,
+        save_stream,
         self_generated_stream,
         stream_batches,
     )
@@ -439,7 +444,11 @@ def _task_text_batches(verifier, tokenizer, config, args: argparse.Namespace):
         with tqdm(total=len(prompts), desc=f"answers ({split} prompts)", unit="prompt") as bar:
             return self_generated_stream(verifier, prompts, max_new_tokens, stops, lambda n: bar.update(n - bar.n))
 
-    stream = cached_stream(args.out, lambda: generate("train", args.gen_tokens))
+    if args.answers:
+        stream = answers_stream(args.answers)
+        save_stream(stream, args.out)
+    else:
+        stream = cached_stream(args.out, lambda: generate("train", args.gen_tokens))
     batch = stream_batches(stream, config.batch_size, config.seq_len, config.seed)
     held = stream_batches(generate("bench", args.gen_tokens // 2), config.batch_size, config.seq_len, config.seed)
     _log(f"{len(stream)} training tokens (prompts + the verifier's answers)")
@@ -799,6 +808,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--text", default="corpus", choices=["corpus", "tasks"],
                        help="corpus: the project's sentences; tasks: the verifier's own answers to the text "
                             "task set's training prompts (generated once into --out)")
+    train.add_argument("--answers", default=None,
+                       help="with --text tasks: train on the verifier's answers in this distill_data.json "
+                            "(distill-drafter --out) instead of generating answers to the training prompts")
     train.add_argument("--gen-tokens", type=int, default=96, help="with --text tasks: answer length")
     train.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     train.set_defaults(func=cmd_train_exits, adapters=None)

@@ -174,7 +174,8 @@ def load_pair(source: str | Path = EMBEDDED, *, parts: Collection[str] = PARTS, 
               adapters: str | Path | None = None, draft_layers: int = 0, quantize_drafter: bool = False,
               dtype: str = "float32", device: str = "cpu",
               log: Callable[[str], None] = lambda s: None) -> ModelPair:
-    """The ``parts`` of ``source`` (see the module docstring), with its tokenizer and pixel budget.
+    """The ``parts`` of ``source`` (see the module docstring), with its tokenizer and pixel budget
+    (``parts=()``: those two only, for a caller that brings its own models).
 
     drafter: another source to take the drafter from (its drafter part; the tokenizer stays
     ``source``'s); adapters: exit-adapter directory replacing the verifier's exits; draft_layers: K > 0
@@ -183,7 +184,7 @@ def load_pair(source: str | Path = EMBEDDED, *, parts: Collection[str] = PARTS, 
     train-sim-pair pair runs in float32 on the CPU). Raises ModelSourceError naming the source when
     it cannot be loaded here (e.g. a hub id not in the local cache with HF_HUB_OFFLINE=1)."""
     unknown = set(parts) - set(PARTS)
-    if unknown or not parts:
+    if unknown:
         raise ValueError(f"parts {sorted(parts)}: choose from {PARTS}")
     src = resolve(source, log)
     tokenizer = _loading(src, lambda: _tokenizer(src))  # first: a hub id that is not here fails at once

@@ -48,9 +48,23 @@ def cached_stream(out_dir: str | Path, make: Callable[[], list[int]]) -> list[in
     if path.is_file():
         return [int(t) for t in json.loads(path.read_text())]
     stream = make()
+    save_stream(stream, out_dir)
+    return stream
+
+
+def save_stream(stream: list[int], out_dir: str | Path) -> None:
+    path = Path(out_dir) / STREAM_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(stream))
-    return stream
+
+
+def answers_stream(path: str | Path) -> list[int]:
+    """The sequences (prompt ids + the verifier's answer) of a distillation data file
+    (``distill-drafter --out``'s distill_data.json), concatenated in file order."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, list) or not all(isinstance(d, dict) and isinstance(d.get("ids"), list) for d in data):
+        raise ValueError(f"{path} is not a distill_data.json (a list of samples with 'ids')")
+    return [int(t) for d in data for t in d["ids"]]
 
 
 def stream_batches(stream: list[int], batch_size: int, seq_len: int, seed: int
