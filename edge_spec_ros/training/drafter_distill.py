@@ -4,8 +4,9 @@ Data: the verifier's greedy answers (at most 96 tokens) to the text task set's `
 ``distill`` prompts (``bench/tasks.py``; 168 prompts, never the bench split), and with
 ``--sampled-answers S`` S more answers per prompt sampled at T = 0.7 (more contexts, each position
 still with the verifier's own top-k as its target: a departure from training on greedy answers only,
-for data, since the prompts are few), generated once into ``--out`` in batches (resumable) with the
-verifier's top-k logits per answer token. Under greedy decoding a draft token is accepted exactly
+for data, since the prompts are few), and with ``--synthetic-prompts N`` the greedy answers to N prompts
+the verifier writes itself (``training/synthetic_prompts.py``, Magpie), generated once into ``--out``
+in batches (resumable) with the verifier's top-k logits per answer token. Under greedy decoding a draft token is accepted exactly
 when it is the verifier's argmax, which on its own answer is the answer's next token; the loss is
 the cross-entropy of the student's next-token distribution against the verifier's top-k
 distribution (soft targets carry more than the argmax; no verifier pass per training step). The
@@ -120,19 +121,22 @@ def generate_samples(model, prompts: list[list[int]], pad: int, stop: int, max_n
                      batch_size: int, done: list[Sample] | None = None,
                      checkpoint: Callable[[list[Sample]], None] = lambda samples: None,
                      sampled_from: int | None = None, temperature: float = SAMPLE_TEMPERATURE,
-                     seed: int = 0) -> list[Sample]:
+                     seed: int = 0, sampled_to: int | None = None) -> list[Sample]:
     """The verifier's answers to ``prompts`` (token ids), ``batch_size`` prompts per batched,
     left-padded HF ``generate``, with its top-k logits per answer token; continues after ``done``
-    (the samples of an interrupted run) and calls ``checkpoint`` after each batch. Answers are greedy
-    up to index ``sampled_from`` and sampled at ``temperature`` (top-50) from it, each batch with the
-    generator seeded by (seed, batch start), so a resumed run draws the same answers. Batching may
+    (the samples of an interrupted run) and calls ``checkpoint`` after each batch. Answers are
+    sampled at ``temperature`` (top-50) from index ``sampled_from`` up to ``sampled_to`` (None: the end)
+    and greedy elsewhere, each batch with the generator seeded by (seed, batch start), so a resumed run
+    draws the same answers. Batching may
     round a logit differently from one-prompt decoding: these are training data, not references."""
     samples = list(done or [])
     boundary = len(prompts) if sampled_from is None else sampled_from
+    sampled_end = len(prompts) if sampled_to is None else sampled_to
     while len(samples) < len(prompts):
         b = len(samples)
-        sampled = b >= boundary
-        batch = prompts[b:min(b + batch_size, len(prompts) if sampled else boundary)]
+        sampled = boundary <= b < sampled_end
+        end = boundary if b < boundary else sampled_end if sampled else len(prompts)
+        batch = prompts[b:min(b + batch_size, end)]
         width = max(map(len, batch))
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
@@ -225,6 +229,26 @@ def save_samples(samples: list[Sample], path: Path) -> None:
     tmp.replace(path)
 
 
+def synthetic_prompts(model, tokenizer, args: argparse.Namespace) -> list[list[int]]:
+    """``--synthetic-prompts N``: N prompts written by the verifier (``training/synthetic_prompts.py``),
+    kept in ``--out`` (resumable), as token ids in the task set's chat format."""
+    from edge_spec_ros.bench.tasks import text_encoder
+    from edge_spec_ros.training.synthetic_prompts import PROMPTS_FILE, PromptBatch, write_prompts
+
+    encoder = text_encoder(tokenizer)
+    path = Path(args.out) / PROMPTS_FILE
+    started = time.monotonic()
+
+    def checkpoint(state: PromptBatch) -> None:
+        state.save(path)
+        print(f"synthetic prompts: {state.attempts}/{args.synthetic_prompts} written, {len(state.prompts)} kept "
+              f"({time.monotonic() - started:.0f} s)", flush=True)
+
+    written = write_prompts(model, encoder, args.synthetic_prompts, args.gen_batch, args.seed, PromptBatch.load(path),
+                            checkpoint)
+    return [encoder.encode(p.text).input_ids.tolist() for p in written.prompts]
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``edge-spec-ros distill-drafter`` (cli.py, which gives ``run`` the task set)."""
     parser.add_argument("--verifier", default="smollm2", help="model source (docs/models.md)")
@@ -243,6 +267,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sampled-answers", type=int, default=0,
                         help="beside each greedy answer, this many answers sampled at T = 0.7 (top-50, seeded): "
                              "more contexts, each with the verifier's own top-k targets")
+    parser.add_argument("--synthetic-prompts", type=int, default=0,
+                        help="the verifier also writes this many prompts of its own (Magpie, kinds in turn; "
+                             "training/synthetic_prompts.py) and answers each greedily")
     parser.add_argument("--gen-batch", type=int, default=GEN_BATCH, help="prompts per batched generate")
     parser.add_argument("--generate-only", action="store_true", help="stop after the training answers")
     parser.add_argument("--max-minutes", type=float, default=40.0, help="training time (a rerun continues)")
@@ -272,8 +299,12 @@ def run(args: argparse.Namespace, prompts_of: Callable[[object, str], list[list[
 
     greedy = len(prompts)
     prompts = prompts * (1 + args.sampled_answers)
+    sampled_end = len(prompts)
+    synthetic = synthetic_prompts(model, pair.tokenizer, args) if args.synthetic_prompts else []
+    prompts += synthetic
     samples = generate_samples(model, prompts, pad, stop, args.answer_tokens, args.top_k, args.gen_batch,
-                               load_samples(data), checkpoint, sampled_from=greedy, seed=args.seed)
+                               load_samples(data), checkpoint, sampled_from=greedy, seed=args.seed,
+                               sampled_to=sampled_end)
     if args.stream:
         train_prompts = prompts_of(pair.tokenizer, "train")
         stream = [int(t) for t in json.loads(Path(args.stream).read_text())]
@@ -288,7 +319,8 @@ def run(args: argparse.Namespace, prompts_of: Callable[[object, str], list[list[
             print(f"step {step}/{config.steps} loss {loss:.3f} ({time.monotonic() - started:.0f} s)", flush=True)
 
     student, step = distill(model, samples, config, args.out, args.verifier, (stop,), 60 * args.max_minutes, progress)
-    report = {"step": step, "answers": len(samples), "sampled_answers": len(prompts) - greedy,
+    report = {"step": step, "answers": len(samples), "sampled_answers": sampled_end - greedy,
+              "synthetic_prompts": len(synthetic),
               "answer_tokens": sum(len(s.ids) - s.answer_start for s in samples),
               "train_token_match_pct": round(token_match(student, samples), 1), "config": asdict(config),
               "splits": splits, "minutes": round((time.monotonic() - started) / 60, 1)}

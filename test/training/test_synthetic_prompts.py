@@ -1,0 +1,77 @@
+"""Prompts the verifier writes itself (Magpie): kinds in turn, kept by clear rules, seeded, resumable."""
+
+from __future__ import annotations
+
+from edge_spec_ros.bench.tasks import BENCH, TASK_KINDS, text_encoder
+from edge_spec_ros.training.drafter_distill import generate_samples
+from edge_spec_ros.training.synthetic_prompts import (
+    MIN_WORDS,
+    OPENINGS,
+    PromptBatch,
+    finish,
+    opening,
+    template_tail,
+    write_prompts,
+)
+
+
+def test_openings_take_the_kinds_in_turn():
+    firsts = [opening(i) for i in range(2 * len(TASK_KINDS))]
+    assert [task for task, _ in firsts] == list(TASK_KINDS) * 2
+    assert firsts[0][1] == OPENINGS[TASK_KINDS[0]][0] and firsts[len(TASK_KINDS)][1] == OPENINGS[TASK_KINDS[0]][1]
+
+
+def test_a_prompt_is_kept_whole_cut_at_a_sentence_or_dropped():
+    assert finish("Who wrote", " the book Dune?", ended=True) == "Who wrote the book Dune?"
+    assert finish("Who wrote", " the book Dune? And when did it", ended=False) == "Who wrote the book Dune?"
+    assert finish("Give me", " ten ideas for a party and", ended=False) is None  # no sentence end: dropped
+    assert finish("Hi!", " Hello", ended=True) is None  # fewer than MIN_WORDS words
+    assert MIN_WORDS == 4
+
+
+def test_the_template_tail_is_what_follows_a_user_message(tokenizer):
+    encoder = text_encoder(tokenizer)
+    ids = encoder.encode("Who wrote").input_ids.tolist()
+    tail = template_tail(encoder)
+    assert 0 < tail < len(ids)
+    assert tokenizer.decode(ids[:-tail]).rstrip().endswith("Who wrote")
+
+
+def test_written_prompts_are_seeded_resumable_and_never_a_bench_prompt(target_model, tokenizer):
+    encoder = text_encoder(tokenizer)
+    sizes: list[int] = []
+    state = write_prompts(target_model, encoder, 12, batch_size=5, seed=3,
+                          checkpoint=lambda s: sizes.append(s.attempts))
+    assert sizes == [5, 10, 12] and state.attempts == 12 and state.prompts
+    bench = {t for texts in BENCH.values() for t in texts}
+    for p in state.prompts:
+        assert p.task in TASK_KINDS and p.text not in bench and len(p.text.split()) >= MIN_WORDS
+        assert any(p.text.startswith(words.strip()) for words in OPENINGS[p.task])
+    assert len({p.text for p in state.prompts}) == len(state.prompts)
+    first = write_prompts(target_model, encoder, 5, batch_size=5, seed=3)
+    resumed = write_prompts(target_model, encoder, 12, batch_size=5, seed=3,
+                            done=PromptBatch(first.attempts, list(first.prompts)))
+    assert resumed == state  # seeded by (seed, batch start)
+    other = write_prompts(target_model, encoder, 12, batch_size=5, seed=4)
+    assert [p.text for p in other.prompts] != [p.text for p in state.prompts]  # control: another seed
+
+
+def test_prompt_batches_round_trip(tmp_path, target_model, tokenizer):
+    state = write_prompts(target_model, text_encoder(tokenizer), 6, batch_size=6, seed=0)
+    state.save(tmp_path / "p.json")
+    assert PromptBatch.load(tmp_path / "p.json") == state
+    assert PromptBatch.load(tmp_path / "none.json") == PromptBatch(0, [])
+
+
+def test_answers_after_the_sampled_ones_are_greedy_again(target_model, tokenizer):
+    encoder = text_encoder(tokenizer)
+    ids = [encoder.encode(t).input_ids.tolist() for t in ("Who wrote the book?", "Write a Python function.")]
+    stop = tokenizer.eos_token_id
+    sizes: list[int] = []
+    prompts = [ids[0], ids[0], ids[1]]  # greedy, sampled, then greedy (a synthetic prompt)
+    samples = generate_samples(target_model, prompts, stop, stop, 8, 4, batch_size=3, sampled_from=1, sampled_to=2,
+                               seed=1, checkpoint=lambda s: sizes.append(len(s)))
+    assert sizes == [1, 2, 3]  # no batch straddles a boundary
+    greedy = generate_samples(target_model, [ids[1]], stop, stop, 8, 4, batch_size=1)
+    assert samples[2] == greedy[0]
+    assert [r[0] for r in samples[0].top_ids] == samples[0].ids[samples[0].answer_start:]
