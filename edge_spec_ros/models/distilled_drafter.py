@@ -74,7 +74,8 @@ def head_ids(vocab_size: int, rows: int, seen: list[int] | tuple[int, ...] = (),
     """The pruned head's ids, sorted: every id in ``seen`` and ``always``, then the lowest ids up to ``rows``."""
     chosen = {int(t) for t in (*seen, *always) if 0 <= int(t) < vocab_size}
     if len(chosen) > rows:
-        raise ValueError(f"{len(chosen)} ids are required but the head has {rows} rows")
+        raise ValueError(f"the answers use {len(chosen)} distinct ids but the head has {rows} rows "
+                         f"(distill-drafter --head-rows)")
     i = 0
     while len(chosen) < min(rows, vocab_size):
         chosen.add(i)

@@ -117,7 +117,7 @@ def test_pruned_head_is_the_full_head_on_its_ids_and_minus_infinity_elsewhere(ta
     outside = torch.ones(vocab, dtype=torch.bool)
     outside[ids] = False
     assert torch.isneginf(got[:, outside]).all()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="2 distinct ids but the head has 1 rows.*--head-rows"):
         head_ids(vocab, 1, seen=[1, 2])
 
 
