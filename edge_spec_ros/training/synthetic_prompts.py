@@ -11,14 +11,17 @@ task set's six kinds (``OPENINGS``, in turn), so every kind the drafter is measu
 Magpie samples at T = 1, here T = 0.8 (top-50), since a 135M model's T = 1 prompts wander more.
 
 A prompt is kept when the model closed its user turn (``<|im_end|>``) or, if it ran out of tokens,
-cut at its last sentence end; a prompt of fewer than ``MIN_WORDS`` words, a repeat, or one of the
-bench prompts (never trained on) is dropped. Seeded per batch and resumable: the prompts of batch b
+cut at its last sentence end; a prompt of fewer than ``MIN_WORDS`` words, a repeat, or a near-copy of
+a bench prompt (the drafter is measured on those, never trained on them: word-set Jaccard similarity
+of at least ``BENCH_JACCARD``, which catches "What is the capital of France." but not "… of Spain?")
+is dropped. Seeded per batch and resumable: the prompts of batch b
 are a function of (seed, b).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,6 +36,7 @@ TEMPERATURE = 0.8
 TOP_K = 50
 PROMPT_TOKENS = 80  # new tokens for a prompt (a summarisation prompt writes its article in them)
 MIN_WORDS = 4
+BENCH_JACCARD = 0.8
 SEED_OFFSET = 7_919  # keeps these draws apart from the sampled answers' (seed · 1_000_003 + batch start)
 
 OPENINGS: dict[str, tuple[str, ...]] = {
@@ -72,6 +76,19 @@ def finish(start: str, continuation: str, ended: bool) -> str | None:
         text = text[:cut + 1]
     text = text.strip()
     return text if len(text.split()) >= MIN_WORDS else None
+
+
+def words(text: str) -> frozenset[str]:
+    return frozenset(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def near_bench(text: str) -> bool:
+    """Whether ``text`` is a near-copy of a bench prompt (word-set Jaccard ≥ ``BENCH_JACCARD``)."""
+    w = words(text)
+    return any(len(w & b) >= BENCH_JACCARD * len(w | b) for b in _BENCH_WORDS)
+
+
+_BENCH_WORDS = [words(t) for texts in BENCH.values() for t in texts]
 
 
 def template_tail(encoder: PromptEncoder) -> int:
@@ -116,7 +133,7 @@ def write_prompts(model, encoder: PromptEncoder, attempts: int, batch_size: int,
     tail = template_tail(encoder)
     state = done or PromptBatch(0, [])
     state.prompts = list(state.prompts or [])
-    seen = {p.text for p in state.prompts} | {t for texts in BENCH.values() for t in texts}
+    seen = {p.text for p in state.prompts}
     while state.attempts < attempts:
         b = state.attempts
         starts = [opening(i) for i in range(b, min(b + batch_size, attempts))]
@@ -131,7 +148,7 @@ def write_prompts(model, encoder: PromptEncoder, attempts: int, batch_size: int,
             ended = stop in row
             text = finish(words, tokenizer.decode(row[:row.index(stop)] if ended else row, skip_special_tokens=True),
                           ended)
-            if text is not None and text not in seen:
+            if text is not None and text not in seen and not near_bench(text):
                 seen.add(text)
                 state.prompts.append(SyntheticPrompt(task, text))
         state.attempts = b + len(starts)

@@ -9,6 +9,7 @@ from edge_spec_ros.training.synthetic_prompts import (
     OPENINGS,
     PromptBatch,
     finish,
+    near_bench,
     opening,
     template_tail,
     write_prompts,
@@ -43,9 +44,8 @@ def test_written_prompts_are_seeded_resumable_and_never_a_bench_prompt(target_mo
     state = write_prompts(target_model, encoder, 12, batch_size=5, seed=3,
                           checkpoint=lambda s: sizes.append(s.attempts))
     assert sizes == [5, 10, 12] and state.attempts == 12 and state.prompts
-    bench = {t for texts in BENCH.values() for t in texts}
     for p in state.prompts:
-        assert p.task in TASK_KINDS and p.text not in bench and len(p.text.split()) >= MIN_WORDS
+        assert p.task in TASK_KINDS and not near_bench(p.text) and len(p.text.split()) >= MIN_WORDS
         assert any(p.text.startswith(words.strip()) for words in OPENINGS[p.task])
     assert len({p.text for p in state.prompts}) == len(state.prompts)
     first = write_prompts(target_model, encoder, 5, batch_size=5, seed=3)
@@ -75,3 +75,10 @@ def test_answers_after_the_sampled_ones_are_greedy_again(target_model, tokenizer
     greedy = generate_samples(target_model, [ids[1]], stop, stop, 8, 4, batch_size=1)
     assert samples[2] == greedy[0]
     assert [r[0] for r in samples[0].top_ids] == samples[0].ids[samples[0].answer_start:]
+
+
+def test_near_copies_of_bench_prompts_are_caught_and_other_questions_are_not():
+    assert near_bench("What is the capital of France.") and near_bench("what is the CAPITAL of france ?")
+    assert all(near_bench(t) for texts in BENCH.values() for t in texts)
+    assert not near_bench("What is the capital of Spain?")
+    assert not near_bench("Write a Python function that returns the smallest element of a set.")
