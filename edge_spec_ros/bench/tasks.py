@@ -9,7 +9,9 @@ shipped here; instead each kind has a handful of prompts in the same style, shor
   r, average early exit, SD→FSD speedup);
 - ``TRAIN``: what ``train-exits --text tasks`` feeds the verifier to generate its own answers on,
   the data the exit adapters learn from; no bench prompt is in it, so the benchmark measures exits
-  on prompts they were not trained on;
+  on prompts they were not trained on, with one overlap: its headline prompts ask about the six
+  articles the bench summarises (another question on the same text), so exits and distilled drafters
+  trained on this split have read those articles, and their summarisation figures are optimistic;
 - ``DISTILL``: more prompts of every kind in the same style (disjoint from both), whose answers by
   the verifier a distilled drafter learns from (``training/drafter_distill.py``) beside ``TRAIN``'s.
 
