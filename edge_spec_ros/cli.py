@@ -445,7 +445,10 @@ def _task_text_batches(verifier, tokenizer, config, args: argparse.Namespace):
             return self_generated_stream(verifier, prompts, max_new_tokens, stops, lambda n: bar.update(n - bar.n))
 
     if args.answers:
-        stream = answers_stream(args.answers)
+        try:
+            stream = answers_stream(args.answers)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--answers {args.answers}: {exc}") from None
         save_stream(stream, args.out)
     else:
         stream = cached_stream(args.out, lambda: generate("train", args.gen_tokens))

@@ -4,10 +4,11 @@ Data: the verifier's greedy answers (at most 96 tokens) to the text task set's `
 ``distill`` prompts (``bench/tasks.py``; 168 prompts, never the bench split), and with
 ``--sampled-answers S`` S more answers per prompt sampled at T = 0.7 (more contexts, each position
 still with the verifier's own top-k as its target: a departure from training on greedy answers only,
-for data, since the prompts are few), and with ``--synthetic-prompts N`` the greedy answers to N prompts
-the verifier writes itself (``training/synthetic_prompts.py``, Magpie), generated once into ``--out``
-in batches (resumable) with the verifier's top-k logits per answer token. Under greedy decoding a draft token is accepted exactly
-when it is the verifier's argmax, which on its own answer is the answer's next token; the loss is
+for data, since the prompts are few), and with ``--synthetic-prompts N`` the greedy answers to N
+prompts the verifier writes itself (``training/synthetic_prompts.py``, Magpie), generated once into
+``--out`` in batches (resumable) with the verifier's top-k logits per answer token. Under greedy
+decoding a draft token is accepted exactly when it is the verifier's argmax, which on its own answer
+is the answer's next token; the loss is
 the cross-entropy of the student's next-token distribution against the verifier's top-k
 distribution (soft targets carry more than the argmax; no verifier pass per training step). The
 stream of ``train-exits --text tasks`` can be added (``--stream``, hard labels).
@@ -127,8 +128,8 @@ def generate_samples(model, prompts: list[list[int]], pad: int, stop: int, max_n
     (the samples of an interrupted run) and calls ``checkpoint`` after each batch. Answers are
     sampled at ``temperature`` (top-50) from index ``sampled_from`` up to ``sampled_to`` (None: the end)
     and greedy elsewhere, each batch with the generator seeded by (seed, batch start), so a resumed run
-    draws the same answers. Batching may
-    round a logit differently from one-prompt decoding: these are training data, not references."""
+    draws the same answers. Batching may round a logit differently from one-prompt decoding: these
+    are training data, not references."""
     samples = list(done or [])
     boundary = len(prompts) if sampled_from is None else sampled_from
     sampled_end = len(prompts) if sampled_to is None else sampled_to
