@@ -364,14 +364,14 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_distill_drafter(args: argparse.Namespace) -> int:
-    from edge_spec_ros.bench.tasks import task_prompts, text_encoder
+    from edge_spec_ros.bench.tasks import BENCH, task_prompts, text_encoder
     from edge_spec_ros.training.drafter_distill import run
 
     def prompts_of(tokenizer, split: str) -> list[list[int]]:
         return [t.prompt.input_ids.tolist() for t in task_prompts(text_encoder(tokenizer), split=split)]
 
     try:
-        run(args, prompts_of)
+        run(args, prompts_of, text_encoder, tuple(t for texts in BENCH.values() for t in texts))
     except ValueError as exc:
         _log(f"error: {exc}")
         return 2

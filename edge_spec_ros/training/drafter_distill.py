@@ -44,6 +44,7 @@ from edge_spec_ros.models.distilled_drafter import (
     save_student,
     trainable_parameters,
 )
+from edge_spec_ros.models.prompt import PromptEncoder
 
 STATE_FILE = "distill_state.pt"
 ANSWER_TOKENS = 96  # the answer length train-exits --text tasks generates (--gen-tokens)
@@ -230,13 +231,13 @@ def save_samples(samples: list[Sample], path: Path) -> None:
     tmp.replace(path)
 
 
-def synthetic_prompts(model, tokenizer, args: argparse.Namespace) -> list[list[int]]:
+def synthetic_prompts(model, encoder: PromptEncoder, held_out: tuple[str, ...], args: argparse.Namespace
+                      ) -> list[list[int]]:
     """``--synthetic-prompts N``: N prompts written by the verifier (``training/synthetic_prompts.py``),
-    kept in ``--out`` (resumable), as token ids in the task set's chat format."""
-    from edge_spec_ros.bench.tasks import text_encoder
+    none a near-copy of ``held_out``, kept in ``--out`` (resumable), as token ids in ``encoder``'s chat
+    format."""
     from edge_spec_ros.training.synthetic_prompts import PROMPTS_FILE, PromptBatch, write_prompts
 
-    encoder = text_encoder(tokenizer)
     path = Path(args.out) / PROMPTS_FILE
     started = time.monotonic()
 
@@ -245,8 +246,8 @@ def synthetic_prompts(model, tokenizer, args: argparse.Namespace) -> list[list[i
         print(f"synthetic prompts: {state.attempts}/{args.synthetic_prompts} written, {len(state.prompts)} kept "
               f"({time.monotonic() - started:.0f} s)", flush=True)
 
-    written = write_prompts(model, encoder, args.synthetic_prompts, args.gen_batch, args.seed, PromptBatch.load(path),
-                            checkpoint)
+    written = write_prompts(model, encoder, args.synthetic_prompts, args.gen_batch, held_out, args.seed,
+                            PromptBatch.load(path), checkpoint)
     return [encoder.encode(p.text).input_ids.tolist() for p in written.prompts]
 
 
@@ -277,9 +278,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1)
 
 
-def run(args: argparse.Namespace, prompts_of: Callable[[object, str], list[list[int]]]) -> None:
+def run(args: argparse.Namespace, prompts_of: Callable[[object, str], list[list[int]]],
+        encoder_of: Callable[[object], PromptEncoder] | None = None, held_out: tuple[str, ...] = ()) -> None:
     """Answer the prompts of ``args.splits`` with the verifier (resumable), then distil; ``prompts_of``
-    (tokenizer, split) gives a split's prompts as token ids (the text task set, bench/tasks.py)."""
+    (tokenizer, split) gives a split's prompts as token ids (the text task set, bench/tasks.py);
+    ``encoder_of`` (tokenizer) the task set's prompt encoder and ``held_out`` its bench prompts, for
+    ``--synthetic-prompts``."""
     torch.set_num_threads(args.threads)
     from edge_spec_ros.models.pairs import load_pair
 
@@ -301,7 +305,9 @@ def run(args: argparse.Namespace, prompts_of: Callable[[object, str], list[list[
     greedy = len(prompts)
     prompts = prompts * (1 + args.sampled_answers)
     sampled_end = len(prompts)
-    synthetic = synthetic_prompts(model, pair.tokenizer, args) if args.synthetic_prompts else []
+    if args.synthetic_prompts and encoder_of is None:
+        raise ValueError("--synthetic-prompts needs the task set's prompt encoder")
+    synthetic = synthetic_prompts(model, encoder_of(pair.tokenizer), held_out, args) if args.synthetic_prompts else []
     prompts += synthetic
     samples = generate_samples(model, prompts, pad, stop, args.answer_tokens, args.top_k, args.gen_batch,
                                load_samples(data), checkpoint, sampled_from=greedy, seed=args.seed,

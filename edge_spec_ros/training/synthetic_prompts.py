@@ -28,7 +28,6 @@ from pathlib import Path
 
 import torch
 
-from edge_spec_ros.bench.tasks import BENCH, TASK_KINDS
 from edge_spec_ros.models.prompt import PromptEncoder
 
 PROMPTS_FILE = "synthetic_prompts.json"
@@ -39,6 +38,7 @@ MIN_WORDS = 4
 BENCH_JACCARD = 0.8
 SEED_OFFSET = 7_919  # keeps these draws apart from the sampled answers' (seed · 1_000_003 + batch start)
 
+# The text task set's kinds (bench/tasks.TASK_KINDS, in its order; training/ does not import bench/).
 OPENINGS: dict[str, tuple[str, ...]] = {
     "conversation": ("Hi!", "I feel", "My friend", "What do you think about", "Can you help me", "I'm planning"),
     "code": ("Write a Python function that", "Write a Python program that", "How do I write a Python function",
@@ -49,7 +49,7 @@ OPENINGS: dict[str, tuple[str, ...]] = {
                       "Give a one-sentence summary of this article.\n\n"),
     "qa": ("What is the capital of", "Who wrote", "When did", "Where is", "How many", "Which"),
 }
-assert set(OPENINGS) == set(TASK_KINDS)
+KINDS = tuple(OPENINGS)
 
 
 @dataclass(frozen=True)
@@ -60,9 +60,9 @@ class SyntheticPrompt:
 
 def opening(index: int) -> tuple[str, str]:
     """(task kind, opening words) of the index-th prompt: kinds in turn, each kind's openings in turn."""
-    task = TASK_KINDS[index % len(TASK_KINDS)]
-    words = OPENINGS[task]
-    return task, words[(index // len(TASK_KINDS)) % len(words)]
+    task = KINDS[index % len(KINDS)]
+    choices = OPENINGS[task]
+    return task, choices[(index // len(KINDS)) % len(choices)]
 
 
 def finish(start: str, continuation: str, ended: bool) -> str | None:
@@ -82,13 +82,11 @@ def words(text: str) -> frozenset[str]:
     return frozenset(re.findall(r"[a-z0-9]+", text.lower()))
 
 
-def near_bench(text: str) -> bool:
-    """Whether ``text`` is a near-copy of a bench prompt (word-set Jaccard ≥ ``BENCH_JACCARD``)."""
+def near_copy(text: str, references: list[frozenset[str]]) -> bool:
+    """Whether ``text`` is a near-copy of one of ``references`` (their ``words``): word-set Jaccard
+    similarity of at least ``BENCH_JACCARD``."""
     w = words(text)
-    return any(len(w & b) >= BENCH_JACCARD * len(w | b) for b in _BENCH_WORDS)
-
-
-_BENCH_WORDS = [words(t) for texts in BENCH.values() for t in texts]
+    return any(len(w & r) >= BENCH_JACCARD * len(w | r) for r in references)
 
 
 def template_tail(encoder: PromptEncoder) -> int:
@@ -122,11 +120,12 @@ class PromptBatch:
 
 
 @torch.no_grad()
-def write_prompts(model, encoder: PromptEncoder, attempts: int, batch_size: int, seed: int = 0,
-                  done: PromptBatch | None = None,
+def write_prompts(model, encoder: PromptEncoder, attempts: int, batch_size: int, held_out: tuple[str, ...],
+                  seed: int = 0, done: PromptBatch | None = None,
                   checkpoint: Callable[[PromptBatch], None] = lambda state: None) -> PromptBatch:
     """``attempts`` user prompts written by ``model`` (kinds in turn, see ``opening``), ``batch_size``
-    per left-padded ``generate``; continues after ``done`` and calls ``checkpoint`` after each batch."""
+    per left-padded ``generate``, none a near-copy of ``held_out`` (the bench prompts); continues after
+    ``done`` and calls ``checkpoint`` after each batch."""
     tokenizer = encoder.tokenizer
     stop = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop
@@ -134,21 +133,22 @@ def write_prompts(model, encoder: PromptEncoder, attempts: int, batch_size: int,
     state = done or PromptBatch(0, [])
     state.prompts = list(state.prompts or [])
     seen = {p.text for p in state.prompts}
+    references = [words(t) for t in held_out]
     while state.attempts < attempts:
         b = state.attempts
         starts = [opening(i) for i in range(b, min(b + batch_size, attempts))]
-        prefixes = [encoder.encode(words).input_ids.tolist()[:-tail] for _, words in starts]
+        prefixes = [encoder.encode(opener).input_ids.tolist()[:-tail] for _, opener in starts]
         width = max(map(len, prefixes))
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prefixes])  # (B, width)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prefixes])
         torch.manual_seed(seed * 1_000_003 + SEED_OFFSET + b)
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=PROMPT_TOKENS, do_sample=True,
                              temperature=TEMPERATURE, top_k=TOP_K, top_p=1.0, eos_token_id=stop, pad_token_id=pad)
-        for (task, words), row in zip(starts, out[:, width:].tolist()):
+        for (task, opener), row in zip(starts, out[:, width:].tolist()):
             ended = stop in row
-            text = finish(words, tokenizer.decode(row[:row.index(stop)] if ended else row, skip_special_tokens=True),
+            text = finish(opener, tokenizer.decode(row[:row.index(stop)] if ended else row, skip_special_tokens=True),
                           ended)
-            if text is not None and text not in seen and not near_bench(text):
+            if text is not None and text not in seen and not near_copy(text, references):
                 seen.add(text)
                 state.prompts.append(SyntheticPrompt(task, text))
         state.attempts = b + len(starts)

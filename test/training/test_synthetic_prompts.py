@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 from edge_spec_ros.bench.tasks import BENCH, TASK_KINDS, text_encoder
 from edge_spec_ros.training.drafter_distill import generate_samples
 from edge_spec_ros.training.synthetic_prompts import (
+    KINDS,
     MIN_WORDS,
     OPENINGS,
     PromptBatch,
     finish,
-    near_bench,
+    near_copy,
     opening,
     template_tail,
+    words,
     write_prompts,
 )
+
+HELD_OUT = tuple(t for texts in BENCH.values() for t in texts)
+BENCH_WORDS = [words(t) for t in HELD_OUT]
+
+
+def near_bench(text: str) -> bool:
+    return near_copy(text, BENCH_WORDS)
+
+
+def test_the_openings_cover_the_task_kinds_in_their_order():
+    assert KINDS == TASK_KINDS
 
 
 def test_openings_take_the_kinds_in_turn():
@@ -41,23 +59,23 @@ def test_the_template_tail_is_what_follows_a_user_message(tokenizer):
 def test_written_prompts_are_seeded_resumable_and_never_a_bench_prompt(target_model, tokenizer):
     encoder = text_encoder(tokenizer)
     sizes: list[int] = []
-    state = write_prompts(target_model, encoder, 12, batch_size=5, seed=3,
+    state = write_prompts(target_model, encoder, 12, 5, HELD_OUT, seed=3,
                           checkpoint=lambda s: sizes.append(s.attempts))
     assert sizes == [5, 10, 12] and state.attempts == 12 and state.prompts
     for p in state.prompts:
         assert p.task in TASK_KINDS and not near_bench(p.text) and len(p.text.split()) >= MIN_WORDS
         assert any(p.text.startswith(words.strip()) for words in OPENINGS[p.task])
     assert len({p.text for p in state.prompts}) == len(state.prompts)
-    first = write_prompts(target_model, encoder, 5, batch_size=5, seed=3)
-    resumed = write_prompts(target_model, encoder, 12, batch_size=5, seed=3,
+    first = write_prompts(target_model, encoder, 5, 5, HELD_OUT, seed=3)
+    resumed = write_prompts(target_model, encoder, 12, 5, HELD_OUT, seed=3,
                             done=PromptBatch(first.attempts, list(first.prompts)))
     assert resumed == state  # seeded by (seed, batch start)
-    other = write_prompts(target_model, encoder, 12, batch_size=5, seed=4)
+    other = write_prompts(target_model, encoder, 12, 5, HELD_OUT, seed=4)
     assert [p.text for p in other.prompts] != [p.text for p in state.prompts]  # control: another seed
 
 
 def test_prompt_batches_round_trip(tmp_path, target_model, tokenizer):
-    state = write_prompts(target_model, text_encoder(tokenizer), 6, batch_size=6, seed=0)
+    state = write_prompts(target_model, text_encoder(tokenizer), 6, 6, HELD_OUT, seed=0)
     state.save(tmp_path / "p.json")
     assert PromptBatch.load(tmp_path / "p.json") == state
     assert PromptBatch.load(tmp_path / "none.json") == PromptBatch(0, [])
@@ -82,3 +100,18 @@ def test_near_copies_of_bench_prompts_are_caught_and_other_questions_are_not():
     assert all(near_bench(t) for texts in BENCH.values() for t in texts)
     assert not near_bench("What is the capital of Spain?")
     assert not near_bench("Write a Python function that returns the smallest element of a set.")
+
+
+def test_distill_drafter_command_answers_its_own_prompts_after_the_task_sets(tmp_path):
+    out = tmp_path / "distilled"
+    cmd = [sys.executable, "-m", "edge_spec_ros.cli", "distill-drafter", "--verifier", "embedded", "--splits", "distill",
+           "--out", str(out), "--answer-tokens", "4", "--synthetic-prompts", "6", "--gen-batch", "16", "--steps", "2",
+           "--layers", "1", "--head-rows", "2048"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads((out / "distill_report.json").read_text())
+    written = PromptBatch.load(out / "synthetic_prompts.json")
+    assert written.attempts == 6 and report["synthetic_prompts"] == len(written.prompts) > 0
+    data = json.loads((out / "distill_data.json").read_text())
+    assert report["answers"] == len(data) and len(data) > len(written.prompts)
+    assert "synthetic prompts: 6/6 written" in result.stdout
