@@ -3,19 +3,18 @@
 Magpie feeds an aligned chat model its own template up to the start of a user turn and lets it write
 the user's message: the model's prompts come out in the style it was aligned on, and the verifier's
 answers to them are more contexts for a drafter to learn from. The text task set has only 168
-hand-written training prompts, so a distilled drafter sees few situations; this module turns them
-into thousands at the cost of a batched ``generate``.
+hand-written training prompts, so a distilled drafter sees few situations; this module adds as
+many as asked, at the cost of a batched ``generate``.
 
-Departure from Magpie: the user turn is not left empty but opened with a few words of one of the
+Departures from Magpie: the user turn is not left empty but opened with a few words of one of the
 task set's six kinds (``OPENINGS``, in turn), so every kind the drafter is measured on is covered;
-Magpie samples at T = 1, here T = 0.8 (top-50), since a 135M model's T = 1 prompts wander more.
+and Magpie samples at T = 1, here T = 0.8 (top-50), a choice made without tuning.
 
 A prompt is kept when the model closed its user turn (``<|im_end|>``) or, if it ran out of tokens,
 cut at its last sentence end; a prompt of fewer than ``MIN_WORDS`` words, a repeat, or a near-copy of
 a bench prompt (the drafter is measured on those, never trained on them: word-set Jaccard similarity
 of at least ``BENCH_JACCARD``, which catches "What is the capital of France." but not "… of Spain?")
-is dropped. Seeded per batch and resumable: the prompts of batch b
-are a function of (seed, b).
+is dropped. Seeded per batch and resumable: the prompts of batch b are a function of (seed, b).
 """
 
 from __future__ import annotations
