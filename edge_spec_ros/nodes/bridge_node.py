@@ -76,7 +76,8 @@ class _Session:
         self.stamp = stamp  # the OPEN's header stamp: a repeat of it (same decision, same stamp) is no new session
         self.answer: dict | None = None  # the status that answered the OPEN (OPENED or ERROR), for a repeat
         self.closed = threading.Event()
-        self.waiting_since: float | None = None  # a request is outstanding since then
+        self.waiting_since: float | None = None  # a request is outstanding since then (or since its last reply)
+        self.sent_at: float | None = None  # the outstanding request or draft left then (for the round trip)
         self.timeout_s = timeout_s  # how long a request may go unanswered (open, then reply timeout)
         self.thread: threading.Thread | None = None  # watches for a silent verifier
 
@@ -169,7 +170,7 @@ class BridgeNode(Node):
                        temperature=msg.temperature, seed=msg.seed, want_exits=msg.want_exits,
                        queue_policy=msg.queue_policy or "priority", p_top_k=msg.p_top_k, priority=msg.priority,
                        pipelined=msg.pipelined)
-        session.waiting_since = time.monotonic()
+        session.waiting_since = session.sent_at = time.monotonic()
         self.client.send(sid, self.client.with_priority(self.client.with_downlink(request)))
         session.thread = threading.Thread(target=self._watch, args=(session,), name=f"bridge-{msg.decision}",
                                           daemon=True)
@@ -200,8 +201,11 @@ class BridgeNode(Node):
                 q_values=np.asarray(msg.q_values, dtype=np.float32).reshape(gamma, -1) if sparse else None,
                 q_draft=np.asarray(msg.q_draft, dtype=np.float32) if len(msg.q_draft) else None,
                 resampled=msg.resampled, chained=msg.chained, partial=msg.partial)
+        now = time.monotonic()
         if session.waiting_since is None:
-            session.waiting_since = time.monotonic()
+            session.waiting_since = now
+        if session.sent_at is None:
+            session.sent_at = now
         self.client.send(session.sid, out)
 
     def _on_replies(self) -> None:
@@ -215,21 +219,24 @@ class BridgeNode(Node):
         if isinstance(msg, ExitResult):
             self._publish_exit(session.decision, msg)
             if msg.is_final:
-                session.waiting_since = None
+                session.waiting_since = session.sent_at = None
         elif isinstance(msg, Tokens):
             self._publish_exit(session.decision, ExitResult(round=0, layer=0, accepted=0, tokens=msg.tokens,
                                                             confidence=1.0, is_final=msg.is_final,
                                                             compute_s=msg.compute_s))
+            # the watchdog restarts at every token; the round trip runs from the request to its last token
             session.waiting_since = None if msg.is_final else time.monotonic()
+            if msg.is_final:
+                session.sent_at = None
         elif isinstance(msg, Error):
             answer = dict(state=BridgeStatus.ERROR, message=str(VerifierError(msg.code, msg.message)), code=msg.code)
             if session.answer is None:
                 session.answer = answer
             self._publish_status(session.decision, **answer)
-            session.waiting_since = None
+            session.waiting_since = session.sent_at = None
         else:  # Opened
             session.timeout_s = self.config.reply_timeout_s
-            session.waiting_since = None
+            session.waiting_since = session.sent_at = None
             answer = dict(state=BridgeStatus.OPENED, message="", num_layers=msg.num_layers,
                           exit_layers=list(msg.exit_layers))
             session.answer = answer
@@ -285,7 +292,7 @@ class BridgeNode(Node):
 
     def _note_reply(self, decision: int, r: ExitResult) -> None:
         session = self.sessions.get(decision)
-        sent = session.waiting_since if session is not None else None
+        sent = session.sent_at if session is not None else None
         with self._health_lock:
             h = self._health
             h.replies += 1
