@@ -8,10 +8,9 @@ for data, since the prompts are few), and with ``--synthetic-prompts N`` the gre
 prompts the verifier writes itself (``training/synthetic_prompts.py``, Magpie), generated once into
 ``--out`` in batches (resumable) with the verifier's top-k logits per answer token. Under greedy
 decoding a draft token is accepted exactly when it is the verifier's argmax, which on its own answer
-is the answer's next token; the loss is
-the cross-entropy of the student's next-token distribution against the verifier's top-k
-distribution (soft targets carry more than the argmax; no verifier pass per training step). The
-stream of ``train-exits --text tasks`` can be added (``--stream``, hard labels).
+is the answer's next token; the loss is the cross-entropy of the student's next-token distribution
+against the verifier's top-k distribution (soft targets carry more than the argmax; no verifier pass
+per training step). The stream of ``train-exits --text tasks`` can be added (``--stream``, hard labels).
 
 Resumable and seeded: the sample of step k is a function of (seed, k); student, optimiser state and
 step are checkpointed every ``checkpoint_every`` steps and at the end (``--max-minutes`` stops at a
@@ -279,7 +278,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, prompts_of: Callable[[object, str], list[list[int]]],
-        encoder_of: Callable[[object], PromptEncoder] | None = None, held_out: tuple[str, ...] = ()) -> None:
+        encoder_of: Callable[[object], PromptEncoder], held_out: tuple[str, ...]) -> None:
     """Answer the prompts of ``args.splits`` with the verifier (resumable), then distil; ``prompts_of``
     (tokenizer, split) gives a split's prompts as token ids (the text task set, bench/tasks.py);
     ``encoder_of`` (tokenizer) the task set's prompt encoder and ``held_out`` its bench prompts, for
@@ -305,8 +304,6 @@ def run(args: argparse.Namespace, prompts_of: Callable[[object, str], list[list[
     greedy = len(prompts)
     prompts = prompts * (1 + args.sampled_answers)
     sampled_end = len(prompts)
-    if args.synthetic_prompts and encoder_of is None:
-        raise ValueError("--synthetic-prompts needs the task set's prompt encoder")
     synthetic = synthetic_prompts(model, encoder_of(pair.tokenizer), held_out, args) if args.synthetic_prompts else []
     prompts += synthetic
     samples = generate_samples(model, prompts, pad, stop, args.answer_tokens, args.top_k, args.gen_batch,
