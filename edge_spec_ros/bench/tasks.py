@@ -8,10 +8,10 @@ shipped here; instead each kind has a handful of prompts in the same style, shor
 - ``BENCH``: what ``edge-spec-ros bench --task-set text`` decodes (per kind: τ, cache miss rate
   r, average early exit, SD→FSD speedup);
 - ``TRAIN``: what ``train-exits --text tasks`` feeds the verifier to generate its own answers on,
-  the data the exit adapters learn from; no bench prompt is in it, so the benchmark measures exits
-  on prompts they were not trained on, with one overlap: its headline prompts ask about the six
-  articles the bench summarises (another question on the same text), so exits and distilled drafters
-  trained on this split have read those articles, and their summarisation figures are optimistic;
+  the data the exit adapters learn from; no bench prompt and no bench article is in it, so the
+  benchmark measures exits on prompts and texts they were not trained on. (Until the headline
+  prompts got articles of their own, they asked about the six articles the bench summarises: exits
+  and drafters trained before that had read them, and their summarisation figures are optimistic.)
 - ``DISTILL``: more prompts of every kind in the same style (disjoint from both), whose answers by
   the verifier a distilled drafter learns from (``training/drafter_distill.py``) beside ``TRAIN``'s.
 
@@ -58,6 +58,29 @@ _ARTICLES = (
      "bus lane and a wide path for walkers and cyclists. The bridge opens to traffic next month and should "
      "cut the journey across town by fifteen minutes."),
 )
+_BENCH_ARTICLES = _ARTICLES[:6]  # what the bench summarises: in no training prompt
+_TRAIN_ARTICLES = _ARTICLES[6:]
+# The headline prompts of the train split: articles of their own.
+_HEADLINE_ARTICLES = (
+    ("A farmer in the north has grown a pumpkin that weighs more than six hundred kilograms. It took a "
+     "tractor and five neighbours to lift it onto a trailer for the county show, where it won first prize. "
+     "The farmer says the secret is plenty of water and a little patience."),
+    ("The town's swimming pool will close for three months from June for repairs to its roof and heating. "
+     "Swimming lessons will move to the school pool across the road. The council says the work will cut "
+     "the pool's energy bills by almost half."),
+    ("Volunteers planted four thousand trees along the motorway on Saturday. The young oaks and birches "
+     "will shelter nearby homes from noise and dust. Organisers hope to plant the same number again next "
+     "winter."),
+    ("A new app lets passengers see exactly where their bus is in real time. It was tested on three routes "
+     "for a year, and complaints about late buses fell by a third. The app is free and now covers every "
+     "route in the city."),
+    ("Scientists counted more than two hundred puffins on the island this summer, the highest number in "
+     "twenty years. They think cleaner water and more fish near the coast explain the rise. Visitors are "
+     "asked to keep away from the nesting cliffs."),
+    ("The local theatre is looking for actors of all ages for its winter play. No experience is needed, and "
+     "rehearsals take place on Monday and Thursday evenings. Auditions are held at the theatre next "
+     "Saturday morning."),
+)
 
 BENCH: dict[str, tuple[str, ...]] = {
     "conversation": (
@@ -92,7 +115,7 @@ BENCH: dict[str, tuple[str, ...]] = {
         "Explain how to make a cup of tea.",
         "Write a thank-you note to a teacher.",
     ),
-    "summarisation": tuple(f"Summarise the following article in one sentence.\n\n{a}" for a in _ARTICLES[:6]),
+    "summarisation": tuple(f"Summarise the following article in one sentence.\n\n{a}" for a in _BENCH_ARTICLES),
     "qa": (
         "What is the capital of France?",
         "Who wrote Romeo and Juliet?",
@@ -144,8 +167,8 @@ TRAIN: dict[str, tuple[str, ...]] = {
         "Explain how to plant a tree.",
         "Give me a packing list for a day at the beach.",
     ),
-    "summarisation": tuple(f"Summarise the following article in one sentence.\n\n{a}" for a in _ARTICLES[6:])
-    + tuple(f"Write a one-line headline for this article.\n\n{a}" for a in _ARTICLES[:6]),
+    "summarisation": tuple(f"Summarise the following article in one sentence.\n\n{a}" for a in _TRAIN_ARTICLES)
+    + tuple(f"Write a one-line headline for this article.\n\n{a}" for a in _HEADLINE_ARTICLES),
     "qa": (
         "What is the capital of Japan?",
         "Who painted the Mona Lisa?",
@@ -231,7 +254,7 @@ DISTILL: dict[str, tuple[str, ...]] = {
     "code": tuple(f"Write a Python function that {task}." for task in _CODE_TASKS),
     "maths": _MATHS,
     "instructions": _INSTRUCTIONS,
-    "summarisation": tuple(f"{ask}\n\n{a}" for ask in _SUMMARY_ASKS for a in _ARTICLES[6:]),
+    "summarisation": tuple(f"{ask}\n\n{a}" for ask in _SUMMARY_ASKS for a in _TRAIN_ARTICLES),
     "qa": _QA,
 }
 

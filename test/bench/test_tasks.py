@@ -8,6 +8,7 @@ from edge_spec_ros.bench import report as bench_report
 from edge_spec_ros.bench.runner import Bench, BenchConfig
 from edge_spec_ros.bench.tasks import (
     BENCH,
+    DISTILL,
     TASK_KINDS,
     TRAIN,
     task_prompts,
@@ -24,6 +25,19 @@ def test_every_task_kind_has_its_own_bench_and_training_prompts():
     bench = {p for t in TASK_KINDS for p in BENCH[t]}
     train = {p for t in TASK_KINDS for p in TRAIN[t]}
     assert not bench & train  # the exits are measured on prompts they were not trained on
+
+
+def test_no_training_prompt_holds_a_text_the_bench_asks_about():
+    def texts(prompt: str) -> set[str]:  # what follows the question: an article, or nothing
+        return {part for part in prompt.split("\n\n")[1:] if part}
+
+    bench = {a for p in BENCH["summarisation"] for a in texts(p)}
+    assert len(bench) == len(BENCH["summarisation"])  # every summarisation prompt carries its article
+    for split in (TRAIN, DISTILL):
+        for kind in TASK_KINDS:
+            for prompt in split[kind]:
+                assert not texts(prompt) & bench and not any(a in prompt for a in bench), prompt[:60]
+    assert {a for p in TRAIN["summarisation"] for a in texts(p)}  # control: the train split has texts too
 
 
 def test_task_prompts_are_text_only(tokenizer):
