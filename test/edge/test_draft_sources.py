@@ -26,12 +26,15 @@ from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 from edge_spec_ros.training.drafter_distill import (
     DistillConfig,
     Sample,
+    batch_loss,
     distill,
     generate_samples,
     load_samples,
+    head_rows_of,
     sample_loss,
     save_samples,
     split_stream,
+    step_batch,
 )
 
 INSTRUCTIONS = ("find the silver bottle", "go to the red chair", "turn left at the door", "stop")
@@ -141,6 +144,12 @@ def test_a_distilled_drafter_trains_saves_loads_and_keeps_the_output_exact(targe
     assert step == 7
     loaded, saved = load_student(target_model, tmp_path)
     assert saved == DistilledConfig("tiny", 2, 64, 7)
+    with pytest.raises(ValueError, match="another configuration"):
+        distill(target_model, samples, DistillConfig(**{**dconf.__dict__, "steps": 8, "batch_size": 2}), tmp_path, "tiny")
+    # batched, bf16 matmuls: trains too
+    bconf = DistillConfig(**{**dconf.__dict__, "batch_size": 2, "autocast": "bfloat16"})
+    batched, _ = distill(target_model, samples * 2, bconf, tmp_path / "bf16", "tiny")
+    assert float(sample_loss(batched, samples[0])) < before
     h = torch.randn(1, 5, target_model.config.text_config.hidden_size)
     torch.testing.assert_close(loaded.lm_head(h), resumed.lm_head(h))
     distilled = DistilledDrafter(loaded, saved)
@@ -150,6 +159,54 @@ def test_a_distilled_drafter_trains_saves_loads_and_keeps_the_output_exact(targe
     save_student(loaded, saved, tmp_path / "copy")
     again, _ = load_student(target_model, tmp_path / "copy")
     torch.testing.assert_close(again.lm_head.weight, loaded.lm_head.weight)
+
+
+def full_vocabulary_loss(student, sample: Sample) -> torch.Tensor:
+    """The distillation loss from the student's own logits over the whole vocabulary (−∞ outside its
+    head), one sample at a time: the reference ``batch_loss`` must equal."""
+    logits = student(input_ids=torch.tensor([sample.ids])).logits[0]  # (T, V)
+    first = sample.answer_start - 1
+    logq = torch.log_softmax(logits[first:len(sample.ids) - 1].float(), -1)  # (n, V)
+    if sample.top_ids is None:
+        target = torch.tensor(sample.ids[first + 1:])
+        said = torch.isin(target, student.lm_head.ids)
+        return -logq[said].gather(-1, target[said, None]).sum(), int(said.sum())
+    top, teacher = torch.tensor(sample.top_ids), torch.tensor(sample.top_logits)
+    teacher = teacher.masked_fill(~torch.isin(top, student.lm_head.ids), float("-inf"))
+    keep = torch.isfinite(teacher).any(-1)
+    p = torch.softmax(teacher[keep], -1)
+    return -(p * logq[keep].gather(-1, top[keep]).masked_fill(p == 0, 0.0)).sum(), int(keep.sum())
+
+
+def test_the_batched_loss_is_the_full_vocabulary_loss_over_all_answer_positions(target_model):
+    vocab = target_model.config.text_config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    student = build_student(target_model, 2, head_ids(vocab, 48, list(range(100, 140))))
+    soft = Sample(torch.randint(1, 100, (12,), generator=g).tolist(), 7,
+                  torch.randint(90, 150, (5, 3), generator=g).tolist(), torch.randn(5, 3, generator=g).tolist())
+    long_soft = Sample(torch.randint(1, 100, (20,), generator=g).tolist(), 9,
+                       torch.randint(90, 150, (11, 3), generator=g).tolist(), torch.randn(11, 3, generator=g).tolist())
+    hard = Sample([5, 6, 7, 110, 200, 120, 130], 3)  # 200: a token the head cannot say, left out
+    batch = [soft, hard, long_soft]  # padded to the longest; k = 3 beside hard labels' k = 1
+    with torch.no_grad():
+        parts = [full_vocabulary_loss(student, s) for s in batch]
+        expected = sum(loss for loss, _ in parts) / sum(n for _, n in parts)
+        torch.testing.assert_close(batch_loss(student, batch, head_rows_of(student)), expected)
+        torch.testing.assert_close(sample_loss(student, hard), parts[1][0] / parts[1][1])
+        assert parts[1][1] == 3  # 110, 120, 130 (after 7, 110 and 200)
+
+
+def test_training_steps_take_windows_of_similar_length_seeded_by_step():
+    samples = [Sample([1] * n, 1) for n in (9, 2, 5, 7, 3, 8, 4, 6)]
+    by_length = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
+    batches = [step_batch(samples, by_length, 0, step, 3) for step in range(200)]
+    assert batches == [step_batch(samples, by_length, 0, step, 3) for step in range(200)]  # a function of the step
+    assert batches != [step_batch(samples, by_length, 1, step, 3) for step in range(200)]  # control: another seed
+    for batch in batches:
+        lengths = sorted(len(s.ids) for s in batch)
+        assert lengths[-1] - lengths[0] == 2 or lengths in ([2, 8, 9], [2, 3, 9])  # neighbours, or the wrap
+    seen = [sum(any(s is x for s in b) for b in batches) for x in samples]
+    assert min(seen) > 40  # every sample is drawn (3 of 8 per step: 75 expected)
 
 
 def test_distillation_data_are_the_verifiers_greedy_answers_with_its_top_k(target_model, verifier, encoder, tokenizer,
