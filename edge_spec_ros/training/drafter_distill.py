@@ -12,9 +12,14 @@ is the answer's next token; the loss is the cross-entropy of the student's next-
 against the verifier's top-k distribution (soft targets carry more than the argmax; no verifier pass
 per training step). The stream of ``train-exits --text tasks`` can be added (``--stream``, hard labels).
 
-Resumable and seeded: the sample of step k is a function of (seed, k); student, optimiser state and
-step are checkpointed every ``checkpoint_every`` steps and at the end (``--max-minutes`` stops at a
-checkpoint), and a rerun with the same arguments continues. One torch thread by default.
+A step trains on ``--batch-size`` samples of similar length in one right-padded pass, with the
+head's logits taken at the answer positions only; ``--autocast bfloat16`` runs the matmuls in bf16
+(float32 weights and AdamW state), which CPUs with AMX or AVX512-BF16 run several times faster than
+float32.
+
+Resumable and seeded: the samples of step k are a function of (seed, k); student, optimiser state
+and step are checkpointed every ``checkpoint_every`` steps and at the end (``--max-minutes`` stops at
+a checkpoint), and a rerun with the same arguments continues. One torch thread by default.
 
 Run: ``nice -n 10 python -m edge_spec_ros.training.drafter_distill --out artifacts/drafter/distilled``.
 

@@ -145,7 +145,8 @@ def test_a_distilled_drafter_trains_saves_loads_and_keeps_the_output_exact(targe
     loaded, saved = load_student(target_model, tmp_path)
     assert saved == DistilledConfig("tiny", 2, 64, 7)
     with pytest.raises(ValueError, match="another configuration"):
-        distill(target_model, samples, DistillConfig(**{**dconf.__dict__, "steps": 8, "batch_size": 2}), tmp_path, "tiny")
+        other = DistillConfig(**{**dconf.__dict__, "steps": 8, "batch_size": 2})
+        distill(target_model, samples, other, tmp_path, "tiny")
     # batched, bf16 matmuls: trains too
     bconf = DistillConfig(**{**dconf.__dict__, "batch_size": 2, "autocast": "bfloat16"})
     batched, _ = distill(target_model, samples * 2, bconf, tmp_path / "bf16", "tiny")
