@@ -243,11 +243,13 @@ class DrafterNode(Node):
         out = Decision()
         out.header.stamp = self.get_clock().now().to_msg()
         out.decision, out.instruction, out.mode, out.text = decision, instruction, c.mode, text
+        if result is not None:  # the statistics go first: a reader that ends on the decision's action
+            # (navigate_node's goal, the demo) has them by then, however the topics interleave
+            self.stats.publish(stats_to_msg(result.stats, decision, out.header.stamp))
         self.decisions.publish(out)
         if result is None:
             return None
         s = result.stats
-        self.stats.publish(stats_to_msg(s, decision, out.header.stamp))
         self.get_logger().info(f"decision {decision} [{c.mode}] {text!r} τ={s.tau:.2f} "
                                f"r={s.miss_rate:.0%} {s.wall_s * 1e3:.0f} ms")
         return self._motion_end(decision, generation)
