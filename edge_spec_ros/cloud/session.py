@@ -130,7 +130,7 @@ class VerifySession:
         self._kv = None
         self._arrivals: dict[int, float] = {}  # round → when its whole block was admitted
         self._last_final: tuple[float, bool] | None = None  # the last verdict's time, and whether an exit matched it
-        self._last_block: tuple[float, bool | None] | None = None  # the last block's arrival; did it compute a chain
+        self._last_block: tuple[float, bool | None] | None = None  # last block's arrival; its arm (None: a probe)
 
     @property
     def prepared(self) -> "_Prepared | None":
@@ -247,7 +247,7 @@ class VerifySession:
         exits = planner.plan(probe=probe) if planner is not None else \
             frozenset(self._verifier.exit_layers) if want_exits else frozenset()
         if planner is not None and arrived is not None and not draft.chained:
-            if self._last_block is not None and self._last_block[1] is not None and arrived >= self._last_block[0]:
+            if self._last_block is not None and arrived >= self._last_block[0]:
                 planner.observe_cycle(arrived - self._last_block[0], self._last_block[1])
             every = probe and exits == frozenset(self._verifier.exit_layers)  # a probe round: neither arm
             self._last_block = (arrived, None if every else bool(exits))

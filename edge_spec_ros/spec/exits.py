@@ -23,13 +23,18 @@ The model leaves out what the robot pays for exits beyond their heads (its pre-d
 cores the verifier may share, every early result is encoded and sent), so the planner also checks
 the chain end to end: it compares the cycle between consecutive blocks (verification, link, the
 robot's drafting or its hit) in rounds with the chain against rounds with no exit, uses the faster
-arm, and tries the other one every ``EXPLORE_EVERY``-th round. Exits never change the verdicts, so
-the two arms commit the same tokens per round and their cycles compare directly.
+arm, and tries the other one at most every ``EXPLORE_EVERY``-th round and only as often as
+``EXPLORE_BUDGET`` of the cycles since it was last tried covers what a try is measured to lose (its
+cycle less the faster arm's), so that an arm far slower is tried rarely and one nearly as fast every
+``EXPLORE_EVERY``-th round. Exits never change the verdicts, so the two arms commit the same tokens
+per round and their cycles compare directly.
 The planner's first ``warmup_rounds`` (optionally every ``probe_every``-th) compute every exit,
 and so does the first round of a decision while such probes are cheap, so rates of exits switched
 off stay measured (these rounds are the joint observations): a decision's first round probes when
-the verification time since the last probe, times ``PROBE_BUDGET``, covers the heads of every exit,
-and otherwise plans like the others. Where heads cost little beside the verification (an emulated
+the verification time since the last probe, times ``PROBE_BUDGET``, covers what a probe costs: the
+heads of every exit, or, once probe rounds' cycles are measured, what such a cycle takes beyond the
+faster arm's if that is more (the robot's side of every exit: its pre-draft threads on the cores
+the verifier shares), and otherwise plans like the others. Where heads cost little beside the verification (an emulated
 T_q, a GPU) every first round probes, and two decisions given the same first draft stream the same
 early results; where nine heads over a 49k vocabulary cost twice a plain verification (SmolLM2-135M
 on a CPU), a probe comes every few decisions. A robot that pipelines its blocks (PicoSpec) has its
@@ -85,7 +90,8 @@ WARMUP_ROUNDS = 1  # rounds with every exit before the learned plan is used (eac
 PROBE_EVERY = 0  # every so many rounds, every exit again (0: only each decision's first round does)
 PLAN_SMOOTHING = 0.1  # EMA weight of the newest round in r_l, h_l and the gaps
 HISTORY = 64  # rounds with every exit computed that the joint choice looks back on
-EXPLORE_EVERY = 16  # every so many planned rounds, the arm (chain / no exit) that looks slower is tried
+EXPLORE_EVERY = 16  # at most every so many planned rounds, the arm (chain / no exit) that looks slower is tried
+EXPLORE_BUDGET = 0.02  # and only as often as this share of the cycles since its last try covers what a try loses
 MIN_ARM_ROUNDS = 3  # cycles measured in each arm before the faster one is preferred
 OUTLIER_FACTOR = 3.0  # a cycle above this many times its arm's mean counts as that much (a lost packet)
 PRIOR_ROUNDS = 2  # rounds without a hit the joint choice adds to its history: one probe is not proof
@@ -127,9 +133,10 @@ class ExitPlanner:
         self._t_q, self._t_q_rounds = 0.0, 0  # EMA of the verification time T_q (s)
         self._base, self._base_rounds = 0.0, 0  # EMA of T_q less the round's exit heads (s)
         self._since_probe = 0  # rounds planned since the last one that computed every exit
-        self._cycle = {True: 0.0, False: 0.0}  # EMA of the block-to-block cycle with the chain / with no exit
-        self._cycles = {True: 0, False: 0}
-        self._bandit_rounds = 0
+        # EMA of the block-to-block cycle with the chain / with no exit / with every exit (a probe)
+        self._cycle: dict[bool | None, float] = {True: 0.0, False: 0.0, None: 0.0}
+        self._cycles: dict[bool | None, int] = {True: 0, False: 0, None: 0}
+        self._since_explore = 0  # planned rounds since the slower arm was last tried
         self._history: list[frozenset[int]] = []  # per round with every exit: the exits that were right
         self.rounds = 0  # rounds planned
         self.computed = {l: 0 for l in self.layers}  # rounds each exit was planned in
@@ -181,12 +188,16 @@ class ExitPlanner:
             return self._probe_due()
 
     def _probe_due(self) -> bool:
-        """A probe costs the heads of every exit, Σ h_l; it is due once PROBE_BUDGET of the verification
-        time since the last round with every exit (rounds × T_q without heads) covers that cost."""
+        """A probe costs the heads of every exit, Σ h_l, or what a probe round's cycle is measured to
+        take beyond the faster arm's if that is more; it is due once PROBE_BUDGET of the verification time
+        since the last round with every exit (rounds × T_q without heads) covers that cost."""
         if self._base_rounds == 0:
             return True
-        heads = sum(self._head.values())
-        return heads <= PROBE_BUDGET * self._since_probe * self._base
+        cost = sum(self._head.values())
+        arms = [self._cycle[arm] for arm in (True, False) if self._cycles[arm]]
+        if self._cycles[None] and arms:
+            cost = max(cost, self._cycle[None] - min(arms))
+        return cost <= PROBE_BUDGET * self._since_probe * self._base
 
     def observe(self, outputs: Mapping[int, tuple[int, ...]], final: tuple[int, ...],
                 head_s: Mapping[int, float], t_q_s: float, covered: bool = False) -> bool:
@@ -222,21 +233,28 @@ class ExitPlanner:
 
     def _chain_arm(self) -> bool:
         """Whether this planned round computes its chain (True) or no exit (False): each arm until it
-        has MIN_ARM_ROUNDS cycles, then the faster, and the slower every EXPLORE_EVERY-th round."""
-        self._bandit_rounds += 1
+        has MIN_ARM_ROUNDS cycles, then the faster, and the slower once at least EXPLORE_EVERY rounds
+        have passed since its last try and EXPLORE_BUDGET of their cycles covers what it loses."""
         for arm in (True, False):
             if self._cycles[arm] < MIN_ARM_ROUNDS:
                 return arm
         faster = self._cycle[True] <= self._cycle[False]
-        return (not faster) if self._bandit_rounds % EXPLORE_EVERY == 0 else faster
+        self._since_explore += 1
+        loss = abs(self._cycle[True] - self._cycle[False])
+        if self._since_explore >= EXPLORE_EVERY and \
+                loss <= EXPLORE_BUDGET * self._since_explore * min(self._cycle[True], self._cycle[False]):
+            self._since_explore = 0
+            return not faster
+        return faster
 
-    def observe_cycle(self, cycle_s: float, with_chain: bool) -> None:
+    def observe_cycle(self, cycle_s: float, with_chain: bool | None) -> None:
         """The time from a block's arrival to the next block's, after a round that computed a learned
-        chain of exits (``with_chain``) or no exit (a decision's first round, with every exit, is neither)."""
+        chain of exits (``with_chain`` True), no exit (False) or every exit (None: a decision's first
+        round as a probe, which is neither arm)."""
         if not (math.isfinite(cycle_s) and cycle_s >= 0.0):
             return
         with self._lock:
-            arm = bool(with_chain)
+            arm = with_chain if with_chain is None else bool(with_chain)
             if self._cycles[arm] == 0:
                 self._cycle[arm] = cycle_s
             else:
@@ -244,7 +262,7 @@ class ExitPlanner:
                 self._cycle[arm] += self.smoothing * (x - self._cycle[arm])
             self._cycles[arm] += 1
 
-    def cycle_s(self, with_chain: bool) -> float | None:
+    def cycle_s(self, with_chain: bool | None) -> float | None:
         """The measured cycle of an arm (None before its first)."""
         with self._lock:
             return self._cycle[with_chain] if self._cycles[with_chain] else None
