@@ -107,6 +107,39 @@ def test_a_chain_that_slows_the_cycle_is_turned_off_and_tried_again_now_and_then
     assert planner.cycle_s(True) < 0.02
 
 
+def test_a_far_slower_arm_is_tried_only_within_its_budget():
+    from edge_spec_ros.spec.exits import EXPLORE_BUDGET, EXPLORE_EVERY, MIN_ARM_ROUNDS
+
+    planner = ExitPlanner([1, 2], num_layers=3, warmup_rounds=0)
+    run_rounds(planner, 2, {1: True, 2: True}, head_s=0.0001, t_q_s=0.05)
+    arms = []
+    for _ in range(2 * MIN_ARM_ROUNDS + 400):
+        plan = planner.plan()
+        arms.append(bool(plan))
+        # exits make the cycle almost three times longer (rounds of a few ms, threads on shared cores)
+        planner.observe_cycle(0.0175 if plan else 0.0063, with_chain=bool(plan))
+    tries = [i for i, arm in enumerate(arms[2 * MIN_ARM_ROUNDS:]) if arm]
+    spacing = math.ceil((0.0175 - 0.0063) / (EXPLORE_BUDGET * 0.0063))  # rounds whose budget pays for a try
+    assert spacing > EXPLORE_EVERY
+    assert tries == list(range(spacing - 1, 400, spacing))  # each try's loss within the budget of the rounds before
+
+
+def test_a_probe_whose_rounds_slow_the_cycle_waits_for_its_budget():
+    from edge_spec_ros.spec.exits import MIN_ARM_ROUNDS, PROBE_BUDGET
+
+    planner = ExitPlanner([1, 2], num_layers=3, warmup_rounds=0)
+    run_rounds(planner, 2, {1: True, 2: True}, head_s=1e-6, t_q_s=0.005)  # heads cost nearly nothing
+    for _ in range(MIN_ARM_ROUNDS):
+        planner.observe_cycle(0.0175, with_chain=True)
+        planner.observe_cycle(0.0063, with_chain=False)
+    assert planner.plan(probe=True) == {1, 2}  # by its heads alone a probe is cheap
+    planner.observe_cycle(0.0175, with_chain=None)  # but a probe round's cycle is 11 ms longer than no exit's
+    assert planner.cycle_s(None) == pytest.approx(0.0175)
+    spacing = math.ceil((0.0175 - 0.0063) / (PROBE_BUDGET * (0.005 - 2e-6)))  # T_q without the heads
+    firsts = [planner.plan(probe=True) for _ in range(spacing + 1)]
+    assert [i for i, p in enumerate(firsts) if p == {1, 2}] == [spacing]
+
+
 def test_a_decisions_first_round_computes_every_exit_while_probes_are_cheap():
     from edge_spec_ros.spec.exits import MIN_ARM_ROUNDS
 
