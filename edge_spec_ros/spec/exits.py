@@ -28,20 +28,20 @@ arm, and tries the other one at most every ``EXPLORE_EVERY``-th round and only a
 cycle less the faster arm's), so that an arm far slower is tried rarely and one nearly as fast every
 ``EXPLORE_EVERY``-th round. Exits never change the verdicts, so the two arms commit the same tokens
 per round and their cycles compare directly.
-The planner's first ``warmup_rounds`` (optionally every ``probe_every``-th) compute every exit,
-and so does the first round of a decision while such probes are cheap, so rates of exits switched
-off stay measured (these rounds are the joint observations): a decision's first round probes when
-the verification time since the last probe, times ``PROBE_BUDGET``, covers what a probe costs: the
-heads of every exit, or, once probe rounds' cycles are measured, what such a cycle takes beyond the
-faster arm's if that is more (the robot's side of every exit: its pre-draft threads on the cores
-the verifier shares), and otherwise plans like the others. Where heads cost little beside the verification (an emulated
-T_q, a GPU) every first round probes, and two decisions given the same first draft stream the same
-early results; where nine heads over a 49k vocabulary cost twice a plain verification (SmolLM2-135M
-on a CPU), a probe comes every few decisions. A robot that pipelines its blocks (PicoSpec) has its
-next block after a fully accepted one, so in its rounds an exit earns only after a rejection
-(``observe(..., covered=True)`` for the others); the verifier keeps a planner of its own for such
-sessions (models/verifier.planner_for). Only the final exit's verdict is ever emitted as tokens: the
-plan changes which guesses reach the robot, never the output.
+The planner's first ``warmup_rounds`` (optionally every ``probe_every``-th) compute every exit, and
+so does the first round of a decision while such probes are cheap, so rates of exits switched off
+stay measured (these rounds are the joint observations): a decision's first round probes when the
+verification time since the last probe, times ``PROBE_BUDGET``, covers what a probe costs: the heads
+of every exit, or, once probe rounds' cycles are measured, what such a cycle takes beyond the faster
+arm's if that is more (the robot's side of every exit: its pre-draft threads on the cores the
+verifier shares), and otherwise plans like the others. Where heads cost little beside the
+verification (an emulated T_q, a GPU) every first round probes, and two decisions given the same
+first draft stream the same early results; where nine heads over a 49k vocabulary cost twice a plain
+verification (SmolLM2-135M on a CPU), a probe comes every few decisions. A robot that pipelines its
+blocks (PicoSpec) has its next block after a fully accepted one, so in its rounds an exit earns only
+after a rejection (``observe(..., covered=True)`` for the others); the verifier keeps a planner of
+its own for such sessions (models/verifier.planner_for). Only the final exit's verdict is ever
+emitted as tokens: the plan changes which guesses reach the robot, never the output.
 """
 
 from __future__ import annotations
