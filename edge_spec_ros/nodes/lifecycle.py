@@ -7,6 +7,13 @@ handlers are off; SIGINT and SIGTERM only set an event. The spin loop notices it
 its final messages: the context is still valid), ``FLUSH_S`` more of spinning so those messages are
 delivered, the executor's shutdown, ``destroy_node`` and ``rclpy.try_shutdown``. Nodes that own threads or command motion implement ``close()``.
 
+Managed nodes (``nodes/managed.py``): ``main_for`` configures and activates each one whose
+``autostart`` is true before it spins (a configure that fails: one error line, status 1); the others
+wait, unconfigured, for a lifecycle manager. Their ``close()`` is the ``shutdown`` transition: an
+active node deactivates first (the action node publishes zero velocity), then releases what it took.
+The process's library log lines (Python ``logging``) go to ``/rosout`` through its first node's logger
+(``nodes/rosout.py``).
+
 One single-threaded executor per process: rclpy's multi-threaded executor spends most of its time
 rebuilding wait sets under the GIL, and no callback of this package blocks (work that blocks runs on
 the nodes' own worker threads).
@@ -24,6 +31,9 @@ from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
+
+from edge_spec_ros.nodes.managed import bring_up
+from edge_spec_ros.nodes.rosout import forward_library_logs, stop_forwarding
 
 SPIN_PERIOD_S = 0.1  # how often the spin loop looks at the stop event (the reaction time to a signal)
 FLUSH_S = 0.2  # after closing, keep spinning this long so the final messages reach their subscribers
@@ -86,19 +96,23 @@ def close_all(nodes: Sequence[Node], executor: SingleThreadedExecutor | None) ->
 def main_for(*factories: Callable[[], Node], args: list[str] | None = None) -> int:
     """The ``main()`` of a node executable: build the nodes, spin until a signal, close cleanly.
 
-    A node that cannot start (a camera that does not open, an invalid parameter) is reported on one
-    line and the process exits with status 1.
+    A node that cannot start (a camera that does not open, an invalid parameter, a managed node whose
+    autostart configure fails) is reported on one line and the process exits with status 1.
     """
     stop = init(args)
     nodes: list[Node] = []
     executor = None
+    forwarding = None
     status = 0
     try:
         for factory in factories:
             nodes.append(factory())
+            if forwarding is None:
+                forwarding = forward_library_logs(nodes[0])
         executor = SingleThreadedExecutor()
         for node in nodes:
             executor.add_node(node)
+        bring_up(nodes)
         spin_until(executor, stop.event.is_set)
     except (ValueError, RuntimeError, OSError, ParameterException) as exc:
         rclpy.logging.get_logger("edge_spec_ros").fatal(str(exc))
@@ -107,5 +121,7 @@ def main_for(*factories: Callable[[], Node], args: list[str] | None = None) -> i
         pass
     finally:
         close_all(nodes, executor)
+        if forwarding is not None:
+            stop_forwarding(forwarding)
         stop.restore()
     return status
