@@ -10,6 +10,12 @@ Decoding validates everything (magic, version, type, JSON, field names and types
 sizes, decompressed lengths) and raises ``WireError`` with a clear message on the first problem.
 Every descriptor (name, dtype, rank, declared size against ``DecodeLimits``) is checked before any
 buffer is decompressed, so a small frame set cannot make the receiver allocate more than the limits.
+
+Versions: ``VERSION`` is the frame layout's; a peer speaking another is refused with
+``UNSUPPORTED_VERSION``. Message types are added without changing it (``messages.PROTOCOL_REVISION``:
+2 added the heartbeat, ``Ping``/``Pong``): a peer that predates a type answers it with an ``Error``
+(MALFORMED, "unknown message type N") on the same session id, so a newer robot can tell an older
+server from a dead one.
 """
 
 from __future__ import annotations

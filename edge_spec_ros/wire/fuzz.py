@@ -17,15 +17,15 @@ import numpy as np
 
 from edge_spec_ros.wire.codec import ALLOWED_DTYPES, HEADER, MAGIC, VERSION, encode
 from edge_spec_ros.wire.messages import (
-    Close, DraftBlock, Envelope, Error, ExitResult, Generate, Message, MsgType, Open, Opened, Stats, StatsReply,
-    Tokens,
+    Close, DraftBlock, Envelope, Error, ExitResult, Generate, Message, MsgType, Open, Opened, Ping, Pong, Stats,
+    StatsReply, Tokens,
 )
 
 ODD_VALUES = [None, True, False, 0, -1, 1, 2**31, 2**63, 2**64, -(2**64), 10**30, 0.5, -0.0, 1e308, "NaN", "Infinity",
               "", "x", "priority", "\u200b", "\x00", [], [1, 2], [[1]], {}, {"a": 1}, [None], "9" * 50]
 ODD_DTYPES = [*ALLOWED_DTYPES, "float64", "object", "<U4", "", None, 5]
 ODD_CODECS = ["raw", "lz4", "zstd", "", None, 1]
-REQUESTS = (Open, DraftBlock, Generate, Close, Stats)
+REQUESTS = (Open, DraftBlock, Generate, Close, Stats, Ping)
 
 
 def sample_messages(rng: random.Random, vocab: int, prompt: np.ndarray | None = None) -> list[Message]:
@@ -46,9 +46,9 @@ def sample_messages(rng: random.Random, vocab: int, prompt: np.ndarray | None = 
                    q_values=np.sort(q, -1)[:, ::-1][:, :4].copy()),
         DraftBlock(round=0, position=len(ids), tokens=tokens, q_draft=q[np.arange(gamma), tokens].copy()),
         Generate(max_new_tokens=rng.randint(1, 8), stop_tokens=tuple(int(t) for t in tokens[:2])),
-        Close(), Stats(),
+        Close(), Stats(), Ping(rng.randrange(2**31)),
         Opened(6, (1, 2, 3), 0.01), ExitResult(0, 6, 1, tokens[:2], 0.5, True),
-        Tokens(tokens[:1], True), Error(1, "x"), StatsReply("{}"),
+        Tokens(tokens[:1], True), Error(1, "x"), StatsReply("{}"), Pong(rng.randrange(2**31), 2),
     ]
 
 
@@ -59,7 +59,7 @@ def _mutate_meta(rng: random.Random, frames: list[bytes]) -> list[bytes]:
     if keys and choice < 0.5:
         meta[rng.choice(keys)] = rng.choice(ODD_VALUES)
     elif choice < 0.65:
-        meta[rng.choice(["round", "seed", "bogus", "temperature", "max_new_tokens", "tokens"])] = rng.choice(ODD_VALUES)
+        meta[rng.choice(["round", "seed", "bogus", "temperature", "max_new_tokens", "tokens", "seq"])] = rng.choice(ODD_VALUES)
     elif meta["arrays"] and choice < 0.95:
         desc = rng.choice(meta["arrays"])
         slot = rng.randrange(6)

@@ -26,6 +26,9 @@ class MsgType(IntEnum):
     ERROR = 8  # cloud → robot: a request was refused
     STATS = 9  # robot → cloud: ask for the server's counters
     STATS_REPLY = 10  # cloud → robot: the counters
+    # 11: a compact draft block (wire/compact.py); 32-37: DRAGON (wire/dragon.py)
+    PING = 12  # robot → cloud: the link's heartbeat, independent of decisions (edge/client.py)
+    PONG = 13  # cloud → robot: the answer of the server's I/O thread, never queued behind a worker
 
 
 class ErrorCode(IntEnum):
@@ -143,12 +146,31 @@ class StatsReply:
     TYPE = MsgType.STATS_REPLY
 
 
+@dataclass(frozen=True)
+class Ping:
+    """The heartbeat (protocol revision 2; frame layout ``codec.VERSION`` unchanged). It travels on a
+    session id of its own, never a decision's. A server of revision 1 answers it with
+    ``Error(MALFORMED, "unknown message type 12")`` on that session id, which is as much a sign of life."""
+
+    seq: int  # the robot's ping counter, echoed by the Pong
+    TYPE = MsgType.PING
+
+
+@dataclass(frozen=True)
+class Pong:
+    seq: int  # the Ping's
+    revision: int = 0  # the server's PROTOCOL_REVISION
+    TYPE = MsgType.PONG
+
+
+PROTOCOL_REVISION = 2  # 1: decisions and Stats; 2: Ping/Pong. Older peers answer a newer type with an Error.
+
 MESSAGE_TYPES: dict[MsgType, type] = {
     cls.TYPE: cls
-    for cls in (Open, Opened, DraftBlock, ExitResult, Generate, Tokens, Close, Error, Stats, StatsReply)
+    for cls in (Open, Opened, DraftBlock, ExitResult, Generate, Tokens, Close, Error, Stats, StatsReply, Ping, Pong)
 }
 
-Message = Open | Opened | DraftBlock | ExitResult | Generate | Tokens | Close | Error | Stats | StatsReply
+Message = Open | Opened | DraftBlock | ExitResult | Generate | Tokens | Close | Error | Stats | StatsReply | Ping | Pong
 
 
 @dataclass(frozen=True)

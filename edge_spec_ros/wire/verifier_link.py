@@ -32,6 +32,17 @@ class VerifierTimeout(VerifierError):
         self.code = -1
 
 
+class VerifierLost(VerifierError):
+    """The link's heartbeat says the verifier is gone (``wire/heartbeat.py``): no wait on it is
+    worth finishing. A decision interrupted by it is not opened again until the link is alive."""
+
+    CODE = -3  # also the BridgeStatus code of a LINK_LOST the bridge's heartbeat found
+
+    def __init__(self, message: str) -> None:
+        RuntimeError.__init__(self, message)
+        self.code = self.CODE
+
+
 class VerifierAuthError(VerifierError):
     """The connection's security handshake failed: no request can reach the verifier."""
 

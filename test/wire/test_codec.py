@@ -25,6 +25,8 @@ from edge_spec_ros.wire.messages import (
     MsgType,
     Open,
     Opened,
+    Ping,
+    Pong,
     Stats,
     StatsReply,
     Tokens,
@@ -49,6 +51,8 @@ SAMPLES = {
     Error: Error(code=int(ErrorCode.OUT_OF_ORDER), message="draft for round 4, expected 3 — ünïcode", round=4),
     Stats: Stats(),
     StatsReply: StatsReply(counters=json.dumps({"drafts": 10, "exits": 40})),
+    Ping: Ping(seq=3),
+    Pong: Pong(seq=3, revision=2),
 }
 
 # Samples built from required fields only (defaults everywhere else), including None / empty values.
