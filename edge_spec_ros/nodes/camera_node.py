@@ -2,6 +2,9 @@
 
 Publishes   camera/image_raw (sensor_msgs/Image in ``encoding``) with ``image_transport: raw``, or
             camera/image_raw/compressed (sensor_msgs/CompressedImage, JPEG or PNG) with ``compressed``
+            /diagnostics: ``camera: frame rate`` (hardware id: the source), the measured frame rate
+            against ``rate_hz`` over the last 5 s: OK within 10 %, WARN outside it or after 3 periods
+            without a frame, ERROR when the source has ended or nothing came for the whole window
 Sources: ``synthetic`` (a rendered room, no hardware), an OpenCV device index (``0``, as a string or an
 integer), a video file, or a directory of images (played in name order, looping). A source that cannot
 be opened is an error: the node logs why and exits with status 1.
@@ -20,6 +23,7 @@ from sensor_msgs.msg import CompressedImage, Image
 
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.nodes.convert import COMPRESSED_FORMATS, WRITABLE_ENCODINGS, rgb_to_compressed, rgb_to_image
+from edge_spec_ros.nodes.diagnostics import ERROR, Diagnostics, RateMeter, Report
 from edge_spec_ros.nodes.image_input import QOS_CHOICES, RELIABLE_IMAGES, TRANSPORTS
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
@@ -113,6 +117,10 @@ class CameraNode(Node):
         else:
             self.publisher = self.create_publisher(CompressedImage, "camera/image_raw/compressed", qos)
         self.timer = self.create_timer(1.0 / c.rate_hz, self.tick)
+        self.rate = RateMeter(c.rate_hz)
+        self.ended = False
+        self.diagnostics = Diagnostics(self, hardware_id=c.source)
+        self.diagnostics.add("frame rate", self.report)
         what = c.encoding if c.image_transport == "raw" else c.compressed_format
         self.get_logger().info(f"camera source {c.source} at {c.rate_hz} Hz on {self.publisher.topic_name} ({what})")
 
@@ -124,6 +132,7 @@ class CameraNode(Node):
     def tick(self) -> None:
         frame = self.source.read()
         if frame is None:
+            self.ended = True
             self.get_logger().warning("camera source ended", once=True)
             return
         c = self.config
@@ -132,6 +141,14 @@ class CameraNode(Node):
             self.publisher.publish(rgb_to_image(frame, stamp, c.frame_id, c.encoding))
         else:
             self.publisher.publish(rgb_to_compressed(frame, stamp, c.frame_id, c.compressed_format, c.jpeg_quality))
+        self.rate.tick()
+
+    def report(self) -> Report:
+        report = self.rate.report("frames")
+        report.values.update(source=self.config.source, topic=self.publisher.topic_name)
+        if self.ended:
+            return Report(ERROR, f"camera source ended after {self.rate.count} frames", report.values)
+        return report
 
     def destroy_node(self) -> None:
         if self.source is not None:

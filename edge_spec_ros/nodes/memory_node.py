@@ -6,6 +6,8 @@ Subscribes  edge_spec/decision (Decision: each decision's decoded text, recorded
             memory/note (std_msgs/String: a note a user adds), and ``odom_topic``
             (nav_msgs/Odometry: the pose x, y, θ recorded with every entry; empty: pose 0, 0, 0)
 Serves      memory/add_note (AddNote: a note, answered once it is written, with the count of entries)
+Publishes   /diagnostics: ``memory: recording`` (hardware id: the memory directory): OK with the count
+            of entries, ERROR with the reason when nothing is recorded (or the last entry failed)
 
 Every entry is appended to ``<memory_dir>/memory.jsonl`` at once (flushed; fsync with ``fsync``)
 with the node's clock (simulation time under ``use_sim_time``) and the latest pose, and is there for
@@ -30,6 +32,7 @@ from std_msgs.msg import String
 from edge_spec_ros.edge.cycle import is_stop
 from edge_spec_ros.msg import Decision
 from edge_spec_ros.srv import AddNote as AddNoteSrv
+from edge_spec_ros.nodes.diagnostics import ERROR, OK, Diagnostics, Report
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE
@@ -73,7 +76,10 @@ class MemoryNode(Node):
         self.memory: RobotMemory | None = None
         self.unavailable = ""  # why nothing is recorded ("" : recording)
         self._lock_file = None
+        self.last_error = ""  # why the last entry was not written ("" : it was)
         directory = Path(os.path.expanduser(c.memory_dir))
+        self.diagnostics = Diagnostics(self, hardware_id=str(directory))
+        self.diagnostics.add("recording", self.report)
         try:  # one writer per memory: entry ids are counted by the writer
             directory.mkdir(parents=True, exist_ok=True)
             self._lock_file = open(directory / LOCK_FILE, "a")
@@ -127,8 +133,18 @@ class MemoryNode(Node):
             self.memory.add(kind, text, self.pose, time=now)
         except (OSError, ValueError) as exc:  # a full disk must not stop the robot: log and go on
             self.get_logger().error(f"memory entry not written: {exc!r}")
-            return f"memory entry not written: {exc}"
+            self.last_error = f"memory entry not written: {exc}"
+            return self.last_error
+        self.last_error = ""
         return ""
+
+    def report(self) -> Report:
+        if self.memory is None:
+            return Report(ERROR, self.unavailable)
+        values = {"entries": len(self.memory), "file": self.memory.path, "skipped_lines": self.memory.skipped_lines}
+        if self.last_error:
+            return Report(ERROR, self.last_error, values)
+        return Report(OK, f"recording ({len(self.memory)} entries)", values)
 
     def on_decision(self, msg: Decision) -> None:
         self._add("observation", msg.text)

@@ -7,6 +7,8 @@ Publishes   instruction (std_msgs/String): the goal's instruction; "stop" when a
 Subscribes  edge_spec/decision (Decision), edge_spec/stats (DecodeStats), edge_spec/action (NavAction):
             relayed as feedback; instruction (std_msgs/String): one from another publisher supersedes
             the goal
+Publishes   /diagnostics: ``navigate: goal``: OK, the active goal (instruction, decisions so far) or
+            idle, and how the last goal ended
 
 A goal does exactly what publishing its instruction does (drafter_node decides, action_node moves,
 again after each motion) and follows the decisions: feedback for each decision, its statistics and
@@ -41,6 +43,7 @@ from std_msgs.msg import String
 from edge_spec_ros.action import Navigate
 from edge_spec_ros.edge.cycle import is_stop
 from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
+from edge_spec_ros.nodes.diagnostics import OK, Diagnostics, Report
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE
@@ -189,7 +192,18 @@ class NavigateNode(Node):
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(CHECK_PERIOD_S, self.check_progress, clock=self._steady)
         self._closed = False
+        self.last_result = ""  # how the last goal ended
+        self.diagnostics = Diagnostics(self)
+        self.diagnostics.add("goal", self.report)
         self.get_logger().info("navigate action ready")
+
+    def report(self) -> Report:
+        run = self.run
+        values = {"active": run is not None, "instruction": run.instruction if run is not None else "",
+                  "decisions": len(run.ids) if run is not None else "", "last_result": self.last_result}
+        if run is None:
+            return Report(OK, "idle", values)
+        return Report(OK, f"goal {run.instruction!r}: {len(run.ids)} decision(s)", values)
 
     # --- the action server -------------------------------------------------------------------------
     def on_goal(self, goal) -> GoalResponse:
@@ -227,8 +241,9 @@ class NavigateNode(Node):
         else:
             handle.abort()
         result = run.result()
-        self.get_logger().info(f"goal {run.instruction!r}: {('reached', 'stopped', 'failed')[result.outcome]} "
-                               f"after {result.decisions} decision(s): {result.message}")
+        self.last_result = (f"goal {run.instruction!r}: {('reached', 'stopped', 'failed')[result.outcome]} "
+                            f"after {result.decisions} decision(s): {result.message}")
+        self.get_logger().info(self.last_result)
         return result
 
     async def _send(self, run: GoalRun) -> None:
