@@ -12,8 +12,11 @@ commands
 where Δt is the odometry period: the cruise speed while far from the target, and on the last sample
 exactly the speed that covers what is left in one period (a dead-beat approach), so the robot stops
 on the target instead of up to one period past it. The motion ends when the remaining progress is
-below ``tolerance`` or, as a safety net (a wall in the way), when ``timeout_s`` of the clock the
-samples carry has passed since the start.
+below ``tolerance`` ("reached"); when the robot is blocked (a wall or an object in the way): over the
+last ``STALL_WINDOW_S`` of sample time it covered less than ``STALL_FRACTION`` of what the commands
+in effect asked for ("blocked", within about that window of the robot stopping); or, as the last
+safety net (a robot that moves, but far too slowly), when ``timeout_s`` of the clock the samples carry
+has passed since the start ("timeout").
 
 Nothing here reads a clock or a topic: the caller feeds (pose, time) samples, from the simulation
 (``sim/simulation.execute``) or from ``nav_msgs/Odometry`` (``nodes/action_node``).
@@ -22,6 +25,7 @@ Nothing here reads a clock or a topic: the caller feeds (pose, time) samples, fr
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 from edge_spec_ros.nav.planner import MotionPlan
@@ -29,7 +33,9 @@ from edge_spec_ros.nav.planner import MotionPlan
 LINEAR_TOLERANCE_M = 1e-3
 ANGULAR_TOLERANCE_RAD = math.radians(0.1)
 TIMEOUT_FACTOR = 2.0  # a motion is abandoned after this many times its planned duration ...
-TIMEOUT_MARGIN_S = 1.0  # ... plus this margin (the robot is blocked)
+TIMEOUT_MARGIN_S = 1.0  # ... plus this margin (the robot is far slower than commanded)
+STALL_WINDOW_S = 1.0  # a motion is blocked when, over this much sample time, the robot covered ...
+STALL_FRACTION = 0.2  # ... less than this share of what the commands in effect asked for
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,9 @@ class MotionTracker:
         self._turned = 0.0
         self.covered = 0.0  # signed distance along the start heading (m) or angle turned (rad) so far
         self.done = plan.is_stop
+        self._speed = speed  # the command in effect (unsigned): the caller sends the cruise one at the start
+        self._asked = 0.0  # progress the commands in effect have asked for so far (unsigned, m or rad)
+        self._window: deque[tuple[float, float, float]] = deque([(start_time_s, 0.0, 0.0)])  # (t, p, asked)
 
     def progress(self, pose: PlanarPose) -> float:
         """Unsigned-direction progress p along the plan at ``pose`` (updates the turn accumulator)."""
@@ -88,16 +97,33 @@ class MotionTracker:
         if self.done:
             return MotionCommand(0.0, 0.0, True, "done")
         dt = now_s - self._last_time
-        remaining = self.target - self.progress(pose)
+        progress = self.progress(pose)
+        remaining = self.target - progress
         self._last, self._last_time = pose, now_s
+        self._asked += self._speed * max(dt, 0.0)
+        unit, covered = "rad" if self.turn else "m", progress + 0.0  # (no "-0.000")
         if remaining <= self.tolerance:
             return self._finish("reached")
+        if self._blocked(now_s, progress):
+            return self._finish(f"blocked: {covered:.3f} of {self.target:.3f} {unit}, less than "
+                                f"{STALL_FRACTION:.0%} of the commanded travel in the last {STALL_WINDOW_S:g} s")
         if now_s - self.start_time_s >= self.timeout_s:
-            return self._finish(f"timeout: {self.target - remaining:.3f} of {self.target:.3f} "
-                                f"{'rad' if self.turn else 'm'} after {now_s - self.start_time_s:.1f} s")
-        speed = self.cruise if dt <= 0 else min(self.cruise, remaining / dt)
-        u = self.sign * speed
+            return self._finish(f"timeout: {covered:.3f} of {self.target:.3f} {unit} after "
+                                f"{now_s - self.start_time_s:.1f} s")
+        self._speed = self.cruise if dt <= 0 else min(self.cruise, remaining / dt)
+        u = self.sign * self._speed
         return MotionCommand(0.0, u) if self.turn else MotionCommand(u, 0.0)
+
+    def _blocked(self, now_s: float, progress: float) -> bool:
+        """Whether, over the last ``STALL_WINDOW_S`` of samples, the robot covered less than
+        ``STALL_FRACTION`` of what the commands asked for (the sample ``now_s`` is recorded)."""
+        window = self._window
+        window.append((now_s, progress, self._asked))
+        while len(window) > 2 and window[1][0] <= now_s - STALL_WINDOW_S:
+            window.popleft()  # keep the newest sample at least a window old as the window's start
+        start, start_progress, start_asked = window[0]
+        asked = self._asked - start_asked
+        return now_s - start >= STALL_WINDOW_S and asked > 0 and progress - start_progress < STALL_FRACTION * asked
 
     def _finish(self, reason: str) -> MotionCommand:
         self.done = True
