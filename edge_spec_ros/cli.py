@@ -932,11 +932,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The install each command needs (edge_spec_ros/extras.py); ``keys`` needs only the core. The
+# development commands need ``all``.
+COMMAND_EXTRAS = {
+    "serve": ("cloud",), "bringup": ("robot",), "record": ("robot",), "keys": (),
+    **{command: ("all",) for command in ("demo", "bench", "train-exits", "distill-drafter", "sim-episodes",
+                                         "train-sim-pair", "sim-eval", "sim-motion-bench", "build-tokenizer",
+                                         "convert-smollm2")},
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    from edge_spec_ros.extras import MissingExtra, require_extra
+
     args = build_parser().parse_args(argv)
     if getattr(args, "robot", 0) is None:
         args.robot = ["robot"]
-    return args.func(args)
+    # bringup --serve starts a verifier too
+    extras = COMMAND_EXTRAS[args.command] + (("cloud",) if getattr(args, "serve", False) is True else ())
+    try:  # a command of the other side's install: one line naming the extra, before anything loads
+        for extra in extras:
+            require_extra(extra, f"edge-spec-ros {args.command}")
+        return args.func(args)
+    except MissingExtra as exc:
+        _log(f"error: {exc}")
+        return 2
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_spec_ros.extras import require
+
 DEFAULT_ROBOTS = (1, 2, 4, 8, 16, 32)
 DEFAULT_MODES = ("sd", "fsd", "dssd")
 REPLY_S = 120.0  # a robot's longest wait for one reply under load
@@ -450,7 +452,7 @@ def _motion_cells(point: dict) -> str:
 
 
 def plot(report: dict, path: str | Path) -> Path:
-    import matplotlib
+    matplotlib = require("matplotlib", "all", "the fleet benchmark's plot (bench/fleet.py)")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

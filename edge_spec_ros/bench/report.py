@@ -13,6 +13,8 @@ import platform
 import subprocess
 from pathlib import Path
 
+from edge_spec_ros.extras import require
+
 REPO = Path(__file__).resolve().parents[2]  # the checkout this module runs from (when it is one)
 GIT_TIMEOUT_S = 10.0
 
@@ -227,7 +229,7 @@ def task_table(tasks: dict[str, dict[str, float]]) -> list[str]:
 
 
 def write(report: dict, out_dir: str | Path) -> tuple[Path, Path]:
-    import matplotlib
+    matplotlib = require("matplotlib", "all", "the benchmark's plot (bench/report.py)")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -36,6 +36,7 @@ from pathlib import Path
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
+from edge_spec_ros.extras import require
 from edge_spec_ros.wire.codec import HEADER, MAGIC, SESSION_BYTES, encode
 from edge_spec_ros.wire.link import CurveKeys
 from edge_spec_ros.wire.messages import Envelope, Error, ErrorCode, MsgType
@@ -51,6 +52,7 @@ RECEIVE_HWM = 100  # as the server's: frame sets buffered per robot connection b
 OPEN_TYPES = (int(MsgType.OPEN), 32)  # Open, DragonOpen (wire/dragon.py): a session starts
 CLOSE_TYPE = int(MsgType.CLOSE)
 STATS_TYPE = int(MsgType.STATS)
+RAY_USER = "the verifier's Ray replicas (cloud/replicas.py)"  # what needs the cloud extra's Ray
 
 
 def local_ray(num_cpus: int | None = None, **init_kwargs) -> None:
@@ -70,7 +72,7 @@ def local_ray(num_cpus: int | None = None, **init_kwargs) -> None:
     path = os.environ.get("PYTHONPATH", "")
     if str(REPO) not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), path) if p)
-    import ray
+    ray = require("ray", "cloud", RAY_USER)
     from ray._private import ray_constants
 
     if local:
@@ -81,7 +83,7 @@ def local_ray(num_cpus: int | None = None, **init_kwargs) -> None:
 
 def replica_class():
     """The Ray actor class (built lazily: importing this module needs no Ray)."""
-    import ray
+    ray = require("ray", "cloud", RAY_USER)
 
     @ray.remote(max_restarts=0)
     class VerifierReplica:
@@ -126,7 +128,7 @@ class _Replica:
 
 def ray_ping(actor) -> None:
     """A replica actor's health check: its ``ping`` answered within ``PING_TIMEOUT_S``, else raises."""
-    import ray
+    ray = require("ray", "cloud", RAY_USER)
 
     ray.get(actor.ping.remote(), timeout=PING_TIMEOUT_S)
 
@@ -341,7 +343,7 @@ def start_replicas(n: int, source: str = "embedded", server_args: dict | None = 
                    dtype: str = "float32") -> list[tuple[str, object, str]]:
     """``n`` replica actors (Ray must be up), placed by Ray's scheduler on nodes with the resources
     asked for (``num_gpus=1``: one GPU each); (name, actor handle, endpoint) each, once all listen."""
-    import ray
+    ray = require("ray", "cloud", RAY_USER)
 
     cls = replica_class()
     actors = [cls.options(num_cpus=num_cpus, num_gpus=num_gpus).remote(source, server_args, threads, device, dtype)
@@ -367,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--curve-keys", help="directory made by `edge-spec-ros keys`: CURVE on the robots' endpoint")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    import ray
+    ray = require("ray", "cloud", RAY_USER)
 
     from edge_spec_ros.wire.curve import server_keys
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
+from edge_spec_ros.extras import require
 from edge_spec_ros.models.prompt import PromptEncoder, decode_image, encode_image
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.sim.expert import Episode, run_episode
@@ -100,7 +101,7 @@ def evaluate(policy, seeds: list[int], max_decisions: int = MAX_DECISIONS, task:
 
 def plot_trajectory(world: World, episode: Episode, path: str | Path, title: str = "") -> Path:
     """Top-down picture of the room: objects (target ringed), the robot's path, its decisions."""
-    import matplotlib
+    matplotlib = require("matplotlib", "all", "the trajectory pictures (sim/closed_loop.py)")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -37,7 +37,10 @@ import math
 import operator
 from dataclasses import dataclass
 
-from scipy.special import lambertw
+from edge_spec_ros.extras import require
+
+# the robot's γ policy; the cloud's install has no SciPy
+lambertw = require("scipy.special", "robot", "the optimal draft length (spec/draft_length.py)").lambertw
 
 DEFAULT_MAX_GAMMA = 64
 # Speedups within this of 1 count as "no gain": S*(γ=1) = (1 + α)/(1 + L) is exactly 1 whenever α = L

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase, Qwen2VLForConditionalGeneration
 
+from edge_spec_ros.extras import require
 from edge_spec_ros.models.adapters import ExitAdapters
 
 STATE_FILE = "trainer_state.pt"
@@ -148,7 +149,7 @@ def train_exits(model: Qwen2VLForConditionalGeneration, adapters: ExitAdapters,
 
 def write_report(report: ExitReport, out_dir: str | Path) -> tuple[Path, Path]:
     """The Fig. 7-style table (JSON) and plot (PNG)."""
-    import matplotlib
+    matplotlib = require("matplotlib", "all", "the exit report's plot (training/exits.py)")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -19,6 +19,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "edge_spec_ros"
 NAME = PACKAGE.name
 
 LAYERS: tuple[tuple[str, ...], ...] = (
+    # which install has which optional module, and the one line naming the extra where one lacks it
+    ("extras",),
     # leaves: pure maths on tensors, pure navigation, the synthetic camera, rosbag2 files without ROS,
     # the CPU thread budget (bags and cpu are top-level modules, but libraries: sim and nodes use them)
     ("spec", "nav", "camera", "bags", "cpu"),
