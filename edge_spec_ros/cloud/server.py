@@ -2,7 +2,9 @@
 
 The I/O thread decodes every frame set under the server's limits (``cloud/limits.py``: sizes are
 checked before anything is decompressed), validates every field of the request, and answers each
-refusal itself with an ``Error`` carrying a code and a reason. Nothing slow runs there: the session's
+refusal itself with an ``Error`` carrying a code and a reason; it also answers the robots' heartbeat
+(``Ping`` → ``Pong``, wire/heartbeat.py) itself, so a verifier busy in a long forward is not taken
+for a dead one. Nothing slow runs there: the session's
 state machine (``VerifySession.handle``) admits each request (an out-of-order draft is refused at
 once) and returns its work, and that work (decoding the image, prefill, verification, generation)
 runs on worker threads, one job at a time per session, in arrival order. A job gives its worker back
@@ -53,7 +55,8 @@ from edge_spec_ros.wire.dragon import DragonDist, DragonDistRequest, DragonDraft
 from edge_spec_ros.wire.emulator import LinkShape
 from edge_spec_ros.wire.link import CurveKeys, Egress, IOThread
 from edge_spec_ros.wire.messages import (
-    Close, DraftBlock, Envelope, Error, ErrorCode, ExitResult, Generate, Message, Open, Stats, StatsReply,
+    PROTOCOL_REVISION, Close, DraftBlock, Envelope, Error, ErrorCode, ExitResult, Generate, Message, Open, Ping, Pong,
+    Stats, StatsReply,
 )
 
 log = logging.getLogger(__name__)
@@ -312,21 +315,34 @@ class VerifierServer:
     def _on_frames(self, frames: list[bytes], user_id: bytes = b"") -> None:
         identity, body = frames[0], frames[1:]
         self._count("frames_received")
-        self._last_request = time.monotonic()
-        if self.config.max_requests and self.counters["frames_received"] >= self.config.max_requests:
-            self._done.set()
         try:
             env = decode(body, self.decode_limits)
         except WireError as exc:
+            self._counted_request()
             self._count(exc.code.name.lower())
             session = body[0][4:4 + SESSION_BYTES] if body and len(body[0]) >= 4 + SESSION_BYTES else bytes(16)
             self._reply(identity, session, Error(int(exc.code), str(exc)))
             return
         self._count(f"msg_{type(env.message).__name__}")
+        if isinstance(env.message, Ping):
+            # the heartbeat, answered here on the I/O thread and never by a worker: a verifier busy in
+            # a long forward still answers, so the robot tells slow from dead. Not a request: it keeps
+            # no idle server alive (idle_exit_s) and does not count towards max_requests
+            self._count("pings")
+            self._reply(identity, env.session, Pong(env.message.seq, PROTOCOL_REVISION))
+            return
+        self._counted_request()
         try:
             self._dispatch(identity, user_id or identity, env.session, env.message)
         except RequestError as exc:
             self._refuse(identity, env.session, exc, getattr(env.message, "round", -1))
+
+    def _counted_request(self) -> None:
+        """A request (anything but a Ping): the idle timer restarts, and ``max_requests`` counts it."""
+        self._last_request = time.monotonic()
+        if self.config.max_requests and \
+                self.counters["frames_received"] - self.counters["pings"] >= self.config.max_requests:
+            self._done.set()
 
     def _refuse(self, identity: bytes, sid: bytes, exc: RequestError, round_: int = -1) -> None:
         self._count("out_of_order" if exc.code == ErrorCode.OUT_OF_ORDER else f"refused_{exc.code.name.lower()}")

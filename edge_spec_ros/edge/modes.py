@@ -57,7 +57,7 @@ import numpy as np
 
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig, DecodeResult, append_until_stop
-from edge_spec_ros.edge.client import VerifierAuthError, VerifierError, VerifierTimeout
+from edge_spec_ros.edge.client import VerifierAuthError, VerifierError, VerifierLost, VerifierTimeout
 from edge_spec_ros.edge.draft_sources import DraftChain, FreshDraft, PreDraftCache
 from edge_spec_ros.edge.gamma import CloudWall, RoundTiming
 from edge_spec_ros.edge.long_lived import LongLivedParts
@@ -75,7 +75,8 @@ from edge_spec_ros.wire.verifier_link import VerifierLink
 log = logging.getLogger(__name__)
 
 # A decision is opened again after these errors (the verifier restarted and forgot the session; the
-# link through the bridge was lost: code -1), and after a timeout.
+# bridge heard no reply within its reply timeout: code -1), and after a timeout; never after
+# VerifierLost (the link's heartbeat says the verifier is gone: the decision fails at once).
 RETRYABLE_CODES = frozenset({int(ErrorCode.UNKNOWN_SESSION), -1})
 RETRY_BACKOFF_S = 0.5  # before the first retry; the n-th waits n times this
 
@@ -180,12 +181,14 @@ class EdgeDecoder:
         a new session and decoded from the start, up to ``reconnect_retries`` times with
         ``RETRY_BACKOFF_S`` between tries. Every mode's output is a function of the prompt, the seed and
         the position-indexed draws, so the decision that finishes is exactly the one that was
-        interrupted; nothing of a failed try has left the decoder."""
+        interrupted; nothing of a failed try has left the decoder. A decision interrupted by a link
+        known dead (``VerifierLost``: the heartbeat, edge/client.py) fails at once and is not opened
+        again: the robot stops, and its next decision opens once the link is alive again."""
         for attempt in range(self.config.reconnect_retries + 1):
             try:
                 return self._decode_once(mode, prompt, image)
-            except VerifierAuthError:
-                raise  # a refused key does not heal by retrying
+            except (VerifierAuthError, VerifierLost):
+                raise  # a refused key does not heal by retrying; a dead verifier is not waited for
             except VerifierError as exc:
                 retryable = isinstance(exc, VerifierTimeout) or exc.code in RETRYABLE_CODES
                 if not retryable or attempt == self.config.reconnect_retries:
