@@ -14,7 +14,7 @@
 # Python 3.11, requirements-jazzy.txt with Python 3.10) to the next major release (the next minor one
 # for 0.x releases): an install goes into a Python that already has a ROS install's packages, and
 # exact pins would replace them or not exist for its Python (numpy 2.4 needs Python 3.11). The exact
-# tested releases are requirements-*.txt, for `pip install -c requirements-robot.txt '.[robot]'`;
+# tested releases are requirements-*.txt, for `pip install -r requirements-robot.txt '.[robot]'`;
 # test/packaging/test_installs.py checks that every pin lies in its range and what each install imports.
 from setuptools import find_packages, setup
 

@@ -3,5 +3,5 @@ In any other install, importing them ends with one line saying what to install."
 
 from edge_spec_ros.extras import require_extra, require_ros
 
-require_ros("edge_spec_ros.nodes")
 require_extra("robot", "edge_spec_ros.nodes")
+require_ros("edge_spec_ros.nodes")
