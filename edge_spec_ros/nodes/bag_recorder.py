@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 import rclpy
-from rclpy.event_handler import QoSSubscriptionMatchedInfo, SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from edge_spec_ros.bags import BagWriter
 from edge_spec_ros.nodes.bag_replay_node import message_class
+from edge_spec_ros.nodes.compat import subscribe_matched
 from edge_spec_ros.nodes.lifecycle import init
 from edge_spec_ros.nodes.matched import matched_line
 
@@ -32,16 +32,15 @@ class BagRecorder(Node):
         self.count = 0
         qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.BEST_EFFORT)
         for topic, msgtype in topics.items():
-            self.create_subscription(message_class(msgtype), topic,
-                                     lambda data, t=topic, m=msgtype: self._write(t, m, data), qos, raw=True,
-                                     event_callbacks=SubscriptionEventCallbacks(
-                                         matched=lambda info, t=topic: self._matched(t, info)))
+            subscribe_matched(self, message_class(msgtype), topic,
+                              lambda data, t=topic, m=msgtype: self._write(t, m, data), qos,
+                              on_matched=lambda count, t=topic: self._matched(t, count), raw=True)
 
-    def _matched(self, topic: str, info: QoSSubscriptionMatchedInfo) -> None:
+    def _matched(self, topic: str, count: int) -> None:
         """Log each change in a topic's publishers matched on the recorder's side: a message sent
         before its publisher is matched here is not in the bag (the graph showing both ends is not
         enough; on a loaded computer matching can take seconds)."""
-        self.get_logger().info(matched_line(topic, info.current_count))
+        self.get_logger().info(matched_line(topic, count))
 
     def _write(self, topic: str, msgtype: str, data: bytes) -> None:
         self.bag.write(topic, msgtype, self.get_clock().now().nanoseconds, data)

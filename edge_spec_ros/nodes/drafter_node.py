@@ -25,7 +25,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from rclpy.event_handler import QoSSubscriptionMatchedInfo, SubscriptionEventCallbacks
 from rclpy.node import Node
 from std_msgs.msg import String
 
@@ -42,6 +41,7 @@ from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_imag
 from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nav.config import HARD_MAX_DURATION_S
 from edge_spec_ros.nav.motion import TIMEOUT_FACTOR, TIMEOUT_MARGIN_S
+from edge_spec_ros.nodes.compat import subscribe_matched
 from edge_spec_ros.nodes.convert import stats_to_msg
 from edge_spec_ros.nodes.describe_service import DescribeService, ExclusiveDecoder
 from edge_spec_ros.nodes.dragon_answer import DragonAnswerer, DragonNodeConfig
@@ -142,8 +142,8 @@ class DrafterNode(Node):
             branch_blocks=c.branch_blocks)))
         self.decisions = self.create_publisher(Decision, "edge_spec/decision", RELIABLE)
         self.stats = self.create_publisher(DecodeStatsMsg, "edge_spec/stats", RELIABLE)
-        self.create_subscription(String, "instruction", self.on_instruction, RELIABLE, event_callbacks=(
-            SubscriptionEventCallbacks(matched=self.on_instruction_matched)))
+        subscribe_matched(self, String, "instruction", self.on_instruction, RELIABLE,
+                          on_matched=self.on_instruction_matched)
         self.images = ImageInput(self, declare_config(self, ImageInputConfig))
         self.describe = DescribeService(self)  # `describe`: image (or latest frame) + prompt -> text; moves nothing
         dragon = declare_config(self, DragonNodeConfig)
@@ -169,13 +169,13 @@ class DrafterNode(Node):
             self._cv.notify_all()
         self._instructions.put(msg.data.strip())
 
-    def on_instruction_matched(self, info: QoSSubscriptionMatchedInfo) -> None:
+    def on_instruction_matched(self, count: int) -> None:
         """Log each change in the publishers of ``instruction`` matched on this side. A publisher's own
         count (``get_subscription_count``) says it has matched this subscription, not that this
         subscription has matched it: an instruction published in between is lost (a volatile reader
         never receives what a writer sent before the reader matched it). Tests and operators wait for
         this line before the first instruction."""
-        self.get_logger().info(matched_line("instruction", info.current_count))
+        self.get_logger().info(matched_line("instruction", count))
 
     def on_action(self, msg: NavActionMsg) -> None:
         moving = msg.status == NavActionMsg.STARTED  # the action node runs one motion at a time

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
@@ -114,7 +113,7 @@ class ImageInput:
         try:
             self.subscription = node.create_subscription(msg_type, self.topic, self._on_message, qos,
                                                          callback_group=callback_group)
-        except _rclpy.RCLError as exc:  # e.g. this process already uses the topic with the other type
+        except RuntimeError as exc:  # rclpy's RCLError (not public API): e.g. the topic used with another type
             raise ValueError(f"cannot subscribe to {self.topic} as {self.expected_type}: {exc}") from None
 
     # --- receiving ------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ A field's ``metadata`` carries its description (``doc``) and, where it has one, 
 (``range``: (low, high)), which go into the parameter's descriptor. ``watch_config`` validates a
 set-parameters request by building the new config (the dataclass's own checks), so an invalid value
 (NaN, a negative rate, a limit above a hard cap) is refused with the reason, and an accepted change
-is handed to the node, which applies it from its next command on.
+is handed to the node, which applies it from its next command on (after every on-set callback has
+accepted the request; on Humble, which has no post-set callbacks, on the node's executor right after
+the request: ``nodes.compat``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import TypeVar
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
+
+from edge_spec_ros.nodes.compat import add_post_set_parameters_callback
 
 C = TypeVar("C")
 
@@ -97,7 +101,7 @@ def watch_config(node: Node, current: Callable[[], C], apply: Callable[[C], None
             node.get_logger().info(f"parameters changed: {', '.join(f'{p.name}={p.value!r}' for p in params)}")
 
     node.add_on_set_parameters_callback(validate)
-    node.add_post_set_parameters_callback(on_set)
+    add_post_set_parameters_callback(node, on_set)  # Humble: deferred to the node's executor (nodes/compat.py)
 
 
 def doc(text: str, low: float | None = None, high: float | None = None) -> dict:
