@@ -79,7 +79,7 @@ class ClientConfig:
     heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S
 
 
-class _Lost:
+class LostMarker:
     """Put in a session's inbox when the link dies: its waiting receive raises VerifierLost."""
 
     def __init__(self, reason: str) -> None:
@@ -182,7 +182,7 @@ class VerifierClient:
             with self._lock:
                 boxes = list(self._inbox.values())
             for box in boxes:
-                box.put(_Lost(state.reason))
+                box.put(LostMarker(state.reason))
         elif state.alive and self.counters["link_lost"]:
             log.info("verifier at %s alive again", self.config.endpoint)
         for callback in list(self._link_listeners):
@@ -191,7 +191,11 @@ class VerifierClient:
             except Exception:  # a listener's bug must not stop the heartbeat
                 log.exception("error in a link state listener")
 
-    def _lost_error(self, reason: str) -> VerifierLost:
+    def _lost_error(self, reason: str) -> VerifierError:
+        """The error of a wait on a dead link: a refused handshake says so (VerifierAuthError: the
+        connection a failed handshake closes is no lost verifier), anything else VerifierLost."""
+        if self.handshake_failure is not None:
+            return VerifierAuthError(f"cannot talk to the verifier at {self.config.endpoint}: {self.handshake_failure}")
         return VerifierLost(f"verifier at {self.config.endpoint} lost: {reason}")
 
     def _beat(self) -> None:
@@ -289,7 +293,7 @@ class VerifierClient:
                                           f"{timeout_s:.1f} s"
                                           + (f" ({malformed} malformed frames received)" if malformed else "")) \
                         from None
-        if isinstance(msg, _Lost):
+        if isinstance(msg, LostMarker):
             raise self._lost_error(msg.reason)
         if isinstance(msg, Error):
             raise VerifierError(msg.code, msg.message)

@@ -4,9 +4,22 @@ Subscribes  edge_spec/decision_request (DecisionRequest), edge_spec/draft (Draft
             receiver thread of its own (not the executor); logs "<topic>: N publisher(s) matched"
             first and at each change in the publishers of either matched on its side
 Publishes   edge_spec/exit_result (ExitResult, every exit as it arrives), edge_spec/bridge_status,
-            /diagnostics (diagnostic_msgs/DiagnosticArray, every ``diagnostics_period_s``: the verifier
-            link: connected, last round trip, τ, α and the pre-draft cache miss rate r of the latest
-            decision (from edge_spec/stats, which it subscribes), errors and the last one)
+            /diagnostics (diagnostic_msgs/DiagnosticArray, every ``diagnostics_period_s`` and at once
+            when the link dies or recovers: the verifier link: alive / dead and why, time since the
+            verifier was last heard, the heartbeat's round trip, last round trip, τ, α and the
+            pre-draft cache miss rate r of the latest decision (from edge_spec/stats, which it
+            subscribes), errors and the last one)
+
+Link health: the bridge's ZeroMQ client keeps a heartbeat with the verifier, decisions or none
+(``heartbeat_interval_s``, ``heartbeat_timeout_s``; edge/client.py, wire/heartbeat.py). When the link
+dies (a SIGKILLed verifier: at once, its connection closes; a hung or unreachable one: a ping
+unanswered for ``heartbeat_timeout_s``) the bridge publishes LINK_LOST with code
+``VerifierLost.CODE`` (-3) and the reason for every open decision and once for decision 0 (no
+decision: the action node stops a motion in progress), /diagnostics at ERROR at once, and answers
+every OPEN with the same LINK_LOST until the link is alive again; the drafter's link fails the
+decision in progress at once (nodes/ros_link.py) and does not open it again. A decision that gets no
+reply within its open or reply timeout while the heartbeat is answered (a slow verifier) is reported
+LINK_LOST with code 0, as before: the drafter may open it again.
 """
 
 from __future__ import annotations
@@ -21,7 +34,10 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
-from edge_spec_ros.edge.client import ClientConfig, VerifierAuthError, VerifierClient, VerifierError
+from edge_spec_ros.edge.client import (
+    HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, ClientConfig, LostMarker, VerifierAuthError, VerifierClient,
+    VerifierError, VerifierLost,
+)
 from edge_spec_ros.msg import BridgeStatus, DecisionRequest
 from edge_spec_ros.msg import DecodeStats as DecodeStatsMsg, DraftBlock as DraftBlockMsg, ExitResult as ExitResultMsg
 from edge_spec_ros.nodes.lifecycle import main_for
@@ -30,9 +46,11 @@ from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import MATCH_WAIT_S, RELIABLE, Receiver, f32, i32, session_id, unmatched
 from edge_spec_ros.wire.curve import client_keys
 from edge_spec_ros.wire.emulator import LinkShape
+from edge_spec_ros.wire.heartbeat import LinkState
 from edge_spec_ros.wire.messages import DraftBlock, Error, ExitResult, Generate, Open, Tokens
 
 POLL_S = 0.1  # how often a session's watcher looks at the link (and for shutdown)
+NO_DECISION = 0  # the decision id of a link-wide status (the drafter's decisions start at 1)
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,16 @@ class BridgeConfig:
     emulate_loss: float = field(default=0.0, metadata=doc("emulated loss probability, each loss costs a "
                                                           "retransmission (LinkShape.loss)", 0.0, 0.99))
     diagnostics_period_s: float = field(default=1.0, metadata=doc("/diagnostics period (steady clock, s)", 0.1, 60.0))
+    heartbeat_interval_s: float = field(default=HEARTBEAT_INTERVAL_S, metadata=doc(
+        "a heartbeat ping to the verifier this often, decisions or none (s)", 0.05, 10.0))
+    heartbeat_timeout_s: float = field(default=HEARTBEAT_TIMEOUT_S, metadata=doc(
+        "the verifier is lost when a ping goes unanswered this long (s; more than the interval, and more than "
+        "one draft block takes on the uplink)", 0.1, 60.0))
+
+    def __post_init__(self) -> None:
+        if not self.heartbeat_interval_s < self.heartbeat_timeout_s:
+            raise ValueError(f"heartbeat_interval_s ({self.heartbeat_interval_s}) must be less than "
+                             f"heartbeat_timeout_s ({self.heartbeat_timeout_s})")
 
 
 PARAMETER_CONFIGS = (BridgeConfig,)
@@ -80,6 +108,7 @@ class _Session:
         self.sent_at: float | None = None  # the outstanding request or draft left then (for the round trip)
         self.timeout_s = timeout_s  # how long a request may go unanswered (open, then reply timeout)
         self.thread: threading.Thread | None = None  # watches for a silent verifier
+        self.on_verifier = True  # its Open went to the verifier (not answered LINK_LOST by the bridge itself)
 
 
 class _BridgeClient(VerifierClient):
@@ -95,15 +124,18 @@ class _BridgeClient(VerifierClient):
         self._on_replies()
 
     def take(self, sid: bytes) -> list:
-        """The session's replies received so far, without waiting (errors included, not raised)."""
+        """The session's replies received so far, without waiting (errors included, not raised; the
+        link's death is told by ``on_link_change``, not here)."""
         with self._lock:
             box = self._inbox.get(sid)
         out = []
         while box is not None:
             try:
-                out.append(box.get_nowait())
+                msg = box.get_nowait()
             except queue.Empty:
                 break
+            if not isinstance(msg, LostMarker):
+                out.append(msg)
         return out
 
 
@@ -116,7 +148,8 @@ class BridgeNode(Node):
         self.sessions: dict[int, _Session] = {}
         self.client = _BridgeClient(ClientConfig(
             endpoint=c.verifier_endpoint, open_timeout_s=c.open_timeout_s, reply_timeout_s=c.reply_timeout_s,
-            uplink=None if shape.ideal else shape, downlink=None if shape.ideal else shape, curve=curve),
+            uplink=None if shape.ideal else shape, downlink=None if shape.ideal else shape, curve=curve,
+            heartbeat_interval_s=c.heartbeat_interval_s, heartbeat_timeout_s=c.heartbeat_timeout_s),
             self._on_replies)
         self.results = self.create_publisher(ExitResultMsg, "edge_spec/exit_result", RELIABLE)
         self.status = self.create_publisher(BridgeStatus, "edge_spec/bridge_status", RELIABLE)
@@ -132,6 +165,7 @@ class BridgeNode(Node):
                       "draft subscription": drafts.get_publisher_count}
         self._receiver.start("bridge-receiver")
         self._diagnostics_init()
+        self.client.on_link_change(self._on_link)  # after the publishers: it publishes
         self.get_logger().info(f"bridging to the verifier at {c.verifier_endpoint}")
 
     def _matched_logger(self, topic: str):
@@ -147,7 +181,8 @@ class BridgeNode(Node):
             session = self.sessions.pop(msg.decision, None)
             if session is not None:
                 session.closed.set()
-                self.client.end(session.sid)
+                if session.on_verifier:
+                    self.client.end(session.sid)
             return
         stamp = (msg.header.stamp.sec, msg.header.stamp.nanosec)
         current = self.sessions.get(msg.decision)
@@ -165,6 +200,12 @@ class BridgeNode(Node):
                                       f"by: {', '.join(missing)}")
         sid = session_id(msg.decision)
         session = self.sessions[msg.decision] = _Session(msg.decision, sid, self.config.open_timeout_s, stamp)
+        link = self.client.link_state()
+        if link.dead:  # the verifier is known gone: the decision fails now, nothing is sent
+            session.on_verifier = False
+            session.answer = self._lost_answer(link)
+            self._publish_status(msg.decision, **session.answer)
+            return
         self.client.register(sid)
         request = Open(input_ids=np.asarray(msg.input_ids, dtype=np.int32), image=bytes(msg.image),
                        temperature=msg.temperature, seed=msg.seed, want_exits=msg.want_exits,
@@ -258,6 +299,33 @@ class BridgeNode(Node):
                 self.get_logger().error(f"decision {session.decision}: verifier silent for {session.timeout_s:.1f} s")
                 session.waiting_since = None
 
+    def _lost_answer(self, link: LinkState) -> dict:
+        """The status of a decision on a dead link (a refused handshake, which also closes the
+        connection, is told as the ERROR it is)."""
+        handshake = self.client.handshake_failure
+        if handshake is not None:
+            exc = VerifierAuthError(f"cannot talk to the verifier at {self.config.verifier_endpoint}: {handshake}")
+            return dict(state=BridgeStatus.ERROR, message=str(exc), code=exc.code)
+        return dict(state=BridgeStatus.LINK_LOST, message=f"verifier at {self.config.verifier_endpoint} lost: "
+                                                          f"{link.reason}", code=VerifierLost.CODE)
+
+    def _on_link(self, link: LinkState) -> None:
+        """The client's heartbeat saw the link die or come back (on the client's threads). Dead: every
+        open decision ends now (LINK_LOST, code VerifierLost.CODE), and the action node stops a motion
+        in progress (the same status for decision 0); either way /diagnostics tells it at once."""
+        if link.dead:
+            answer = self._lost_answer(link)
+            self.get_logger().error(answer["message"])
+            for session in list(self.sessions.values()):
+                if session.on_verifier and not session.closed.is_set():
+                    session.waiting_since = session.sent_at = None
+                    self._publish_status(session.decision, **answer)
+            self._publish_status(NO_DECISION, **answer)
+        elif link.alive:
+            self.get_logger().info(f"verifier at {self.config.verifier_endpoint} answers the heartbeat"
+                                   + (f" (round trip {link.rtt_s * 1e3:.1f} ms)" if link.rtt_s is not None else ""))
+        self.publish_diagnostics()
+
     def _publish_exit(self, decision: int, r: ExitResult) -> None:
         self._note_reply(decision, r)
         out = ExitResultMsg()
@@ -307,6 +375,8 @@ class BridgeNode(Node):
             if state == BridgeStatus.OPENED:
                 h.replies += 1
                 h.last_reply_s, h.lost = time.monotonic(), False
+            elif state == BridgeStatus.LINK_LOST and message == h.last_error[len("link lost: "):]:
+                pass  # the same loss told to several decisions: one error
             else:
                 h.errors += 1
                 h.lost = h.lost or state == BridgeStatus.LINK_LOST
@@ -320,17 +390,26 @@ class BridgeNode(Node):
         with self._health_lock:
             h = replace(self._health)
         handshake = self.client.handshake_failure
+        link = self.client.link_state()
         status = DiagnosticStatus(name=f"{self.get_name()}: verifier link", hardware_id=self.config.verifier_endpoint)
-        if handshake or h.lost:
+        if handshake or link.dead:
             status.level, connected = DiagnosticStatus.ERROR, "false"
-            status.message = f"handshake failed: {handshake}" if handshake else h.last_error
-        elif h.replies:
+            status.message = f"handshake failed: {handshake}" if handshake else f"verifier lost: {link.reason}"
+        elif h.lost:  # the heartbeat is answered, but a decision's reply did not come within its timeout
+            status.level, connected = DiagnosticStatus.WARN, "true"
+            status.message = f"alive, but {h.last_error}"
+        elif link.alive:
             status.level, status.message, connected = DiagnosticStatus.OK, "connected", "true"
         else:
-            status.level, status.message, connected = DiagnosticStatus.STALE, "no reply yet (no decision so far)", "unknown"
+            status.level, connected = DiagnosticStatus.STALE, "unknown"
+            status.message = "connecting (no answer to the heartbeat yet)"
         s = h.stats
         values = {
             "connected": connected,
+            "link": link.state,
+            "link_reason": link.reason,
+            "since_heard_s": f"{link.since_heard_s:.3f}" if link.since_heard_s is not None else "",
+            "heartbeat_rtt_s": f"{link.rtt_s:.4f}" if link.rtt_s is not None else "",
             "endpoint": self.config.verifier_endpoint,
             "replies": h.replies,
             "last_reply_age_s": f"{time.monotonic() - h.last_reply_s:.3f}" if h.replies else "",
@@ -343,7 +422,7 @@ class BridgeNode(Node):
             "alpha": f"{s.alpha:.3f}" if s is not None else "",
             "cache_miss_rate": f"{s.miss_rate:.3f}" if s is not None else "",
             "errors": h.errors,
-            "last_error": handshake or h.last_error,
+            "last_error": handshake or (f"link lost: {link.reason}" if link.dead else h.last_error),
         }
         status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
         out = DiagnosticArray(status=[status])

@@ -2,24 +2,27 @@
 
 It implements the verifier-link protocol (``wire.verifier_link.VerifierLink``) as the ZeroMQ client
 does, so ``edge.modes.EdgeDecoder`` runs unchanged whether the robot talks to ZeroMQ directly or
-through the bridge. Wire messages are mirrored by the package's interfaces (msg/).
+through the bridge. Wire messages are mirrored by the package's interfaces (msg/). The bridge's
+heartbeat (nodes/bridge_node.py) tells a lost verifier as LINK_LOST with code ``VerifierLost.CODE``:
+the wait in progress (open or receive) raises ``VerifierLost`` at once, and the decoder does not open
+the decision again.
 """
 
 from __future__ import annotations
 
 import array
+import itertools
 import queue
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import dataclass
 
 import numpy as np
-from rclpy.callback_groups import CallbackGroup
+import rclpy
 from rclpy.exceptions import InvalidHandle
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy
 
@@ -28,7 +31,7 @@ from edge_spec_ros.wire.codec import encoded_size
 from edge_spec_ros.wire.messages import (
     Close, DraftBlock, Error, ErrorCode, ExitResult, Generate, Message, Open, Opened, Tokens,
 )
-from edge_spec_ros.wire.verifier_link import Traffic, VerifierError, VerifierTimeout
+from edge_spec_ros.wire.verifier_link import Traffic, VerifierError, VerifierLost, VerifierTimeout
 
 # Drafts and results must not be dropped or reordered.
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
@@ -42,23 +45,6 @@ OPEN_RETRY_S = 2.0
 # matched the other end on its side (writer and reader match separately; DDS drops what either has not).
 MATCH_WAIT_S = 5.0
 MATCH_POLL_S = 0.01
-
-
-class _OwnThread(CallbackGroup):
-    """The group of a Receiver's entities: no executor waits on them or runs them. Not even their
-    event handlers (a publisher matched, an incompatible QoS offered): an event handler waits on its
-    DDS reader's status condition, which a message not yet taken also triggers, so an executor
-    waiting on one would spin until the Receiver takes that message (0.3 cores measured with one
-    reply left untaken)."""
-
-    def can_execute(self, entity) -> bool:
-        return False
-
-    def beginning_execution(self, entity) -> bool:
-        return False
-
-    def ending_execution(self, entity) -> None:
-        pass
 
 
 @dataclass
@@ -76,24 +62,35 @@ class _Matched:
             self.report(count)
 
 
+_receivers = itertools.count(1)
+
+
 class Receiver:
     """Subscriptions served without the node's executor: by a thread of their own (``start()``), or by
     whoever calls ``pump()``.
 
-    A pump blocks in a wait set on just these subscriptions, takes every message ready and calls its
-    callback at once, in the order each topic delivers. Messages so reach their consumer with fewer
-    wake-ups and without the executor's per-message work (rebuilding its wait set in Python), and
-    without queueing behind the node's other callbacks (camera frames, timers). ``close()`` ends the
-    pumping (a pump in progress returns); the subscriptions stay on the node (destroyed with it)."""
+    The subscriptions live on a node of the receiver's own (``<owner name>_receiver``, in the owner's
+    namespace, topic names resolved and remapped as the owner resolves them; no parameter services, no
+    rosout), added to an executor of the receiver's own: public rclpy API only (rclpy's wait sets are
+    not, and they change between Humble, Jazzy and Kilted). A pump runs that executor: it waits up to
+    its timeout for a message, then takes every message ready and calls its callback at once, in the
+    order each topic delivers, on the pumping thread. Messages so reach their consumer without queueing
+    behind the owner's other callbacks (camera frames, timers) in the owner's executor. ``close()`` ends
+    the pumping (a pump in progress returns) and destroys the receiver's node."""
 
     def __init__(self, node: Node) -> None:
-        self.node = node
-        self._group = _OwnThread()
-        self._subs: list = []
+        self.owner = node
+        self.node = rclpy.create_node(
+            f"{node.get_name()}_receiver" + ("" if (n := next(_receivers)) == 1 else f"_{n}"),
+            namespace=node.get_namespace(), context=node.context, use_global_arguments=False,
+            enable_rosout=False, start_parameter_services=False)
+        self._executor = SingleThreadedExecutor(context=node.context)
+        self._executor.add_node(self.node)
+        self.subscriptions: list = []
         self._matched: list[_Matched] = []
         self._closed = False
-        self._wake = node.create_guard_condition(lambda: None, callback_group=self._group)
-        self._wait_set = None
+        self._taken = 0  # messages handed to callbacks so far (a pump takes until a spin takes none)
+        self._pumping = threading.Lock()  # one pump at a time; close() destroys the node outside a pump
         self._thread: threading.Thread | None = None
         node.context.on_shutdown(self.close)
 
@@ -104,8 +101,15 @@ class Receiver:
         subscription has matched, first and at each change (looked at whenever a pump takes nothing:
         every ``RECEIVER_WAIT_S`` at least on a receiver thread of its own). A message a publisher
         sends before it is matched here is lost, whatever the publisher's own count says."""
-        sub = self.node.create_subscription(msg_type, topic, callback, qos, callback_group=self._group)
-        self._subs.append(sub)
+        def take(msg) -> None:
+            self._taken += 1
+            try:
+                callback(msg)
+            except Exception:  # noqa: BLE001 - one bad message must not end the receiving
+                self.owner.get_logger().error(f"error in a callback of {sub.topic_name}:\n{traceback.format_exc()}")
+
+        sub = self.node.create_subscription(msg_type, self.owner.resolve_topic_name(topic), take, qos)
+        self.subscriptions.append(sub)
         if on_matched is not None:
             self._matched.append(_Matched(sub, on_matched))
         return sub
@@ -116,49 +120,47 @@ class Receiver:
         self._thread.start()
 
     def close(self) -> None:
-        """End the pumping: a pump in progress returns, the receiver's thread (if any) is joined."""
+        """End the pumping: a pump in progress returns, the receiver's thread (if any) is joined, the
+        receiver's node destroyed."""
         self._closed = True
         try:
-            self._wake.trigger()
-        except Exception:  # noqa: BLE001 - the node or the context is gone already: the wait ends by itself
+            self._executor.wake()
+        except Exception:  # noqa: BLE001 - the context is gone already: the wait ends by itself
             pass
         thread = self._thread
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
             thread.join(timeout=2 * RECEIVER_WAIT_S)
+        if self._pumping.acquire(timeout=2 * RECEIVER_WAIT_S):
+            try:
+                if self.node is not None:
+                    node, self.node = self.node, None
+                    self._executor.remove_node(node)
+                    node.destroy_node()
+                    self._executor.shutdown(timeout_sec=0)
+            except Exception:  # noqa: BLE001 - the context was shut down first: nothing left to free
+                pass
+            finally:
+                self._pumping.release()
 
     def pump(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` (0: not at all) for messages, then take every one ready and call its
-        callback. One thread at a time. False once closed (or the node is being destroyed)."""
+        callback. One thread at a time. False once closed (or the context is shutting down)."""
         if self._closed:
             return False
-        with ExitStack() as in_use:  # as the executors do: nothing is destroyed under the wait
-            try:
-                for entity in (*self._subs, self._wake):
-                    in_use.enter_context(entity.handle)
-            except InvalidHandle:
+        with self._pumping:
+            if self._closed or self.node is None:
                 return False
-            if self._wait_set is None:
-                self._wait_set = _rclpy.WaitSet(len(self._subs), 1, 0, 0, 0, 0, self.node.context.handle)
-            wait_set = self._wait_set
-            wait_set.clear_entities()
-            for sub in self._subs:
-                wait_set.add_subscription(sub.handle)
-            wait_set.add_guard_condition(self._wake.handle)
-            wait_set.wait(max(0, int(timeout_s * 1e9)))
-            ready = set(wait_set.get_ready_entities("subscription"))
-            if not ready:
-                for watch in self._matched:
-                    watch.look()
-            for sub in self._subs:
-                while not self._closed and sub.handle.pointer in ready:
-                    taken = sub.handle.take_message(sub.msg_type, sub.raw)
-                    if taken is None:
-                        break
-                    try:
-                        sub.callback(taken[0])
-                    except Exception:  # noqa: BLE001 - one bad message must not end the receiving
-                        self.node.get_logger().error(
-                            f"error in a callback of {sub.topic_name}:\n{traceback.format_exc()}")
+            try:
+                before = self._taken
+                self._executor.spin_once(timeout_sec=max(0.0, timeout_s))
+                if self._taken == before:
+                    for watch in self._matched:
+                        watch.look()
+                while not self._closed and self._taken != before:  # the rest of what is ready, at once
+                    before = self._taken
+                    self._executor.spin_once(timeout_sec=0.0)
+            except (ExternalShutdownException, InvalidHandle, RuntimeError):  # RuntimeError: rcl's, shutting down
+                return False
         return not self._closed
 
     def _run(self) -> None:
@@ -167,7 +169,7 @@ class Receiver:
                 pass
         except Exception as exc:  # noqa: BLE001 - the context was shut down under the thread
             if not self._closed:
-                self.node.get_logger().error(f"receiver thread {threading.current_thread().name} ended: {exc!r}")
+                self.owner.get_logger().error(f"receiver thread {threading.current_thread().name} ended: {exc!r}")
 
 
 def f32(values) -> array.array:
@@ -349,6 +351,8 @@ class RosVerifierLink:
                 raise VerifierTimeout(f"no reply through the bridge within {timeout_s:.1f} s "
                                       "(is bridge_node running and the verifier reachable?)")
         if isinstance(msg, Error):
+            if msg.code == VerifierLost.CODE:
+                raise VerifierLost(msg.message)
             raise VerifierError(msg.code, msg.message)
         self._count(sid, msg, up=False)
         return msg
@@ -397,5 +401,8 @@ class RosVerifierLink:
                 self._deliver(msg.decision, Opened(msg.num_layers, tuple(msg.exit_layers), 0.0))
         elif msg.state == BridgeStatus.ERROR:
             self._deliver(msg.decision, Error(msg.code, msg.message))
-        elif msg.state == BridgeStatus.LINK_LOST:
+        elif msg.state == BridgeStatus.LINK_LOST and msg.code == VerifierLost.CODE:
+            # the bridge's heartbeat: the verifier is gone; the wait ends now, and is not tried again
+            self._deliver(msg.decision, Error(VerifierLost.CODE, msg.message))
+        elif msg.state == BridgeStatus.LINK_LOST:  # no reply within the bridge's timeout: may be tried again
             self._deliver(msg.decision, Error(-1, f"link to the verifier lost: {msg.message}"))

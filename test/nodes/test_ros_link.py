@@ -1,5 +1,6 @@
 """RosVerifierLink and its Receiver, against a stand-in bridge in the test process: the thread that
-waits in ``receive`` takes the replies off the topics itself (not the node's executor), every
+waits in ``receive`` takes the replies off the topics itself (not the node's executor), a LINK_LOST
+of the bridge's heartbeat ends a waiting receive at once with VerifierLost, every
 session's replies reach that session's receive in order when two threads wait at once, an
 unanswered OPEN is repeated (same decision and stamp) and a second answer dropped, ``close``
 wakes a waiting receive, a silent bridge ends in VerifierTimeout, and the Receiver reports matches
@@ -21,7 +22,7 @@ from rosharness import wait_for
 from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftBlockMsg, ExitResult as ExitResultMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE, Receiver, RosVerifierLink, i32
 from edge_spec_ros.wire.messages import ExitResult, Open, Tokens
-from edge_spec_ros.wire.verifier_link import VerifierError, VerifierTimeout
+from edge_spec_ros.wire.verifier_link import VerifierError, VerifierLost, VerifierTimeout
 
 _FRESH = itertools.count()
 MATCH_S = 30.0  # discovery on a loaded 2-core machine
@@ -104,7 +105,7 @@ class StandInBridge:
 
 
 def link_subscriptions(robot: RobotSide) -> list:
-    return [s for s in robot.node.subscriptions if s.topic_name.endswith(("/exit_result", "/bridge_status"))]
+    return robot.link._receiver.subscriptions
 
 
 @pytest.fixture
@@ -125,9 +126,13 @@ def pair(ros):
 
 def test_receive_takes_the_replies_itself_not_the_executor(pair):
     robot, bridge = pair
-    # the link's subscriptions are out of the executor's reach: their messages wait for a receive
+    # the link's subscriptions are out of the executor's reach: on the receiver's own node, which the
+    # node's executor does not spin; their messages wait for a receive
     subs = link_subscriptions(robot)
-    assert len(subs) == 2 and all(not robot.executor.can_execute(s) for s in subs)
+    receiver_node = robot.link._receiver.node
+    assert len(subs) == 2 and all(s in receiver_node.subscriptions for s in subs)
+    assert receiver_node not in robot.executor.get_nodes() and not list(robot.node.subscriptions)
+    assert {s.topic_name for s in subs} == {f"{robot.ns}/edge_spec/exit_result", f"{robot.ns}/edge_spec/bridge_status"}
     sid, opened = robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32)))
     assert opened.num_layers == 4 and opened.exit_layers == (2, 4)
     bridge.exit(1, 2, [7, 8])
@@ -234,6 +239,26 @@ def test_close_wakes_a_waiting_receive(pair):
         robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32)))
 
 
+def test_a_lost_verifier_ends_a_waiting_receive_at_once(pair):
+    """The bridge's heartbeat found the verifier gone (LINK_LOST, code VerifierLost.CODE): the receive
+    raises VerifierLost with the bridge's reason at once, not after its 30 s timeout."""
+    robot, bridge = pair
+    sid, _ = robot.link.open(Open(input_ids=np.arange(3, dtype=np.int32)))
+    outcome: list = []
+    waiting = threading.Thread(target=lambda: outcome.append((_raised(robot.link.receive, sid), time.monotonic())))
+    waiting.start()
+    lost = BridgeStatus()
+    lost.decision, lost.state, lost.code = 1, BridgeStatus.LINK_LOST, VerifierLost.CODE
+    lost.message = "verifier at tcp://127.0.0.1:1 lost: the connection was closed"
+    published = time.monotonic()
+    bridge.status.publish(lost)
+    waiting.join(timeout=WAIT_S)
+    assert not waiting.is_alive() and len(outcome) == 1
+    error, ended = outcome[0]
+    assert isinstance(error, VerifierLost) and "connection was closed" in str(error)
+    assert ended - published < WAIT_S / 3  # far below the receive's own timeout
+
+
 def test_a_silent_bridge_ends_in_a_timeout(pair):
     robot, bridge = pair
     bridge.answer_opens = False
@@ -251,10 +276,10 @@ def test_receiver_reports_matches_and_takes_messages_on_the_pumping_thread_only(
         received: list[BridgeStatus] = []
         matched: list[int] = []
         sub = receiver.subscribe(BridgeStatus, "receiver_test", received.append, RELIABLE, on_matched=matched.append)
-        # nothing of the Receiver's is the executor's: not its subscription, not the subscription's event
-        # handlers (they wait on the reader's status condition, which an untaken message triggers)
-        entities = [sub, *sub.event_handlers]
-        assert len(entities) > 1 and not any(robot.executor.can_execute(e) for e in entities)
+        # nothing of the Receiver's is the executor's: its subscription is on a node of its own, in the
+        # owner's namespace, which the owner's executor does not spin
+        assert sub in receiver.node.subscriptions and receiver.node not in robot.executor.get_nodes()
+        assert sub.topic_name == f"{robot.ns}/receiver_test" and receiver.node.get_namespace() == robot.ns
         assert receiver.pump(0.0) and matched == [0]  # no publisher of the topic yet
         sentinel: list[BridgeStatus] = []  # an ordinary subscription, served by the executor
         plain = robot.node.create_subscription(BridgeStatus, "receiver_test_sentinel", sentinel.append, RELIABLE)
