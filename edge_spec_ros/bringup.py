@@ -4,7 +4,8 @@ Where no ``ros2 launch`` exists (this project's virtual environment), ``edge-spe
 composes camera (or simulated room, or bag replay), bridge, drafter, action and memory nodes in one
 process with one single-threaded executor on the main thread (see ``nodes/lifecycle.py``), optionally
 starts a verifier on loopback, publishes an instruction and prints what the stack does: decisions
-(reasoning + action), parsed actions, /cmd_vel changes, decode statistics and, with the drafter in
+(reasoning + action), parsed actions and how each motion ended, /cmd_vel changes (of the action
+node's ``cmd_vel_type``, which the simulated room also takes), decode statistics and, with the drafter in
 mode dragon, the answer to a question (edge_spec/answer; the episode ends with it). The memory node
 (``nodes/memory_node.py``) records decisions, instructions and notes into the YAML's ``memory_dir``.
 
@@ -25,7 +26,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-from geometry_msgs.msg import PoseStamped, Twist
+from geometry_msgs.msg import PoseStamped
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Bool, String
@@ -33,6 +34,7 @@ from std_msgs.msg import Bool, String
 from edge_spec_ros.msg import Answer as AnswerMsg, Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
 from edge_spec_ros.nodes.sim_node import LATCHED
+from edge_spec_ros.nodes.velocity import CMD_VEL_TYPES, velocity_values
 from edge_spec_ros.sim.closed_loop import plot_trajectory
 from edge_spec_ros.sim.expert import Episode
 from edge_spec_ros.sim.world import Pose, World
@@ -65,7 +67,7 @@ class Monitor(Node):
     """Prints the stack's outputs and notices the end of an instruction cycle: a stop or invalid
     action, a failed decision, or the ``max_decisions``-th decision's motion over."""
 
-    def __init__(self, print_fn, max_decisions: int) -> None:
+    def __init__(self, print_fn, max_decisions: int, cmd_vel_type: str = "Twist") -> None:
         super().__init__("bringup_monitor")
         self.print = print_fn
         self.max_decisions = max_decisions
@@ -83,7 +85,7 @@ class Monitor(Node):
         self.create_subscription(AnswerMsg, "edge_spec/answer", self.on_answer, RELIABLE)
         self.create_subscription(NavActionMsg, "edge_spec/action", self.on_action, RELIABLE)
         self.create_subscription(DecodeStatsMsg, "edge_spec/stats", self.on_stats, RELIABLE)
-        self.create_subscription(Twist, "cmd_vel", self.on_twist, 10)
+        self.create_subscription(CMD_VEL_TYPES[cmd_vel_type], "cmd_vel", self.on_twist, 10)
         self.create_subscription(PoseStamped, "sim/pose", self.on_pose, 10)
         self.create_subscription(Bool, "sim/goal_reached", self.on_goal, LATCHED)
 
@@ -136,8 +138,8 @@ class Monitor(Node):
             self.goal_reached = msg.data
             self.print("[sim] the robot is at the target" if msg.data else "[sim] the robot left the target")
 
-    def on_twist(self, msg: Twist) -> None:
-        twist = (round(msg.linear.x, 3), round(msg.angular.z, 3))
+    def on_twist(self, msg) -> None:
+        twist = tuple(round(v, 3) for v in velocity_values(msg))
         self.twists.append(twist)
         if twist != self._last_twist:
             self._last_twist = twist
@@ -155,6 +157,18 @@ def _max_decisions(params_file: str) -> int:
     if not drafter.get("repeat_decisions", DrafterNodeConfig.repeat_decisions):
         return 1
     return int(drafter.get("max_decisions", DrafterNodeConfig.max_decisions))
+
+
+def yaml_cmd_vel_type(params_file: str) -> str:
+    """The action node's ``cmd_vel_type`` as the YAML sets it (the simulated room and the monitor take
+    the same type)."""
+    import yaml
+
+    from edge_spec_ros.nodes.action_node import ActionNodeConfig
+
+    params = yaml.safe_load(open(params_file)) or {}
+    action = (params.get("action") or {}).get("ros__parameters") or {}
+    return str(action.get("cmd_vel_type", ActionNodeConfig.cmd_vel_type))
 
 
 def yaml_dragon_model(params_file: str) -> str:
@@ -209,8 +223,10 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
                 args += ["-p", "bag_replay:topics:=[" + ", ".join(f"'{t}'" for t in config.bag_topics) + "]"]
             if config.bag_remap:
                 args += ["-p", "bag_replay:remap:=[" + ", ".join(f"'{r}'" for r in config.bag_remap) + "]"]
+        cmd_vel_type = yaml_cmd_vel_type(config.params_file)
         if config.sim:
-            args += ["-p", "use_sim_time:=true", "-p", "action:odom_topic:=odom", "-p", "sim:lockstep:=true"]
+            args += ["-p", "use_sim_time:=true", "-p", "action:odom_topic:=odom", "-p", "sim:lockstep:=true",
+                     "-p", f"sim:cmd_vel_type:={cmd_vel_type}"]
         stop = init(args)
         from edge_spec_ros.nodes.action_node import ActionNode
         from edge_spec_ros.nodes.bridge_node import BridgeNode
@@ -218,7 +234,7 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
 
         nodes: list[Node] = []
         executor = None
-        monitor = Monitor(print_fn, _max_decisions(config.params_file))
+        monitor = Monitor(print_fn, _max_decisions(config.params_file), cmd_vel_type)
         try:
             # the drafter first: it closes (and joins its decision thread) before the others go
             nodes += [DrafterNode(), BridgeNode(), ActionNode()]

@@ -11,6 +11,9 @@ command line overrides the one parameter (or topic) it names, and an argument le
 default changes nothing, so the YAML decides. The verifier runs in the cloud:
 ``edge-spec-ros serve --verifier Qwen/Qwen2-VL-7B-Instruct ...`` (``--documents DIR`` for mode dragon).
 memory_node writes the robot's memory (what it saw, was told, and notes), which mode dragon reads.
+Velocity commands go to ``cmd_vel_vlm``, a twist_mux input of this package's own beside nav2's and the
+joystick's (config/twist_mux_go2.yaml for go2_ros2_sdk); with ``use_sim`` the simulated room listens
+there, with the action node's ``cmd_vel_type``.
 """
 
 import os
@@ -54,7 +57,9 @@ def arguments():
                                "reads)", BOOLEANS),
         ("memory_dir", "", "directory of the robot's memory (memory.jsonl), for memory_node and the drafter; "
                            "empty: the YAML's", None),
-        ("cmd_vel_topic", "", "where velocity commands go (e.g. a twist_mux input); empty: cmd_vel", None),
+        ("cmd_vel_topic", "cmd_vel_vlm", "where the action node's velocity commands go (and, with use_sim, what "
+                                         "the simulated room follows): a twist_mux input of its own "
+                                         "(config/twist_mux_go2.yaml); cmd_vel: straight to the robot", None),
         ("log_level", "", "log level of every node (debug | info | warn | error | fatal); empty: info",
          ("", *LOG_LEVELS)),
     ]
@@ -71,6 +76,17 @@ def namespaced_params_file(path: str, namespace: str) -> str:
     with tempfile.NamedTemporaryFile("w", prefix="edge_spec_ros_", suffix=".yaml", delete=False) as f:
         yaml.safe_dump(rewritten, f)
     return f.name
+
+
+def action_cmd_vel_type(path: str) -> str:
+    """The action node's ``cmd_vel_type`` in the parameters file ('' if it sets none: the node's default)."""
+    with open(path) as f:
+        config = yaml.safe_load(f) or {}
+    for key in ("action", "/action", "/**/action"):
+        value = ((config.get(key) or {}).get("ros__parameters") or {}).get("cmd_vel_type")
+        if value:
+            return str(value)
+    return ""
 
 
 def launch_nodes(context, *args, **kwargs):
@@ -98,8 +114,10 @@ def launch_nodes(context, *args, **kwargs):
         return {name: value for name, value in pairs.items() if value}
 
     nodes = []
-    if use_sim:
-        nodes.append(Node(executable="sim_node", name="sim", parameters=parameters(),
+    if use_sim:  # the room follows the action node's commands: same topic, same type
+        cmd_vel_type = action_cmd_vel_type(arg("params_file"))
+        nodes.append(Node(executable="sim_node", name="sim",
+                          parameters=parameters(**overrides_of(cmd_vel_type=cmd_vel_type)),
                           remappings=image_remaps + cmd_vel_remaps, **common))
     elif arg("use_camera").lower() == "true":
         source = arg("camera_source")

@@ -4,18 +4,23 @@ Subscribes  edge_spec/decision (Decision), instruction (std_msgs/String: any new
             "cancel" or an empty one ends the current motion at once), odom (nav_msgs/Odometry, when
             ``odom_topic`` is set: motions end on pose feedback), edge_spec/exit_result (ExitResult:
             signs of life of the decision being decoded), edge_spec/bridge_status (LINK_LOST stops)
-Publishes   cmd_vel (geometry_msgs/Twist; remap it to a twist_mux input), edge_spec/action (NavAction:
-            STARTED when a decision arrives, DONE or CANCELLED when its motion is over),
-            edge_spec/reasoning (std_msgs/String)
+Publishes   cmd_vel (geometry_msgs/Twist, or TwistStamped with ``cmd_vel_type``: header.frame_id
+            ``frame_id``, stamped with the node's clock; the launch file remaps it to the twist_mux
+            input cmd_vel_vlm), edge_spec/action (NavAction: STARTED when a decision arrives, DONE or
+            CANCELLED when its motion is over), edge_spec/reasoning (std_msgs/String)
 
 In doubt the robot stops: unparseable or non-finite text gives zero velocity and a warning quoting
 it; every command is clamped (|v|, |ω|, duration); the watchdog zeroes the command when the decision
 pipeline has been silent for ``watchdog_timeout_s`` or the verifier is lost. With ``odom_topic`` set
 a motion ends when odometry says the distance or angle is covered (``nav/motion.MotionTracker``), and
 stops if odometry goes stale; without it the command is held for its planned duration on the node's
-clock (simulated time under ``use_sim_time``). After a motion ends, zero is published for
-``hold_zero_s`` and then nothing, so a twist_mux input times out and leaves the robot to other
-inputs. On shutdown (SIGINT, SIGTERM) the node publishes a final zero before its context goes down.
+clock (simulated time under ``use_sim_time``). Nothing is published before the first motion. While
+a motion runs, the command goes out at least ``rate_hz`` times a second: on every odometry sample
+(so a simulation in lockstep integrates the answer to each sample) and again on a control tick when
+the last one went out ``RESEND_AFTER_PERIODS`` control periods ago or more (odometry slower than
+``rate_hz``: a Go2 driver expects 20 Hz); timed motions on every tick. After a motion ends, zero is published for ``hold_zero_s`` and then nothing, so a twist_mux input
+times out and leaves the robot to other inputs. On shutdown (SIGINT, SIGTERM) a motion in progress or
+a zero being held ends with a final zero before the context goes down.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
@@ -37,21 +41,28 @@ from edge_spec_ros.nav.motion import MotionCommand, MotionTracker, PlanarPose
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc, watch_config
 from edge_spec_ros.nodes.ros_link import RELIABLE
+from edge_spec_ros.nodes.velocity import CMD_VEL_TYPES, check_cmd_vel_type, velocity_message
 
 
 
 @dataclass(frozen=True)
 class ActionNodeConfig:
-    rate_hz: float = field(default=20.0, metadata=doc("control rate: cmd_vel while moving or holding zero (Hz)",
-                                                      0.0, 200.0))
+    rate_hz: float = field(default=20.0, metadata=doc("control rate: cmd_vel at least this often while moving, "
+                                                      "and while holding zero (Hz)", 0.0, 200.0))
     hold_zero_s: float = field(default=1.0, metadata=doc("after a motion ends, publish zero this long, then "
                                                          "nothing (s)", 0.0, 60.0))
     odom_topic: str = field(default="", metadata=doc("nav_msgs/Odometry topic; set: motions end on pose "
                                                      "feedback; empty: on their planned duration"))
     odom_timeout_s: float = field(default=0.5, metadata=doc("with odometry: stop when it is older than this "
                                                             "(s)", 0.0, 10.0))
+    cmd_vel_type: str = field(default="Twist", metadata=doc(
+        "message type of cmd_vel: Twist (go2_ros2_sdk's twist_mux, nav2 up to Jazzy) or TwistStamped (stamped "
+        "with the node's clock, so a consumer can drop a stale command; read at start-up)"))
+    frame_id: str = field(default="base_link", metadata=doc("TwistStamped: header.frame_id of the commands "
+                                                            "(the robot's body frame)"))
 
     def __post_init__(self) -> None:
+        check_cmd_vel_type(self.cmd_vel_type)
         for name in ("rate_hz", "odom_timeout_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -61,6 +72,11 @@ class ActionNodeConfig:
 
 
 PARAMETER_CONFIGS = (ActionNodeConfig, NavConfig)
+START_UP_PARAMETERS = ("odom_topic", "cmd_vel_type")  # read once: the subscription and the publisher's type
+# With odometry, a control tick sends the motion's command again when the last one is this many control
+# periods old. Below 1, so the rate stays above rate_hz whatever the odometry's rate; at 0.5 a simulation
+# in lockstep at a physics step under half a period (sim_node: 20 ms against 50 ms) always answers first.
+RESEND_AFTER_PERIODS = 0.5
 
 
 @dataclass
@@ -79,13 +95,14 @@ class ActionNode(Node):
         self.nav = declare_config(self, NavConfig, live=True)
         watch_config(self, lambda: self.config, self._set_config)
         watch_config(self, lambda: self.nav, self._set_nav)
-        self.add_on_set_parameters_callback(self._refuse_odom_topic)
+        self.add_on_set_parameters_callback(self._refuse_start_up_parameters)
         self.watchdog = Watchdog.from_config(self.nav)
         self.motion: _Motion | None = None
         self.decision = 0  # the latest decision: exit results of older ones are no sign of life
         self.odom: tuple[PlanarPose, float, float] | None = None  # pose, its stamp, received (node clock, s)
-        self.hold_until = self.now() + self.config.hold_zero_s  # zero from the start, then quiet
-        self.cmd_vel = self.create_publisher(Twist, "cmd_vel", 10)
+        self.hold_until = -math.inf  # node clock (s): zero is held until then; nothing before the first motion
+        self._sent_at = -math.inf  # node clock (s) of the last command
+        self.cmd_vel = self.create_publisher(CMD_VEL_TYPES[self.config.cmd_vel_type], "cmd_vel", 10)
         self.actions = self.create_publisher(NavActionMsg, "edge_spec/action", RELIABLE)
         self.reasoning = self.create_publisher(String, "edge_spec/reasoning", RELIABLE)
         self.create_subscription(Decision, "edge_spec/decision", self.on_decision, RELIABLE)
@@ -110,10 +127,11 @@ class ActionNode(Node):
         self.config = config
 
     @staticmethod
-    def _refuse_odom_topic(params) -> SetParametersResult:
-        if any(p.name == "odom_topic" for p in params):
-            return SetParametersResult(successful=False, reason="odom_topic: read at start-up; restart the node "
-                                                                "to change it")
+    def _refuse_start_up_parameters(params) -> SetParametersResult:
+        fixed = [p.name for p in params if p.name in START_UP_PARAMETERS]
+        if fixed:
+            return SetParametersResult(successful=False, reason=f"{', '.join(fixed)}: read at start-up; restart "
+                                                                "the node to change it")
         return SetParametersResult(successful=True)
 
     def _set_nav(self, nav: NavConfig) -> None:
@@ -206,24 +224,26 @@ class ActionNode(Node):
         return self.odom is not None and self.now() - self.odom[2] <= self.config.odom_timeout_s
 
     def tick(self) -> None:
-        """Publish what the robot should do now: the motion's command, zero while holding, else nothing."""
+        """Publish what the robot should do now: the motion's command, zero while holding, else nothing.
+        With odometry the command goes out on each sample (``on_odom``); a tick sends it again when the
+        last one is ``RESEND_AFTER_PERIODS`` control periods old."""
+        now = self.now()
         m = self.motion
         if m is not None:
-            now = self.now()
             if self.watchdog.expired(now):
                 self._end("CANCELLED", f"watchdog expired: no sign of life for {self.watchdog.timeout_s:g} s")
             elif m.tracker is not None and not self._odom_fresh():
                 self._end("CANCELLED", f"odometry older than {self.config.odom_timeout_s:g} s")
         if self.motion is not None:
-            if self.motion.tracker is None:  # with odometry the command goes out on each sample (on_odom)
+            if self.motion.tracker is None or now - self._sent_at >= RESEND_AFTER_PERIODS / self.config.rate_hz:
                 self._publish(self.motion.command.linear_x, self.motion.command.angular_z)
-        elif self.now() <= self.hold_until:
+        elif now <= self.hold_until:
             self._publish(0.0, 0.0)
 
     def _publish(self, linear_x: float, angular_z: float) -> None:
-        cmd = Twist()
-        cmd.linear.x, cmd.angular.z = float(linear_x), float(angular_z)
-        self.cmd_vel.publish(cmd)
+        c, now = self.config, self.get_clock().now()
+        self.cmd_vel.publish(velocity_message(c.cmd_vel_type, linear_x, angular_z, now.to_msg(), c.frame_id))
+        self._sent_at = now.nanoseconds * 1e-9
 
     def _end(self, status: str, reason: str) -> None:
         """End the motion in progress (if any): zero now, hold zero, report how it ended."""
@@ -252,12 +272,14 @@ class ActionNode(Node):
         self.actions.publish(out)
 
     def close(self) -> None:
-        """Stop: end any motion and publish a final zero (the context is still valid here)."""
+        """Stop: end any motion with a final zero, or send one more while zero is held (the context is
+        still valid here); an idle node publishes nothing (another twist_mux input may be driving)."""
         if self._closed:
             return
         self._closed = True
         self._end("CANCELLED", "shutdown")
-        self._publish(0.0, 0.0)
+        if self.now() <= self.hold_until:
+            self._publish(0.0, 0.0)
 
 
 def main(args: list[str] | None = None) -> int:

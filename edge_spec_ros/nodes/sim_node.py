@@ -1,6 +1,7 @@
 """sim_node: the simulated room, in place of the robot and its camera; it owns simulated time.
 
-Subscribes  cmd_vel (geometry_msgs/Twist)
+Subscribes  cmd_vel (geometry_msgs/Twist, or TwistStamped with ``cmd_vel_type``: the action node's type; the
+            launch file and bringup give it the action node's)
 Publishes   /clock (rosgraph_msgs/Clock), camera/image_raw (sensor_msgs/Image rgb8, first person),
             odom (nav_msgs/Odometry: pose in the odom frame, the start pose as origin, and the achieved
             velocity), sim/pose (geometry_msgs/PoseStamped, room frame), sim/goal_reached (std_msgs/Bool,
@@ -22,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from geometry_msgs.msg import PoseStamped, Twist
+from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
@@ -35,6 +36,7 @@ from std_msgs.msg import Bool
 from edge_spec_ros.nodes.convert import rgb_to_image
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
+from edge_spec_ros.nodes.velocity import CMD_VEL_TYPES, check_cmd_vel_type, velocity_values
 from edge_spec_ros.sim.simulation import Simulation
 from edge_spec_ros.sim.tasks import Task, episode_world
 from edge_spec_ros.sim.world import Pose, World
@@ -63,8 +65,11 @@ class SimConfig:
                                                        "answered the last odometry (deterministic closed loop)"))
     lockstep_timeout_s: float = field(default=1.0, metadata=doc("lockstep: advance anyway after this long "
                                                                 "(wall clock) without a command", 0.01, 60.0))
+    cmd_vel_type: str = field(default="Twist", metadata=doc("message type of cmd_vel: Twist or TwistStamped (the "
+                                                            "action node's cmd_vel_type)"))
 
     def __post_init__(self) -> None:
+        check_cmd_vel_type(self.cmd_vel_type)
         if min(self.camera_rate_hz, self.physics_rate_hz, self.cmd_timeout_s, self.real_time_factor,
                self.lockstep_timeout_s) <= 0 \
                 or self.distractors < 0:
@@ -100,7 +105,7 @@ class SimNode(Node):
         self.odom = self.create_publisher(Odometry, "odom", 10)
         self.pose_pub = self.create_publisher(PoseStamped, "sim/pose", 10)
         self.goal = self.create_publisher(Bool, "sim/goal_reached", LATCHED)
-        self.create_subscription(Twist, "cmd_vel", self.on_cmd, 10)
+        self.create_subscription(CMD_VEL_TYPES[c.cmd_vel_type], "cmd_vel", self.on_cmd, 10)
         self.steady = Clock(clock_type=ClockType.STEADY_TIME)
         self._commanded = False  # a cmd_vel arrived since the last tick
         self._last_tick_ns = self.steady.now().nanoseconds
@@ -110,8 +115,8 @@ class SimNode(Node):
         self.get_logger().info(f"room {c.seed} with {[o.name for o in self.world.objects]}; target {self.target}; "
                                f"simulated time at {c.physics_rate_hz:g} Hz × {c.real_time_factor:g}")
 
-    def on_cmd(self, msg: Twist) -> None:
-        self.sim.command(msg.linear.x, msg.angular.z)
+    def on_cmd(self, msg) -> None:
+        self.sim.command(*velocity_values(msg))
         self._commanded = True
 
     def tick(self) -> None:

@@ -233,7 +233,8 @@ def test_without_arguments_the_yaml_decides():
     assert set(nodes) == {"camera", "bridge", "drafter", "action", "navigate", "memory"}
     for name, node in nodes.items():
         assert node["parameters"] == [f"{SHARE}/config/go2_nav.yaml"], name  # the YAML only, no override
-        assert not node.get("remappings"), name
+        # velocity goes to a twist_mux input of its own, not to nav2's cmd_vel
+        assert node.get("remappings", []) == ([("cmd_vel", "cmd_vel_vlm")] if name == "action" else []), name
         assert node["namespace"] == "" and node["arguments"] == [], name
 
 
@@ -273,9 +274,12 @@ def test_topic_arguments_remap_the_nodes_that_use_them():
 def test_use_sim_use_camera_and_sim_time():
     sim, _ = launch(use_sim="true")
     assert set(sim) == {"sim", "bridge", "drafter", "action", "navigate", "memory"}
-    assert all(overrides(n) == {"use_sim_time": True} for n in sim.values())  # the sim owns /clock
+    same_type = {"cmd_vel_type": "Twist"}  # the room takes the action node's type (the YAML's)
+    # the sim owns /clock
+    assert all(overrides(n) == {"use_sim_time": True, **(same_type if k == "sim" else {})} for k, n in sim.items())
     sim_wall, _ = launch(use_sim="true", use_sim_time="false")
-    assert all(overrides(n) == {"use_sim_time": False} for n in sim_wall.values())
+    assert all(overrides(n) == {"use_sim_time": False, **(same_type if k == "sim" else {})}
+               for k, n in sim_wall.items())
     no_camera, _ = launch(use_camera="false")
     assert set(no_camera) == {"bridge", "drafter", "action", "navigate", "memory"}  # the robot's driver publishes frames
     no_memory, _ = launch(use_memory="false")

@@ -14,7 +14,9 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image
 from std_msgs.msg import Bool
 
-from edge_spec_ros.nodes.sim_node import CLOCK_QOS, LATCHED
+from edge_spec_ros.msg import Decision, NavAction as NavActionMsg
+from edge_spec_ros.nodes.ros_link import RELIABLE
+from edge_spec_ros.nodes.sim_node import CLOCK_QOS, LATCHED, SimConfig, sim_world
 from rosharness import node_command, process, wait_for
 
 NS = 1_000_000_000
@@ -116,3 +118,40 @@ def test_the_motion_bench_drives_decisions_through_the_action_node_within_2_perc
     assert sorted(result.idle_cpu) == sorted(f"idle, {name} ({mode} mode)" for name in ("sim_node", "action_node")
                                              for mode in ("odometry", "timed")), report
     assert all(0 <= cores < 2 for cores in result.idle_cpu.values()), report
+
+
+def test_a_motion_into_an_object_ends_blocked_not_by_the_watchdog(ros, tmp_path):
+    """The demo's action 14 through the nodes: in room 12, 1.06 m before the silver bottle and facing it,
+    "move forward 100 cm" (3.3 s) meets the bottle after 0.684 m. The action node ends the motion
+    "blocked" about a second after the robot stopped (in simulated time), not by its 6 s watchdog
+    (which ended it when the motion tracker knew no blocked robot), touching the bottle. Both nodes on
+    TwistStamped: the room follows the action node's type."""
+    world, target = sim_world(SimConfig(seed=12))
+    bottle = world.target(target)
+    heading = math.pi / 2  # walk at the bottle along +y from 1.06 m away (centre to centre)
+    start = (bottle.x, bottle.y - 1.06)
+    remap = ("-r", "__ns:=/blocked", "-r", "/clock:=/blocked/clock", "-p", "use_sim_time:=true",
+             "-p", "cmd_vel_type:=TwistStamped")
+    sim_cmd = node_command("sim_node", *remap, "-p", "seed:=12", "-p", "lockstep:=true", "-p", f"start_x:={start[0]}",
+                           "-p", f"start_y:={start[1]}", "-p", f"start_theta:={heading}")
+    action_cmd = node_command("action_node", *remap, "-p", "odom_topic:=odom")
+    decisions = ros.node.create_publisher(Decision, "blocked/edge_spec/decision", RELIABLE)
+    actions = ros.collect(NavActionMsg, "blocked/edge_spec/action", RELIABLE)
+    poses = ros.collect(PoseStamped, "blocked/sim/pose", 10)
+    with process(sim_cmd, tmp_path / "sim.log"), process(action_cmd, tmp_path / "action.log") as action:
+        wait_for(lambda: decisions.get_subscription_count() > 0 and len(poses) > 10, 30, "the sim and the action node")
+        wait_for(lambda: stamp_ns(poses[-1].header.stamp) > NS, 30, "a second of simulated time (fresh odometry)")
+        msg = Decision()
+        msg.decision, msg.mode, msg.text = 14, "fsd", "Action: move forward 100 cm"
+        decisions.publish(msg)
+        wait_for(lambda: any(a.decision == 14 and a.status != NavActionMsg.STARTED for a in actions), 60,
+                 lambda: "the end of the motion: " + (tmp_path / "action.log").read_text()[-2000:])
+        end = next(a for a in actions if a.decision == 14 and a.status != NavActionMsg.STARTED)
+        started = next(a for a in actions if a.decision == 14 and a.status == NavActionMsg.STARTED)
+        assert action.poll() is None
+    assert end.status == NavActionMsg.DONE and end.end_reason.startswith("blocked: 0.68"), end.end_reason
+    assert end.travelled_m == pytest.approx(0.684, abs=0.01)
+    took_s = (stamp_ns(end.header.stamp) - stamp_ns(started.header.stamp)) / NS
+    assert 0.684 / 0.3 < took_s < 0.684 / 0.3 + 1.5 < 6.0, took_s  # a stall window after it stopped
+    assert math.hypot(poses[-1].pose.position.x - bottle.x, poses[-1].pose.position.y - bottle.y) == pytest.approx(
+        0.375, abs=0.01)  # robot radius 0.25 + half the bottle's 0.25 m width: touching it

@@ -1,0 +1,178 @@
+"""The action node's velocity output as a twist_mux input and a Go2 driver see it, with the node in its own
+process: nothing before the first motion; while moving at least rate_hz (20 Hz) commands a second, even
+with odometry slower than that; TwistStamped carries frame_id and the node clock's stamp (simulated time
+here); and after a SIGKILL mid-motion the last command stays the last message (0.3 m/s), while the
+stamp of a TwistStamped ages past a consumer's timeout."""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+import time
+
+import pytest
+from geometry_msgs.msg import Twist, TwistStamped
+from nav_msgs.msg import Odometry
+from rclpy.qos import qos_profile_sensor_data
+from rosgraph_msgs.msg import Clock
+
+from edge_spec_ros.msg import Decision, NavAction as NavActionMsg
+from edge_spec_ros.nodes.ros_link import RELIABLE
+from rosharness import node_command, process, wait_for
+
+DISCOVERY_S = 20.0
+NS = 1_000_000_000
+GO2_RATE_HZ = 20.0  # what Go2 drivers expect while moving (the action node's default rate_hz)
+CONSUMER_TIMEOUT_S = 0.5  # a stamped consumer's staleness bound (twist_mux's usual input timeout)
+
+
+def send(pub, decision: int, text: str) -> None:
+    msg = Decision()
+    msg.decision, msg.text, msg.mode = decision, text, "fsd"
+    pub.publish(msg)
+
+
+def stamp_s(stamp) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+def test_nothing_before_the_first_motion(ros, tmp_path):
+    """A node that has not moved the robot publishes nothing: a zero would take the twist_mux input
+    from nav2 (priority) for its timeout. hold_zero_s 5 s: zeros held from start-up would show."""
+    twists: list[tuple[float, float]] = []
+    ros.node.create_subscription(Twist, "quiet/cmd_vel", lambda m: twists.append((time.monotonic(), m.linear.x)), 10)
+    decisions = ros.node.create_publisher(Decision, "quiet/edge_spec/decision", RELIABLE)
+    actions = ros.collect(NavActionMsg, "quiet/edge_spec/action", RELIABLE)
+    cmd = node_command("action_node", "-r", "__ns:=/quiet", "-p", "rate_hz:=50.0", "-p", "hold_zero_s:=5.0")
+    with process(cmd, tmp_path / "action.log") as proc:
+        wait_for(lambda: decisions.get_subscription_count() > 0 and ros.node.count_publishers("quiet/cmd_vel") > 0,
+                 DISCOVERY_S, "the action node")
+        send(decisions, 1, "Action: fly to the moon")  # an invalid action: answered, but no motion
+        wait_for(lambda: any(a.decision == 1 for a in actions), 10, "the invalid action's NavAction")
+        time.sleep(0.5)  # an absence needs a window: 25 control periods
+        assert twists == []
+        sent = time.monotonic()
+        send(decisions, 2, "Action: move forward 15 cm")
+        wait_for(lambda: twists, 10, "the motion's first command")
+        assert twists[0][1] == pytest.approx(0.3) and twists[0][0] > sent
+        assert proc.poll() is None
+
+
+def test_at_least_20_hz_while_moving_with_slower_odometry(ros, tmp_path):
+    """Odometry at 8 Hz (a slow driver): the command still goes out at >= 20 Hz over the whole motion, and
+    the motion ends on the odometry (reached)."""
+    received: list[tuple[float, float]] = []
+    ros.node.create_subscription(Twist, "rate/cmd_vel", lambda m: received.append((time.monotonic(), m.linear.x)), 10)
+    odom_pub = ros.node.create_publisher(Odometry, "rate/odom", qos_profile_sensor_data)
+    decisions = ros.node.create_publisher(Decision, "rate/edge_spec/decision", RELIABLE)
+    actions = ros.collect(NavActionMsg, "rate/edge_spec/action", RELIABLE)
+    robot = {"x": 0.0, "t": time.monotonic()}
+
+    def odometry() -> None:  # a robot that does what the last command says, sampled at 8 Hz
+        now = time.monotonic()
+        robot["x"] += (received[-1][1] if received else 0.0) * (now - robot["t"])
+        robot["t"] = now
+        msg = Odometry()
+        msg.header.stamp = ros.node.get_clock().now().to_msg()
+        msg.pose.pose.position.x, msg.pose.pose.orientation.w = robot["x"], 1.0
+        odom_pub.publish(msg)
+
+    timer = ros.node.create_timer(1 / 8, odometry)
+    cmd = node_command("action_node", "-r", "__ns:=/rate", "-p", "odom_topic:=odom")  # rate_hz: the default 20
+    try:
+        with process(cmd, tmp_path / "action.log") as proc:
+            wait_for(lambda: decisions.get_subscription_count() > 0 and odom_pub.get_subscription_count() > 0
+                     and ros.node.count_publishers("rate/cmd_vel") > 0, DISCOVERY_S, "the action node")
+            time.sleep(0.3)  # a few odometry samples, so the odometry is fresh when the decision arrives
+            send(decisions, 1, "Action: move forward 60 cm")  # 2 s at 0.3 m/s
+            wait_for(lambda: any(a.decision == 1 and a.status != NavActionMsg.STARTED for a in actions), 15,
+                     "the end of the motion")
+            end = next(a for a in actions if a.decision == 1 and a.status != NavActionMsg.STARTED)
+            assert end.status == NavActionMsg.DONE and end.end_reason == "reached", end.end_reason
+            assert proc.poll() is None
+    finally:
+        ros.node.destroy_timer(timer)
+    moving = [t for t, x in received if x > 0]
+    rate = (len(moving) - 1) / (moving[-1] - moving[0])
+    assert len(moving) > 30 and rate >= GO2_RATE_HZ, (len(moving), rate)
+
+
+def test_twist_stamped_carries_frame_id_and_the_node_clocks_stamp(ros, tmp_path):
+    """cmd_vel_type TwistStamped under simulated time: header.frame_id is the parameter's, the stamps are
+    the node's clock (the simulated time the test publishes, about 1000 s, not the wall clock), rising;
+    after the motion zero is held for hold_zero_s of that clock, then nothing."""
+    stamped: list[TwistStamped] = []
+    ros.node.create_subscription(TwistStamped, "stamped/cmd_vel", stamped.append, 10)
+    clock_pub = ros.node.create_publisher(Clock, "stamped/clock", 10)
+    decisions = ros.node.create_publisher(Decision, "stamped/edge_spec/decision", RELIABLE)
+    actions = ros.collect(NavActionMsg, "stamped/edge_spec/action", RELIABLE)
+    sim = {"ns": 1000 * NS}
+    lock = threading.Lock()
+
+    def tick() -> None:  # simulated time from 1000 s on, 10 ms per 10 ms of wall time
+        with lock:
+            sim["ns"] += NS // 100
+            msg = Clock()
+            msg.clock.sec, msg.clock.nanosec = divmod(sim["ns"], NS)
+        clock_pub.publish(msg)
+
+    timer = ros.node.create_timer(0.01, tick)
+    cmd = node_command("action_node", "-r", "__ns:=/stamped", "-r", "/clock:=/stamped/clock", "-p", "use_sim_time:=true",
+                       "-p", "cmd_vel_type:=TwistStamped", "-p", "frame_id:=go2/base_link", "-p", "hold_zero_s:=0.5")
+    try:
+        with process(cmd, tmp_path / "action.log") as proc:
+            wait_for(lambda: decisions.get_subscription_count() > 0 and clock_pub.get_subscription_count() > 0
+                     and ros.node.count_publishers("stamped/cmd_vel") > 0, DISCOVERY_S, "the action node")
+            send(decisions, 1, "Action: move forward 15 cm")  # 0.5 s of simulated time
+            wait_for(lambda: any(a.decision == 1 and a.status == NavActionMsg.DONE for a in actions), 15, "DONE")
+            done = next(a for a in actions if a.decision == 1 and a.status == NavActionMsg.DONE)
+            with lock:
+                wait_until = sim["ns"] / NS + 1.5  # past the 0.5 s hold, in simulated time
+            wait_for(lambda: sim["ns"] / NS > wait_until, 15, "1.5 s more of simulated time")
+            assert proc.poll() is None
+    finally:
+        ros.node.destroy_timer(timer)
+    assert stamped and all(m.header.frame_id == "go2/base_link" for m in stamped)
+    stamps = [stamp_s(m.header.stamp) for m in stamped]
+    assert all(1000.0 < s < 1000.0 + 3600 for s in stamps), stamps[:3]  # simulated time, not the wall clock
+    assert stamps == sorted(stamps)
+    moving = [s for m, s in zip(stamped, stamps) if m.twist.linear.x > 0]
+    assert moving[-1] - moving[0] == pytest.approx(0.5, abs=0.1)  # held for its planned 0.5 s of the node's clock
+    zeros = [s for m, s in zip(stamped, stamps) if m.twist.linear.x == 0.0 and s >= moving[-1]]
+    end = stamp_s(done.header.stamp)
+    assert zeros and zeros[-1] - end == pytest.approx(0.5, abs=0.1)  # zero held for hold_zero_s, then nothing
+    assert stamped[-1].twist.linear.x == 0.0
+
+
+@pytest.mark.parametrize("cmd_vel_type", ["Twist", "TwistStamped"])
+def test_sigkill_mid_motion_leaves_the_last_command_and_a_stamp_that_ages(ros, tmp_path, cmd_vel_type):
+    """SIGKILL (no handler runs, no final zero) while moving at 0.3 m/s: the last message on the topic is
+    the 0.3 m/s command, and nothing follows it. A Twist has nothing a consumer could age it by; a
+    TwistStamped's stamp (the node clock: the wall clock here) is older than a consumer's 0.5 s timeout
+    once 0.5 s have passed since the kill, so a consumer that checks stamps stops."""
+    ns = f"kill_{cmd_vel_type.lower()}"
+    msg_type = TwistStamped if cmd_vel_type == "TwistStamped" else Twist
+    received: list[tuple[float, object]] = []
+    ros.node.create_subscription(msg_type, f"{ns}/cmd_vel", lambda m: received.append((time.time(), m)), 10)
+    decisions = ros.node.create_publisher(Decision, f"{ns}/edge_spec/decision", RELIABLE)
+    cmd = node_command("action_node", "-r", f"__ns:=/{ns}", "-p", f"cmd_vel_type:={cmd_vel_type}")
+    with process(cmd, tmp_path / "action.log") as proc:
+        wait_for(lambda: decisions.get_subscription_count() > 0 and ros.node.count_publishers(f"{ns}/cmd_vel") > 0,
+                 DISCOVERY_S, "the action node")
+        send(decisions, 1, "Action: move forward 100 cm")  # 3.3 s at 0.3 m/s
+        wait_for(lambda: len(received) > 10, 10, "the motion")
+        proc.send_signal(signal.SIGKILL)
+        killed = time.time()
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    count = len(received)
+    wait_for(lambda: time.time() > killed + CONSUMER_TIMEOUT_S + 0.2, 5, "a consumer's timeout after the kill")
+    assert len(received) == count  # nothing after the kill: no final zero
+    last_time, last = received[-1]
+    twist = last.twist if cmd_vel_type == "TwistStamped" else last
+    assert twist.linear.x == pytest.approx(0.3) and last_time <= killed + 0.1  # the last command stays 0.3 m/s
+    if cmd_vel_type == "TwistStamped":
+        age_at_kill = killed - stamp_s(last.header.stamp)
+        assert 0.0 <= age_at_kill < 0.5, age_at_kill  # a fresh command when the node died ...
+        assert time.time() - stamp_s(last.header.stamp) > CONSUMER_TIMEOUT_S  # ... and stale a timeout later
+        assert math.isfinite(age_at_kill)
