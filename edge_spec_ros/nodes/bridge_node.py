@@ -166,6 +166,7 @@ class BridgeNode(Node):
         self._receiver.start("bridge-receiver")
         self._diagnostics_init()
         self.client.on_link_change(self._on_link)  # after the publishers: it publishes
+        self.publish_diagnostics()  # the link's state now (a change before the line above was not heard)
         self.get_logger().info(f"bridging to the verifier at {c.verifier_endpoint}")
 
     def _matched_logger(self, topic: str):
@@ -342,7 +343,7 @@ class BridgeNode(Node):
 
     def _publish_status(self, decision: int, state: int, message: str, code: int = 0, num_layers: int = 0,
                         exit_layers: list[int] | None = None) -> None:
-        self._note_status(state, message)
+        self._note_status(state, message, code)
         out = BridgeStatus()
         out.header.stamp = self.get_clock().now().to_msg()
         out.decision, out.state, out.code, out.message = decision, state, code, message
@@ -369,7 +370,7 @@ class BridgeNode(Node):
             if r.is_final and sent is not None:  # request or draft → the final exit's answer
                 h.round_trip_s, h.server_s = h.last_reply_s - sent, float(r.compute_s)
 
-    def _note_status(self, state: int, message: str) -> None:
+    def _note_status(self, state: int, message: str, code: int = 0) -> None:
         with self._health_lock:
             h = self._health
             if state == BridgeStatus.OPENED:
@@ -379,7 +380,8 @@ class BridgeNode(Node):
                 pass  # the same loss told to several decisions: one error
             else:
                 h.errors += 1
-                h.lost = h.lost or state == BridgeStatus.LINK_LOST
+                # a decision's reply timeout; the heartbeat's loss is the link's state (client.link_state())
+                h.lost = h.lost or (state == BridgeStatus.LINK_LOST and code != VerifierLost.CODE)
                 h.last_error = f"{'link lost' if state == BridgeStatus.LINK_LOST else 'error'}: {message}"
 
     def _note_stats(self, msg: DecodeStatsMsg) -> None:

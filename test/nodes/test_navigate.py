@@ -24,7 +24,7 @@ from std_msgs.msg import String
 from rosharness import drafter_matched_instruction, node_command, process, wait_for
 from edge_spec_ros.action import Navigate
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
-from edge_spec_ros.msg import Decision, DecisionRequest, NavAction as NavActionMsg
+from edge_spec_ros.msg import BridgeStatus, Decision, DecisionRequest, NavAction as NavActionMsg
 from edge_spec_ros.nav import NavConfig, parse_action
 from edge_spec_ros.nav.motion import PlanarPose as Pose
 from edge_spec_ros.nodes.convert import rgb_to_image
@@ -271,13 +271,16 @@ def test_diagnostics_report_the_verifier_link(stack):
 
 
 def test_diagnostics_report_a_lost_link(ros, tmp_path):
-    """A bridge whose verifier never answers: after open_timeout_s its status is ERROR, connected
-    false, with the lost link as the last error. (In a namespace of its own, apart from the stack; its
-    diagnostics go to the absolute /diagnostics all the same.)"""
+    """A bridge whose verifier never answers: its heartbeat goes unanswered, so within about
+    heartbeat_interval_s + heartbeat_timeout_s of its start, decision or none, its status is ERROR,
+    connected false, link dead, with the lost link as the last error; an OPEN is then answered LINK_LOST
+    at once. (In a namespace of its own, apart from the stack; its diagnostics go to the absolute
+    /diagnostics all the same.)"""
     endpoint = "tcp://127.0.0.1:9"  # discard port: nothing answers
     diagnostics = ros.collect(DiagnosticArray, "/diagnostics")
     requests = ros.node.create_publisher(DecisionRequest, "/lost/edge_spec/decision_request", RELIABLE)
-    cmd = node_command("bridge_node", "-p", f"verifier_endpoint:={endpoint}", "-p", "open_timeout_s:=1.0",
+    status_msgs = ros.collect(BridgeStatus, "/lost/edge_spec/bridge_status", RELIABLE)
+    cmd = node_command("bridge_node", "-p", f"verifier_endpoint:={endpoint}", "-p", "open_timeout_s:=30.0",
                        "-p", "diagnostics_period_s:=0.2", "-r", "__node:=lost_bridge", "-r", "__ns:=/lost")
 
     def mine():
@@ -286,12 +289,14 @@ def test_diagnostics_report_a_lost_link(ros, tmp_path):
     with process(cmd, tmp_path / "bridge.log"):
         wait_for(lambda: mine() and requests.get_subscription_count() > 0, 30,
                  f"the bridge's diagnostics\n{(tmp_path / 'bridge.log').read_text()}")
-        first = mine()[-1]
-        assert first.level == DiagnosticStatus.STALE and {kv.key: kv.value for kv in first.values}["connected"] == "unknown"
-        requests.publish(DecisionRequest(decision=7, command=DecisionRequest.OPEN, input_ids=[1, 2, 3]))
+        assert mine()[0].level in (DiagnosticStatus.STALE, DiagnosticStatus.ERROR)  # connecting, or lost already
         wait_for(lambda: mine()[-1].level == DiagnosticStatus.ERROR, 10, "the lost link in the diagnostics")
+        requests.publish(DecisionRequest(decision=7, command=DecisionRequest.OPEN, input_ids=[1, 2, 3]))
+        wait_for(lambda: any(m.decision == 7 for m in status_msgs), 10, "the OPEN answered on a dead link")
+    answer = next(m for m in status_msgs if m.decision == 7)
+    assert answer.state == BridgeStatus.LINK_LOST and "heartbeat" in answer.message, answer
     status = mine()[-1]
     values = {kv.key: kv.value for kv in status.values}
-    assert values["connected"] == "false" and values["errors"] == "1", values
-    assert values["last_error"].startswith("link lost") and "within 1.0 s" in values["last_error"], values
-    assert status.message == values["last_error"] and status.name == "lost_bridge: verifier link"
+    assert values["connected"] == "false" and values["link"] == "dead" and values["errors"] == "1", values
+    assert values["last_error"].startswith("link lost") and "heartbeat within 1.5 s" in values["last_error"], values
+    assert status.message.startswith("verifier lost") and status.name == "lost_bridge: verifier link"
