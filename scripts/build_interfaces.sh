@@ -13,16 +13,22 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY="$VENV/bin/python"
 
 # The stock message wheels export CMake files naming the include paths of the machine that built
-# them; point them at this Python's headers and this venv's numpy before anything links to them.
+# them (/opt/python/cp311-cp311/... in Kilted's cp311 wheels, cp310-cp310 in Jazzy's cp310 ones);
+# point them at this Python's headers and this venv's numpy before anything links to them.
 PY_INCLUDE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 NP_INCLUDE=$("$PY" -c 'import numpy; print(numpy.get_include())')
-for f in $(grep -rlE '/opt/python/cp311-cp311' "$VENV/share" --include='*.cmake' 2>/dev/null || true); do
-  sed -i -e "s#/opt/python/cp311-cp311/include/python3.11#$PY_INCLUDE#g" \
-         -e "s#/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include#$NP_INCLUDE#g" "$f"
+BUILT='/opt/python/cp3[0-9]*-cp3[0-9]*'
+for f in $(grep -rlE '/opt/python/cp3[0-9]+-cp3[0-9]+' "$VENV/share" --include='*.cmake' 2>/dev/null || true); do
+  sed -i -e "s#$BUILT/include/python3\.[0-9]*#$PY_INCLUDE#g" \
+         -e "s#$BUILT/lib/python3\.[0-9]*/site-packages/numpy/_core/include#$NP_INCLUDE#g" "$f"
 done
 if [ "$PATCH_ONLY" = 1 ]; then echo "patched the ROS 2 wheels' CMake files in $VENV"; exit 0; fi
 
-BUILD="$ROOT/build/interfaces"
+# one build directory per venv (its CMake cache names that venv's packages): .venv's is build/interfaces
+NAME=$(basename "$VENV")
+SUFFIX=""
+if [ "$NAME" != .venv ]; then SUFFIX="-${NAME#.venv-}"; fi
+BUILD="$ROOT/build/interfaces$SUFFIX"
 mkdir -p "$BUILD"
 export AMENT_PREFIX_PATH="$VENV"
 export CMAKE_PREFIX_PATH="$VENV"
