@@ -6,7 +6,8 @@ Publishes   instruction (std_msgs/String): the goal's instruction; "stop" when a
             ends as FAILED while the drafter would go on deciding
 Subscribes  edge_spec/decision (Decision), edge_spec/stats (DecodeStats), edge_spec/action (NavAction):
             relayed as feedback; instruction (std_msgs/String): one from another publisher supersedes
-            the goal
+            the goal; edge_spec/bridge_status (BridgeStatus): a verifier lost (the bridge's heartbeat)
+            fails the goal with the reason
 Publishes   /diagnostics: ``navigate: goal``: OK, the active goal (instruction, decisions so far) or
             idle, and how the last goal ended
 
@@ -42,11 +43,12 @@ from std_msgs.msg import String
 
 from edge_spec_ros.action import Navigate
 from edge_spec_ros.edge.cycle import is_stop
-from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
+from edge_spec_ros.msg import BridgeStatus, Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nodes.diagnostics import OK, Diagnostics, Report
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE
+from edge_spec_ros.wire.verifier_link import VerifierLost
 
 CHECK_PERIOD_S = 0.5  # how often the progress timeout is checked (steady clock)
 MATCH_TIMEOUT_S = 10.0  # a goal waits up to this long for the subscribers of `instruction` to be matched
@@ -186,6 +188,7 @@ class NavigateNode(Node):
         self.create_subscription(DecodeStatsMsg, "edge_spec/stats", self.on_stats, RELIABLE)
         self.create_subscription(NavActionMsg, "edge_spec/action", self.on_action, RELIABLE)
         self.create_subscription(String, "instruction", self.on_instruction, RELIABLE)
+        self.create_subscription(BridgeStatus, "edge_spec/bridge_status", self.on_link_status, RELIABLE)
         self.server = ActionServer(self, Navigate, "navigate", execute_callback=self.execute,
                                    goal_callback=self.on_goal, handle_accepted_callback=self.on_accepted,
                                    cancel_callback=self.on_cancel)
@@ -288,6 +291,12 @@ class NavigateNode(Node):
     def on_action(self, msg: NavActionMsg) -> None:
         if self.run is not None:
             self._relay(self.run, self.run.on_action(msg, time.monotonic()))
+
+    def on_link_status(self, msg: BridgeStatus) -> None:
+        """The bridge's heartbeat lost the verifier (LINK_LOST, code VerifierLost.CODE): the goal fails
+        now with the bridge's reason, and the robot is told to stop."""
+        if self.run is not None and msg.state == BridgeStatus.LINK_LOST and msg.code == VerifierLost.CODE:
+            self._end(self.run, Result.FAILED, msg.message, stop_robot=True)
 
     def on_instruction(self, msg: String) -> None:
         if self._sent and msg.data == self._sent[0]:  # our own, back from the topic
