@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from edge_spec_ros.bench.demo_runs import parse_run
 from edge_spec_ros.models.embedded import embedded_pair
 from edge_spec_ros.sim.closed_loop import ModelPolicy, evaluate
 from edge_spec_ros.sim.tasks import Task, episode_world
@@ -44,6 +45,8 @@ def test_the_robot_reaches_the_silver_bottle(server_endpoint, tmp_path):
     assert "[sim] the robot is at the target" in out, out[-4000:]
     assert "simulated robot reached the target" in out
     assert "[action" in out and "] stop " in out, out[-4000:]  # it also knows it has arrived
+    run = parse_run(out, "sd", 0, 0.0)  # every motion ends as planned (the bottle in the way: "blocked"), none
+    assert len(run.endings) >= run.decisions - 1 and not run.unplanned, run.endings  # by the watchdog
     assert (tmp_path / "run.png").read_bytes()[:4] == b"\x89PNG"
 
 
