@@ -12,15 +12,17 @@ Publishes   cmd_vel (geometry_msgs/Twist, or TwistStamped with ``cmd_vel_type``:
 In doubt the robot stops: unparseable or non-finite text gives zero velocity and a warning quoting
 it; every command is clamped (|v|, |ω|, duration); the watchdog zeroes the command when the decision
 pipeline has been silent for ``watchdog_timeout_s`` or the verifier is lost. With ``odom_topic`` set
-a motion ends when odometry says the distance or angle is covered (``nav/motion.MotionTracker``), and
-stops if odometry goes stale; without it the command is held for its planned duration on the node's
-clock (simulated time under ``use_sim_time``). Nothing is published before the first motion. While
-a motion runs, the command goes out at least ``rate_hz`` times a second: on every odometry sample
-(so a simulation in lockstep integrates the answer to each sample) and again on a control tick when
-the last one went out ``RESEND_AFTER_PERIODS`` control periods ago or more (odometry slower than
-``rate_hz``: a Go2 driver expects 20 Hz); timed motions on every tick. After a motion ends, zero is published for ``hold_zero_s`` and then nothing, so a twist_mux input
-times out and leaves the robot to other inputs. On shutdown (SIGINT, SIGTERM) a motion in progress or
-a zero being held ends with a final zero before the context goes down.
+a motion ends when odometry says the distance or angle is covered (``nav/motion.MotionTracker``), or
+that the robot is blocked (an object in the way), and stops if odometry goes stale; without it the
+command is held for its planned duration on the node's clock (simulated time under ``use_sim_time``).
+Nothing is published before the first motion. While a motion runs, the command goes out at least
+``rate_hz`` times a second: on every odometry sample (so a simulation in lockstep integrates the
+answer to each sample) and again on a control tick when the last one went out
+``RESEND_AFTER_PERIODS`` control periods ago or more (odometry slower than ``rate_hz``: a Go2 driver
+expects 20 Hz); timed motions on every tick. After a motion ends, zero is published for
+``hold_zero_s`` and then nothing, so a twist_mux input times out and leaves the robot to other
+inputs. On shutdown (SIGINT, SIGTERM) a motion in progress or a zero being held ends with a final
+zero before the context goes down.
 """
 
 from __future__ import annotations
