@@ -46,8 +46,8 @@ def test_a_lost_verifier_ends_the_decision_and_the_motion_with_the_reason(ros, t
     params = stack_params(tmp_path, endpoint)
     s = Stack(ros, tmp_path)
     status: list[tuple[float, BridgeStatus]] = []
-    ros.node.create_subscription(BridgeStatus, "edge_spec/bridge_status", lambda m: status.append((time.monotonic(), m)),
-                                 RELIABLE)
+    ros.node.create_subscription(BridgeStatus, "edge_spec/bridge_status",
+                                 lambda m: status.append((time.monotonic(), m)), RELIABLE)
     link: list[tuple[float, DiagnosticStatus]] = []
     ros.node.create_subscription(DiagnosticArray, "/diagnostics", lambda a: link.extend(
         (time.monotonic(), st) for st in a.status if st.hardware_id == endpoint), 10)
