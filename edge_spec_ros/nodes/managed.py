@@ -82,7 +82,7 @@ class ManagedNode(LifecycleNode):
         return self.managed_config.autostart
 
     # --- rclpy's transition callbacks -----------------------------------------------------------------
-    def _run(self, what: str, hook: Callable[[], None]) -> bool:
+    def _lifecycle_step(self, what: str, hook: Callable[[], None]) -> bool:
         try:
             hook()
         except Exception as exc:  # noqa: BLE001 - rclpy would swallow it: the reason is logged here
@@ -93,8 +93,8 @@ class ManagedNode(LifecycleNode):
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.last_failure = ""
-        if not self._run("configure", self.configure):
-            self._run("cleanup after a failed configure", self.cleanup)
+        if not self._lifecycle_step("configure", self.configure):
+            self._lifecycle_step("cleanup after a failed configure", self.cleanup)
             return TransitionCallbackReturn.FAILURE
         self.lifecycle_state = INACTIVE
         self.get_logger().info("configured")
@@ -102,8 +102,8 @@ class ManagedNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.last_failure = ""
-        if not self._run("activate", self.activate):
-            self._run("deactivate after a failed activate", self.deactivate)
+        if not self._lifecycle_step("activate", self.activate):
+            self._lifecycle_step("deactivate after a failed activate", self.deactivate)
             return TransitionCallbackReturn.FAILURE
         self.lifecycle_state = ACTIVE
         self.get_logger().info("active")
@@ -111,13 +111,13 @@ class ManagedNode(LifecycleNode):
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.lifecycle_state = INACTIVE  # workers see it at once
-        if not self._run("deactivate", self.deactivate):
+        if not self._lifecycle_step("deactivate", self.deactivate):
             return TransitionCallbackReturn.ERROR  # → on_error: cleaned up, unconfigured
         self.get_logger().info("inactive")
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        ok = self._run("cleanup", self.cleanup)
+        ok = self._lifecycle_step("cleanup", self.cleanup)
         self.lifecycle_state = UNCONFIGURED
         return super().on_cleanup(state) if ok else TransitionCallbackReturn.ERROR
 
@@ -125,17 +125,17 @@ class ManagedNode(LifecycleNode):
         was = self.lifecycle_state
         self.lifecycle_state = FINALIZED
         if was == ACTIVE:
-            self._run("deactivate", self.deactivate)
+            self._lifecycle_step("deactivate", self.deactivate)
         if was in (ACTIVE, INACTIVE):
-            self._run("cleanup", self.cleanup)
+            self._lifecycle_step("cleanup", self.cleanup)
         self.get_logger().info("shut down")
         return super().on_shutdown(state)
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
         """After a failed deactivate or cleanup: stop and release what can be, end unconfigured."""
         self.lifecycle_state = UNCONFIGURED
-        self._run("deactivate (error processing)", self.deactivate)
-        self._run("cleanup (error processing)", self.cleanup)
+        self._lifecycle_step("deactivate (error processing)", self.deactivate)
+        self._lifecycle_step("cleanup (error processing)", self.cleanup)
         return TransitionCallbackReturn.SUCCESS
 
     # --- driven by the process ------------------------------------------------------------------------

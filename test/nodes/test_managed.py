@@ -12,46 +12,20 @@ from pathlib import Path
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State, Transition
-from lifecycle_msgs.srv import ChangeState, GetState
 from rcl_interfaces.msg import Log
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Int32
 
-from rosharness import process, service_answers, wait_for
+from lifecycle_client import Lifecycle
+from rosharness import process, wait_for
 
 PROBE = Path(__file__).resolve().parent / "managed_probe.py"
-DISCOVERY_S = 20.0
 ROSOUT_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)  # also the lines logged before we matched
 
 
 def probe_command(*params: str) -> list[str]:
     return [sys.executable, str(PROBE), "--ros-args", "-r", "__node:=probe", *params]
-
-
-class Lifecycle:
-    """A node's get_state / change_state, from the test's node."""
-
-    def __init__(self, ros, node: str) -> None:
-        self.get = ros.node.create_client(GetState, f"/{node}/get_state")
-        self.change = ros.node.create_client(ChangeState, f"/{node}/change_state")
-        self.handshake()
-
-    def handshake(self) -> None:
-        """Both services answer us: get_state, and a change_state with an unknown label (refused on
-        every distro, changes nothing) — a reply sent before its writer matched us would be lost."""
-        service_answers(self.get, GetState.Request(), DISCOVERY_S, "get_state to answer")
-        refused = service_answers(self.change, ChangeState.Request(transition=Transition(label="no such transition")),
-                                  DISCOVERY_S, "change_state to answer")
-        assert not refused.success
-
-    def state(self) -> int:
-        return service_answers(self.get, GetState.Request(), 10, "get_state").current_state.id
-
-    def set(self, transition_id: int) -> bool:
-        future = self.change.call_async(ChangeState.Request(transition=Transition(id=transition_id)))
-        wait_for(future.done, 30, f"change_state {transition_id}")
-        return future.result().success
 
 
 @pytest.fixture
