@@ -775,7 +775,8 @@ def build_parser() -> argparse.ArgumentParser:
                               "/camera/color/image_raw/compressed:=/camera/image_raw/compressed")
     bringup.add_argument("--bag-clock", type=float, default=0.0, metavar="HZ",
                          help="with --bag: publish /clock from bag time at HZ (for nodes with use_sim_time)")
-    bringup.add_argument("--bag-rate", type=float, default=1.0, help="with --bag: playback speed (0: as fast as possible)")
+    bringup.add_argument("--bag-rate", type=float, default=1.0,
+                         help="with --bag: playback speed (0: as fast as possible)")
     bringup.add_argument("--sim", action="store_true", help="the simulated room instead of the camera")
     bringup.add_argument("--documents", metavar="DIR",
                          help="with --serve: the started verifier's DRAGON document folder (serve --documents DIR; "

@@ -1,12 +1,12 @@
-"""Real compute times of a drafter and an early-exit verifier, for the ``go2-paper``-style profiles.
+r"""Real compute times of a drafter and an early-exit verifier, for the ``go2-paper``-style profiles.
 
 The ``go2-paper`` profile emulates the FSD paper's Go2 figures (Table 8: T_p = 72 ms per draft
 forward on the Jetson Orin, T_q = 620 ms per verification of Qwen2-VL-7B with 27 exits, exit l of L
 released at l/L of T_q). This script measures the same figures on the hardware it runs on, for the
 real pair (Qwen2-VL-2B drafter, Qwen2-VL-7B verifier with exit adapters, bfloat16 on a GPU)::
 
-    python -m edge_spec_ros.bench.gpu_timing --verifier Qwen/Qwen2-VL-7B-Instruct \\
-        --drafter Qwen/Qwen2-VL-2B-Instruct --adapters exits_7b/ --dtype bfloat16 --device cuda \\
+    python -m edge_spec_ros.bench.gpu_timing --verifier Qwen/Qwen2-VL-7B-Instruct \
+        --drafter Qwen/Qwen2-VL-2B-Instruct --adapters exits_7b/ --dtype bfloat16 --device cuda \
         --out artifacts/gpu_timing.json
 
 and writes, per repeat and as medians: the prefill of each model, T_p (one draft forward, from γ

@@ -88,4 +88,3 @@ class LocalVerifierLink:
         t = self.traffic.get(sid)
         if t is not None:
             t.add(encoded_size(sid, msg), up)
-

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+
 @dataclass(frozen=True)
 class DraftDistribution:
     """How the drafter turns softmax(z/T) into the q it samples from and sends.

@@ -387,4 +387,3 @@ def run(args: argparse.Namespace, prompts_of: Callable[[object, str], list[list[
               "splits": splits, "minutes": round((time.monotonic() - started) / 60, 1)}
     Path(args.out, "distill_report.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report))
-

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from edge_spec_ros.wire.codec import ALLOWED_DTYPES, HEADER, MAGIC, VERSION, encode
+from edge_spec_ros.wire.codec import ALLOWED_DTYPES, HEADER, VERSION, encode
 from edge_spec_ros.wire.messages import (
     Close, DraftBlock, Envelope, Error, ExitResult, Generate, Message, MsgType, Open, Opened, Ping, Pong, Stats,
     StatsReply, Tokens,

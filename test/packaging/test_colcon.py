@@ -303,3 +303,16 @@ def test_colcon_test_runs_the_installed_package_checks(workspace):
     assert 'failures="0"' in text and 'errors="0"' in text and 'skipped="0"' in text, text
     assert "test_every_message_round_trips_and_matches_the_bag_definitions" in text
     assert "0 failures" in out, out
+    # the ament linters ran over the package's Python and found nothing (CMakeLists.txt, .flake8)
+    build = workspace.ws / "build" / PACKAGE
+    modules = sorted(str(p.relative_to(REPO)) for p in (REPO / PACKAGE).rglob("*.py")
+                     if "__pycache__" not in p.parts)
+    for linter in ("flake8", "pep257"):
+        result = (build / "test_results" / PACKAGE / f"{linter}.xunit.xml").read_text()
+        assert 'failures="0"' in result and 'errors="0"' in result, result[-3000:]
+        report = (build / f"ament_{linter}" / f"{linter}.txt").read_text()
+        assert "No problems found" in report, report[-3000:]
+        checked = report if linter == "pep257" else report[report.index("Checked files:"):]
+        assert all(module in checked for module in modules), f"{linter} did not check every module"
+        assert "launch/go2_nav.launch.py" in checked
+    assert "scripts/drafter_node" in (build / "ament_flake8" / "flake8.txt").read_text()
