@@ -162,7 +162,7 @@ class BridgeNode(Node):
         # the ends of the bridge's side that a decision needs matched before it starts (see on_request)
         self._ends = {"exit_result publisher": self.results.get_subscription_count,
                       "bridge_status publisher": self.status.get_subscription_count,
-                      "draft subscription": drafts.get_publisher_count}
+                      "draft subscription": lambda: self._receiver.publisher_count(drafts)}
         self._receiver.start("bridge-receiver")
         self._diagnostics_init()
         self.client.on_link_change(self._on_link)  # after the publishers: it publishes

@@ -27,6 +27,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy
 
 from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftBlockMsg, ExitResult as ExitResultMsg
+from edge_spec_ros.nodes.compat import publisher_count
 from edge_spec_ros.wire.codec import encoded_size
 from edge_spec_ros.wire.messages import (
     Close, DraftBlock, Error, ErrorCode, ExitResult, Generate, Message, Open, Opened, Tokens,
@@ -52,11 +53,12 @@ class _Matched:
     """A Receiver's subscription whose matched publishers are reported to ``report`` at each change."""
 
     sub: object
+    node: Node
     report: Callable[[int], None]
     count: int | None = None
 
     def look(self) -> None:
-        count = self.sub.get_publisher_count()
+        count = publisher_count(self.node, self.sub)
         if count != self.count:
             self.count = count
             self.report(count)
@@ -111,8 +113,14 @@ class Receiver:
         sub = self.node.create_subscription(msg_type, self.owner.resolve_topic_name(topic), take, qos)
         self.subscriptions.append(sub)
         if on_matched is not None:
-            self._matched.append(_Matched(sub, on_matched))
+            self._matched.append(_Matched(sub, self.node, on_matched))
         return sub
+
+    def publisher_count(self, sub) -> int:
+        """How many publishers ``sub`` (one of this receiver's) has matched (``nodes.compat``: the
+        graph on Humble, whose rclpy has no ``Subscription.get_publisher_count``)."""
+        node = self.node
+        return publisher_count(node, sub) if node is not None else 0
 
     def start(self, name: str) -> None:
         """Pump on a thread of the receiver's own until ``close()``."""
@@ -227,8 +235,8 @@ class RosVerifierLink:
         # the ends of this side of the exchange: each must count the bridge before a decision starts
         self._ends = {"decision_request publisher": self._requests.get_subscription_count,
                       "draft publisher": self._drafts.get_subscription_count,
-                      "exit_result subscription": results.get_publisher_count,
-                      "bridge_status subscription": status.get_publisher_count}
+                      "exit_result subscription": lambda: self._receiver.publisher_count(results),
+                      "bridge_status subscription": lambda: self._receiver.publisher_count(status)}
         self._pumping = threading.Lock()  # held by the receive that takes the replies for everyone
 
     @property

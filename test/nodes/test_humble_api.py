@@ -14,7 +14,7 @@ from std_msgs.msg import String
 
 from humble_api import HIDDEN_LINE
 from rosharness import drafter_matched_instruction, process, wait_for
-from edge_spec_ros.msg import Decision, NavAction as NavActionMsg
+from edge_spec_ros.msg import Decision, DraftBlock as DraftBlockMsg, NavAction as NavActionMsg
 from edge_spec_ros.nodes.matched import matched_publishers
 from edge_spec_ros.nodes.ros_link import RELIABLE
 
@@ -51,8 +51,6 @@ def test_the_recorder_logs_matched_publishers_from_the_graph(ros, tmp_path):
     no_traceback(log)
 
 
-@pytest.mark.xfail(strict=True, reason="nodes/ros_link.py and bridge_node.py call Subscription.get_publisher_count, "
-                                       "which Humble's rclpy lacks (nodes.compat.publisher_count is the fallback)")
 def test_the_drafter_starts_and_logs_matched_publishers_from_the_graph(ros, tmp_path):
     log = tmp_path / "drafter.log"
     with process(humble_node("drafter_node", "-r", "__ns:=/humble"), log) as proc:
@@ -65,6 +63,22 @@ def test_the_drafter_starts_and_logs_matched_publishers_from_the_graph(ros, tmp_
         ros.node.destroy_publisher(publisher)
         wait_for(lambda: "instruction: 0 publisher(s) matched" in log.read_text(), ANSWER_S,
                  lambda: f"the publisher's loss ({log.read_text()[-2000:]})")
+        assert proc.poll() is None
+    no_traceback(log)
+
+
+def test_the_bridge_starts_and_logs_matched_publishers_from_the_graph(ros, tmp_path):
+    """bridge_node's Receiver (nodes/ros_link.py) counts its matched publishers from the graph."""
+    log = tmp_path / "bridge.log"
+    with process(humble_node("bridge_node", "-r", "__ns:=/humble", "-p", "verifier_endpoint:=tcp://127.0.0.1:9"),
+                 log) as proc:
+        wait_for(lambda: "draft: 0 publisher(s) matched" in log.read_text() or proc.poll() is not None, UP_S,
+                 lambda: f"the bridge to start ({log.read_text()[-2000:]})")
+        assert proc.poll() is None, log.read_text()
+        publisher = ros.node.create_publisher(DraftBlockMsg, "/humble/edge_spec/draft", RELIABLE)
+        wait_for(lambda: "draft: 1 publisher(s) matched" in log.read_text(), ANSWER_S,
+                 lambda: f"the matched line ({log.read_text()[-2000:]})")
+        ros.node.destroy_publisher(publisher)
         assert proc.poll() is None
     no_traceback(log)
 
