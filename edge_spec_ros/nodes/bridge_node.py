@@ -320,6 +320,8 @@ class BridgeNode(Node):
             for session in list(self.sessions.values()):
                 if session.on_verifier and not session.closed.is_set():
                     session.waiting_since = session.sent_at = None
+                    if session.answer is None:  # a repeat of an OPEN not yet answered hears the same
+                        session.answer = answer
                     self._publish_status(session.decision, **answer)
             self._publish_status(NO_DECISION, **answer)
         elif link.alive:
