@@ -347,3 +347,24 @@ def test_the_robot_side_in_the_cloud_install_fails_with_one_line(cloud):
         assert one_line(proc) == extra_line(f"edge-spec-ros {command[0]}", "robot") + missing
     gamma = cloud.python_code("import edge_spec_ros.edge.gamma", check=False)
     assert one_line(gamma) == extra_line("the optimal draft length (spec/draft_length.py)", "robot")
+
+
+def test_every_command_names_the_install_it_needs():
+    from edge_spec_ros.cli import COMMAND_EXTRAS, build_parser
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    assert set(commands) == set(COMMAND_EXTRAS)
+    assert all(set(extras) <= set(MODULES) for extras in COMMAND_EXTRAS.values())
+
+
+def test_a_missing_module_of_an_extra_ends_the_process_with_one_line():
+    """What each install shows for the other side's code, here with a module no install has: uncaught,
+    the one line and status 1; caught, a MissingExtra (an ImportError) with the same line."""
+    code = ("from edge_spec_ros.extras import require, MissingExtra\n"
+            "try:\n    require('edge_spec_ros_no_such_module', 'cloud', 'the test')\n"
+            "except ImportError as exc:\n    assert isinstance(exc, MissingExtra), exc\n    print(exc)\n"
+            "require('edge_spec_ros_no_such_module.sub', 'robot', 'the test')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == 1
+    assert proc.stdout.strip() == extra_line("the test", "cloud").removeprefix("error: ")
+    assert one_line(proc) == extra_line("the test", "robot")
