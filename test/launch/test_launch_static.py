@@ -163,6 +163,9 @@ def console_scripts() -> dict[str, str]:
 def cmake_programs() -> set[str]:
     text = (ROOT / "CMakeLists.txt").read_text()
     block = re.search(r"install\(PROGRAMS(.*?)DESTINATION", text, re.S).group(1)
+    # the list may be a variable set just before: install(PROGRAMS ${_executables} ...)
+    for name in re.findall(r"\$\{(\w+)\}", block):
+        block = block.replace(f"${{{name}}}", re.search(rf"set\({name}(.*?)\)", text, re.S).group(1))
     return {Path(p).name for p in block.split()}
 
 
