@@ -46,7 +46,6 @@ from edge_spec_ros.nodes.ros_link import RELIABLE
 from edge_spec_ros.nodes.velocity import CMD_VEL_TYPES, check_cmd_vel_type, velocity_message
 
 
-
 @dataclass(frozen=True)
 class ActionNodeConfig:
     rate_hz: float = field(default=20.0, metadata=doc("control rate: cmd_vel at least this often while moving, "
