@@ -152,7 +152,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from edge_spec_ros.cloud.limits import Limits
     from edge_spec_ros.cloud.server import PRIORITY_LEAD_S, ServerConfig, VerifierServer
     from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
-    from edge_spec_ros.wire.link import Egress
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # A busy I/O thread (a flood) holds the GIL; a worker waits up to one switch interval each time it
@@ -176,9 +175,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               prefill_chunk_cells=args.prefill_chunk_cells, exit_shortlist=args.exit_shortlist,
                               documents="" if dragon is not None else args.documents or "",
                               max_batch=args.max_batch if args.batch else 1,
-                              batch_window_s=args.batch_window_ms / 1e3 if args.batch else 0.0,
-                              priority_lead_s=PRIORITY_LEAD_S if args.priority_lead_s is None else args.priority_lead_s,
-                              egress=Egress(args.egress_mbps * 1e6, args.egress_policy) if args.egress_mbps else None)
+                              priority_lead_s=PRIORITY_LEAD_S if args.priority_lead_s is None else args.priority_lead_s)
     except ValueError as exc:
         _log(f"error: {exc}")
         return 2
@@ -611,7 +608,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from edge_spec_ros.cloud.session import EXIT_SHORTLIST, PREFILL_CHUNK_CELLS, PREFILL_CHUNK_TOKENS
     from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES
-    from edge_spec_ros.spec.queues import EGRESS_POLICIES
 
     parser = argparse.ArgumentParser(prog="edge-spec-ros", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -680,21 +676,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="batched verification: the pending rounds of up to --max-batch sessions go through the "
                             "verifier in one forward (docs/fleet.md)")
     serve.add_argument("--max-batch", type=int, default=8, help="with --batch: sessions per forward (default 8)")
-    serve.add_argument("--batch-window-ms", type=float, default=0.0,
-                       help="with --batch: how long a round waits for other sessions' rounds to join its forward "
-                            "while it has fewer than --max-batch (default 0: only those already pending; at most "
-                            "1000)")
     serve.add_argument("--priority-lead-s", type=float, default=None, metavar="S",
                        help="compute a session may use ahead of sessions one priority level lower (Open.priority: "
                             "a robot in motion is level 1); the bound of any session's wait behind higher ones "
                             "(default: cloud/server.py PRIORITY_LEAD_S, 1 s; 0: priorities off)")
-    serve.add_argument("--egress-mbps", type=float, default=0.0, metavar="R",
-                       help="send every robot's results through one queue paced at R Mbit/s (FSD's server queue "
-                            "across sessions: finals first, then early exits of robots in motion, then by "
-                            "confidence); set R a little below the uplink's real rate so the queue forms here, in "
-                            "that order (default 0: off, each result leaves when ready)")
-    serve.add_argument("--egress-policy", default="priority", choices=EGRESS_POLICIES,
-                       help="with --egress-mbps: the order across robots (default priority; fifo: arrival order)")
     serve.add_argument("--emulate-tq-s", type=float, default=0.0,
                        help="benchmarks: every verification forward takes at least this long (s; default 0: off)")
     serve.add_argument("--documents", help="DRAGON: the cloud's document folder (*.txt, *.md; one document per "

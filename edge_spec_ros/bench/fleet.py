@@ -19,11 +19,8 @@ code (the robots' exceptions and the server's error counters), the server's mean
 whether every decision equalled its solo run ("nothing lost or changed"). Exit status 1 if a decision
 differed or failed, or none completed.
 
-The server's outgoing link (settings ``…+egressR``): every robot's results leave through one queue
-paced at R Mbit/s, ordered across robots (FSD's server queue Q_e kept across sessions: finals first,
-then the early exits of robots in motion, then by confidence) or, with ``…+egressRfifo``, in arrival
-order; each point reports the FSD decisions' pre-draft cache hit rate and the early exits sent and
-dropped (an early exit still queued when its round's final leaves is dropped).
+Each point reports the FSD decisions' pre-draft cache hit rate and the early exits sent and dropped
+(an early exit still queued when its round's final leaves is dropped).
 
 Priorities across robots: with ``--moving F`` a share F of the robots (spread evenly over the robot
 indices: robot r when ⌊(r + 1)F⌋ > ⌊rF⌋) are "in motion": their decisions are opened with
@@ -93,18 +90,11 @@ MOVING_PRIORITY = 1  # Open.priority of a robot in motion (0: standing still)
 
 
 def serve_args(setting: str) -> tuple[str, ...]:
-    """``edge-spec-ros serve`` options of a setting name: ``off``, ``batchK`` (K sessions per forward) or
-    ``batchKwM`` (and a batching window of M ms: ``serve --batch-window-ms``), optionally followed by
-    ``+egressR`` (every result through one queue paced at R Mbit/s, ordered across robots:
-    ``serve --egress-mbps``) or ``+egressRfifo`` (the same queue in arrival order)."""
-    match = re.fullmatch(r"(?:off|batch(\d+)(?:w(\d+))?)(?:\+egress(\d+(?:\.\d+)?)(fifo)?)?", setting)
-    if match and (match[1] is None or int(match[1]) >= 2) and (match[3] is None or float(match[3]) > 0):
-        batch = ("--batch", "--max-batch", match[1]) if match[1] else ()
-        window = ("--batch-window-ms", match[2]) if match[2] else ()
-        egress = ("--egress-mbps", match[3], "--egress-policy", match[4] or "priority") if match[3] else ()
-        return (*batch, *window, *egress)
-    raise ValueError(f"server setting {setting!r}: 'off', 'batchK' with K >= 2 or 'batchKwM' (M ms window), "
-                     "optionally followed by '+egressR' or '+egressRfifo' (R Mbit/s > 0)")
+    """``edge-spec-ros serve`` options of a setting name: ``off`` or ``batchK`` (K sessions per forward)."""
+    match = re.fullmatch(r"off|batch(\d+)", setting)
+    if match and (match[1] is None or int(match[1]) >= 2):
+        return ("--batch", "--max-batch", match[1]) if match[1] else ()
+    raise ValueError(f"server setting {setting!r}: 'off' or 'batchK' with K >= 2")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -498,10 +488,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", type=int, default=FleetConfig.prompts)
     parser.add_argument("--max-new-tokens", type=int, default=FleetConfig.max_new_tokens)
     parser.add_argument("--gamma", type=int, default=FleetConfig.gamma)
-    parser.add_argument("--settings", default="off", help="server settings side by side: off, batchK, batchKwM "
-                        "(K sessions per forward, a window of M ms), each optionally +egressR or +egressRfifo (the "
-                        "results through one queue paced at R Mbit/s, by priority or arrival); e.g. "
-                        "off,batch8,batch8w50,batch8+egress0.2")
+    parser.add_argument("--settings", default="off", help="server settings side by side: off or batchK (K "
+                        "sessions per forward); e.g. off,batch8")
     parser.add_argument("--procs", type=int, default=FleetConfig.procs, help="robot worker processes")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)

@@ -19,9 +19,7 @@ its running work at the next token or emulated layer.
 
 Results go to a per-session outbox ordered by the session's queue policy (FSD Algorithm 2, SENDER;
 Table 7): the final exit is sent before any early exit still waiting, and early exits of a round
-whose final result has left are dropped, since the robot no longer needs them. With an egress
-(``ServerConfig.egress``, ``serve --egress-mbps``) the heads of every session's outbox share one paced
-link, in the order of ``spec/queues.egress_key``: FSD's Q_e across sessions.
+whose final result has left are dropped, since the robot no longer needs them.
 """
 
 from __future__ import annotations
@@ -53,7 +51,7 @@ from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.wire.codec import SESSION_BYTES, WireError, decode, encode
 from edge_spec_ros.wire.dragon import DragonDist, DragonDistRequest, DragonDraft, DragonOpen, DragonTarget
 from edge_spec_ros.wire.emulator import LinkShape
-from edge_spec_ros.wire.link import CurveKeys, Egress, IOThread
+from edge_spec_ros.wire.link import CurveKeys, IOThread
 from edge_spec_ros.wire.messages import (
     PROTOCOL_REVISION, Close, DraftBlock, Envelope, Error, ErrorCode, ExitResult, Generate, Message, Open, Ping, Pong,
     Stats, StatsReply,
@@ -65,7 +63,6 @@ HOUSEKEEPING_PERIOD_S = 0.5
 FAIR_CREDIT_S = 0.1  # compute a session coming back from idle may use ahead of the sessions already waiting
 PRIORITY_LEAD_S = 1.0  # per priority level (Open.priority): more compute a session back from idle may use
 # ahead of lower-priority sessions (a robot in motion, priority 1, goes ahead of a robot standing still)
-MAX_BATCH_WINDOW_S = 1.0  # a longer wait for company would cost every round more than batching saves
 WORKER_JOIN_S = 0.2  # how long stop() waits for the workers (a forward pass in flight is not interrupted)
 RECEIVE_HWM = 100  # frame sets ZeroMQ buffers per connection before it stops reading that peer
 DRAGON_STEPS = (DragonDraft, DragonTarget, DragonDistRequest, DragonDist)  # a DRAGON decision's traffic
@@ -88,11 +85,7 @@ class ServerConfig:
     fairness bound of ``FairQueue``); documents: the cloud's
     document folder for DRAGON decisions (cloud/dragon.py; empty: DRAGON is refused); max_batch: the
     most sessions whose pending verification rounds one forward of the verifier takes (1: one round per
-    forward; cloud/batching.py); batch_window_s: with max_batch > 1, how long a worker holding a round
-    waits for more rounds to join its forward while it has fewer than max_batch (0: it takes what is
-    pending at once); egress: the server's outgoing link shared by every robot (``wire/link.Egress``:
-    results leave it one at a time, finals first, then early exits by the robot's priority and the
-    exit's confidence; None: each robot's results go out as soon as they are ready)."""
+    forward; cloud/batching.py)."""
 
     bind: str = "tcp://127.0.0.1:5555"
     workers: int = 1
@@ -111,8 +104,6 @@ class ServerConfig:
     priority_lead_s: float = PRIORITY_LEAD_S
     documents: str = ""
     max_batch: int = 1
-    batch_window_s: float = 0.0
-    egress: Egress | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.emulate_tq_s) and self.emulate_tq_s >= 0):
@@ -124,8 +115,6 @@ class ServerConfig:
                              f"{self.prefill_chunk_tokens} and {self.prefill_chunk_cells}")
         if not (math.isfinite(self.fair_credit_s) and self.fair_credit_s >= 0):
             raise ValueError(f"fair_credit_s must be finite and >= 0, got {self.fair_credit_s}")
-        if not (math.isfinite(self.batch_window_s) and 0 <= self.batch_window_s <= MAX_BATCH_WINDOW_S):
-            raise ValueError(f"batch_window_s must be in [0, {MAX_BATCH_WINDOW_S}], got {self.batch_window_s}")
         if not (math.isfinite(self.priority_lead_s) and self.priority_lead_s >= 0):
             raise ValueError(f"priority_lead_s must be finite and >= 0, got {self.priority_lead_s}")
         if self.workers < 1 or self.max_sessions < 1 or self.max_sessions_per_client < 1 or self.max_batch < 1:
@@ -274,8 +263,7 @@ class VerifierServer:
             sock.curve_secretkey = self.config.curve.secret
         sock.bind(self.config.bind)
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._io = IOThread(sock, self._on_frames, "verifier-io", user_ids=self.config.curve is not None,
-                            egress=self.config.egress)
+        self._io = IOThread(sock, self._on_frames, "verifier-io", user_ids=self.config.curve is not None)
         self._io.start()
         for i in range(self.config.workers):
             worker = threading.Thread(target=self._work, name=f"verify-{i}", daemon=True)
@@ -501,8 +489,6 @@ class VerifierServer:
                 batch = []
                 if self.config.max_batch > 1 and batchable(job):
                     batch = self._gather()
-                    if self.config.batch_window_s > 0:
-                        batch += self._wait_for_company(len(batch))
                 self._running += 1
                 self._running_continued += continued
             t0 = time.perf_counter()
@@ -525,28 +511,10 @@ class VerifierServer:
                             s.current = None
                     self._ready_cv.notify_all()  # what may start has changed
 
-    def _wait_for_company(self, have: int) -> list[tuple[_Session, Job]]:
-        """Batching window (lock held, released while waiting): up to ``batch_window_s`` for rounds of
-        other sessions to join a forward that has ``have`` besides its own, until it is full; then
-        until no continued step runs (``_may_start``: this forward starts a job, so it never runs
-        beside a long job's step, which another worker may have started meanwhile)."""
-        taken: list[tuple[_Session, Job]] = []
-        deadline = time.monotonic() + self.config.batch_window_s
-        while have + len(taken) < self.config.max_batch - 1 and not self._done.is_set():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            self._ready_cv.wait(remaining)
-            taken += self._gather(self.config.max_batch - 1 - have - len(taken))
-        while self._running_continued and not self._done.is_set():
-            self._ready_cv.wait()
-        return taken
-
-    def _gather(self, limit: int | None = None) -> list[tuple[_Session, Job]]:
-        """Batching (lock held): take from the ready queue up to ``limit`` (default ``max_batch - 1``)
-        other sessions whose next job is a whole block's verification, in serving order; the rest keep
-        their places."""
-        limit = self.config.max_batch - 1 if limit is None else limit
+    def _gather(self) -> list[tuple[_Session, Job]]:
+        """Batching (lock held): take from the ready queue up to ``max_batch - 1`` other sessions whose
+        next job is a whole block's verification, in serving order; the rest keep their places."""
+        limit = self.config.max_batch - 1
         taken: list[tuple[_Session, Job]] = []
         for other in list(self._ready):
             if len(taken) >= limit:
@@ -613,8 +581,7 @@ class VerifierServer:
     # --- sending ---------------------------------------------------------------------------------
     def _emit(self, session: _Session, msg: Message, confidence: float = math.inf, tag=None) -> None:
         frames = [session.identity, *encode(Envelope(session.sid, msg))]
-        self._io.submit((session.identity, session.sid), frames, confidence, tag, session.shape, session.policy,
-                        getattr(session.request, "priority", 0))
+        self._io.submit((session.identity, session.sid), frames, confidence, tag, session.shape, session.policy)
 
     def _emit_reply(self, session: _Session, msg: Message) -> None:
         """A reply of the session's work: exit results through the early-exit rules, the rest as is."""

@@ -7,15 +7,12 @@ ever in the socketpair, written without blocking) and each loop reads at most ``
 received frame sets before it sends, so a flood from one peer cannot starve replies or shutdown.
 Outgoing messages wait in a per-destination ``Outbox``: popped by queue policy (FSD Table 7) whenever
 the emulated link is free, then held until their emulated arrival time and only then written to the
-socket. With an ``Egress`` (a server's outgoing link, shared by every destination) a message first
-crosses that link, one at a time across destinations in ``egress_key`` order, then its destination's.
+socket.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
 import socket
 import threading
 import time
@@ -25,7 +22,7 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from edge_spec_ros.spec.queues import EGRESS_LEAD_S, EGRESS_POLICIES, ExitQueue, egress_key
+from edge_spec_ros.spec.queues import ExitQueue
 from edge_spec_ros.wire.emulator import LinkEmulator, LinkShape
 
 log = logging.getLogger(__name__)
@@ -44,17 +41,10 @@ class _Pending:
 
     frames: list[bytes]
     tag: Hashable
-    confidence: float
-    priority: int
-    queued_at: float
-    order: int
     nbytes: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.nbytes = sum(len(f) for f in self.frames)
-
-
-_orders = itertools.count()  # queuing order across outboxes (ties on a shared egress)
 
 
 class Outbox:
@@ -65,29 +55,20 @@ class Outbox:
         self.link = LinkEmulator(shape, seed) if shape is not None and not shape.ideal else None
         self.in_flight: deque[tuple[float, list[bytes]]] = deque()
 
-    def put(self, frames: list[bytes], confidence: float = 0.0, tag: Hashable = None, priority: int = 0,
-            now: float | None = None) -> None:
-        queued_at = time.monotonic() if now is None else now
-        self.queue.push(_Pending(frames, tag, confidence, priority, queued_at, next(_orders)), confidence)
+    def put(self, frames: list[bytes], confidence: float = 0.0, tag: Hashable = None) -> None:
+        self.queue.push(_Pending(frames, tag), confidence)
 
     def drop(self, predicate: Callable[[Hashable], bool]) -> int:
         """Drop queued (not yet transmitting) frames whose tag matches."""
         return self.queue.remove_if(lambda item: predicate(item.tag))
 
-    def ready(self, now: float) -> bool:
-        """Something is queued and this destination's link can take it now."""
-        return bool(self.queue) and (self.link is None or self.link.free_at <= now)
-
-    def forward(self, item: _Pending, at: float) -> None:
-        """Start ``item`` on this destination's link at ``at`` (now, or when a shared egress has sent it)."""
-        arrival = self.link.transmit(item.nbytes, at) if self.link is not None else at
-        self.in_flight.append((arrival, item.frames))
-
-    def pump(self, now: float, shared: bool = False) -> list[list[bytes]]:
-        """Start the transmissions this destination's link has room for (none when a ``shared`` egress
-        starts them); return the frames that arrive by ``now``."""
-        while not shared and self.ready(now):
-            self.forward(self.queue.pop(), now)
+    def pump(self, now: float) -> list[list[bytes]]:
+        """Start the transmissions this destination's link has room for; return the frames that arrive
+        by ``now``."""
+        while self.queue and (self.link is None or self.link.free_at <= now):
+            item = self.queue.pop()
+            arrival = self.link.transmit(item.nbytes, now) if self.link is not None else now
+            self.in_flight.append((arrival, item.frames))
         out = []
         while self.in_flight and self.in_flight[0][0] <= now:
             out.append(self.in_flight.popleft()[1])
@@ -107,45 +88,6 @@ class Outbox:
 
 
 @dataclass(frozen=True)
-class Egress:
-    """A server's outgoing link shared by every destination: FSD's server queue Q_e kept across sessions
-    (``egress_key``). ``bandwidth_bps``: its rate; set on a real server a little below the real uplink's,
-    it paces the sends so that the queue forms here, in ``policy`` order, rather than in the kernel's
-    FIFO. ``policy``: ``priority`` or ``fifo`` (``spec/queues.EGRESS_POLICIES``); ``lead_s``: per
-    priority level, how much later a final result may be queued and still leave first."""
-
-    bandwidth_bps: float
-    policy: str = "priority"
-    lead_s: float = EGRESS_LEAD_S
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.bandwidth_bps) and self.bandwidth_bps > 0):
-            raise ValueError(f"egress bandwidth must be finite and > 0 bit/s, got {self.bandwidth_bps}")
-        if self.policy not in EGRESS_POLICIES:
-            raise ValueError(f"egress policy {self.policy!r} is not one of {EGRESS_POLICIES}")
-        if not (math.isfinite(self.lead_s) and self.lead_s >= 0):
-            raise ValueError(f"egress lead must be finite and >= 0 s, got {self.lead_s}")
-
-    def key(self, item: _Pending) -> tuple:
-        return egress_key(item.confidence, item.priority, item.queued_at, item.order, self.policy, self.lead_s)
-
-
-def pump_egress(egress: Egress, link: LinkEmulator, boxes: list[Outbox], now: float) -> int:
-    """While the shared ``link`` is free, send the best head (``egress.key``) among the outboxes whose own
-    link can take a message, onto the shared link then the destination's; returns how many were sent."""
-    sent = 0
-    while link.free_at <= now:
-        ready = [box for box in boxes if box.ready(now)]
-        if not ready:
-            break
-        box = min(ready, key=lambda b: egress.key(b.queue.peek()))
-        item = box.queue.pop()
-        box.forward(item, link.transmit(item.nbytes, now))
-        sent += 1
-    return sent
-
-
-@dataclass(frozen=True)
 class CurveKeys:
     """CURVE key material (z85 bytes). A client needs its pair and the server's public key; a server
     needs its pair and a directory of authorised client public keys."""
@@ -162,15 +104,12 @@ class IOThread(threading.Thread):
     ``user_ids``: call ``on_frames(frames, user_id)`` with the ZAP User-Id of the sender (under CURVE:
     the peer's public key, z85), instead of ``on_frames(frames)``."""
 
-    def __init__(self, sock: zmq.Socket, on_frames: Callable[..., None], name: str, user_ids: bool = False,
-                 egress: Egress | None = None) -> None:
+    def __init__(self, sock: zmq.Socket, on_frames: Callable[..., None], name: str, user_ids: bool = False) -> None:
         super().__init__(name=name, daemon=True)
         self.sock = sock
         self.on_frames = on_frames
         self.user_ids = user_ids
         self.outboxes: dict[Hashable, Outbox] = {}
-        self.egress = egress
-        self._egress_link = LinkEmulator(LinkShape(bandwidth_bps=egress.bandwidth_bps)) if egress else None
         self._commands: deque[Callable[[], None]] = deque()
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -195,14 +134,14 @@ class IOThread(threading.Thread):
             pass
 
     def submit(self, key: Hashable, frames: list[bytes], confidence: float = 0.0, tag: Hashable = None,
-               shape: LinkShape | None = None, policy: str = "fifo", priority: int = 0) -> None:
+               shape: LinkShape | None = None, policy: str = "fifo") -> None:
         """Queue ``frames`` for destination ``key`` (its outbox made with ``shape`` and ``policy`` if new);
-        ``confidence`` and ``priority`` order it in the outbox and on a shared egress."""
+        ``confidence`` orders it in the outbox."""
         def put() -> None:
             box = self.outboxes.get(key)
             if box is None:
                 box = self.outboxes[key] = Outbox(shape, policy)
-            box.put(frames, confidence, tag, priority)
+            box.put(frames, confidence, tag)
         self.call(put)
 
     def stop(self, timeout_s: float = STOP_JOIN_S) -> bool:
@@ -226,9 +165,6 @@ class IOThread(threading.Thread):
             while not self._halt.is_set():
                 now = time.monotonic()
                 wake = [t for t in (box.next_time() for box in self.outboxes.values()) if t is not None]
-                if self._egress_link is not None and self._egress_link.free_at > now \
-                        and any(box.queue for box in self.outboxes.values()):
-                    wake.append(self._egress_link.free_at)
                 timeout = max(0.0, min(wake) - now) if wake else IDLE_POLL_S
                 events = dict(poller.poll(min(timeout, IDLE_POLL_S) * 1000))
                 if self._wake_r.fileno() in events:
@@ -248,10 +184,8 @@ class IOThread(threading.Thread):
                     except Exception:  # a command bug must not kill the transport
                         log.exception("error in an I/O thread command")
                 now = time.monotonic()
-                if self.egress is not None:
-                    pump_egress(self.egress, self._egress_link, list(self.outboxes.values()), now)
                 for key, box in list(self.outboxes.items()):
-                    self._unsent.extend(box.pump(now, shared=self.egress is not None))
+                    self._unsent.extend(box.pump(now))
                     if box.idle:  # nothing queued or in flight: forget it (recreated on demand)
                         del self.outboxes[key]
                 self._send_unsent()

@@ -45,12 +45,7 @@ def test_the_all_busy_stretch_ends_with_the_first_robot_done():
 def test_fleet_settings_are_checked():
     assert serve_args("off") == ()
     assert serve_args("batch8") == ("--batch", "--max-batch", "8")
-    assert serve_args("batch8w50") == ("--batch", "--max-batch", "8", "--batch-window-ms", "50")
-    assert serve_args("off+egress0.5") == ("--egress-mbps", "0.5", "--egress-policy", "priority")
-    assert serve_args("batch8+egress2fifo") == ("--batch", "--max-batch", "8", "--egress-mbps", "2",
-                                                "--egress-policy", "fifo")
-    for bad in ("batch1", "on", "batchx", "batch8w", "batch8w-5", "off8", "off+egress0", "off+egress", "batch8+e1",
-                "off+egress1lifo"):
+    for bad in ("batch1", "on", "batchx", "batch8w50", "off8", "off+egress1", "batch8+egress0.5"):
         with pytest.raises(ValueError):
             serve_args(bad)
 

@@ -21,11 +21,10 @@ def test_half_the_fleet_in_motion_is_spread_evenly():
 
 
 def test_fleet_bench_reports_robots_in_motion_apart():
-    """Half the fleet in motion, every result through the server's paced egress ordered across robots
-    (``serve --egress-mbps``): every decision still equals its solo run, FSD's early exits arrive (the
+    """Half the fleet in motion: every decision still equals its solo run, FSD's early exits arrive (the
     cache hit rate is reported) and the robots in motion are reported apart."""
     config = FleetConfig(robots=(2,), decisions=2, max_new_tokens=8, prompts=2, procs=1, time_limit_s=60.0,
-                         modes=("sd", "fsd"), moving=0.5, settings=("off+egress1",))
+                         modes=("sd", "fsd"), moving=0.5, settings=("off",))
     report = run_fleet(config)
     assert report["exact"], report
     ((point,),) = report["settings"].values()

@@ -5,8 +5,7 @@ sessions in one forward of the verifier change nothing a robot receives.
   rounding, with the same argmax, and each session's cache ends up as the solo one's;
 - 10 robots of mixed modes, greedy and sampled (own seeds), decoding at once against a server with
   ``max_batch = 8`` get, token for token, what each gets alone from a server without batching, and
-  the server did batch (mean batch size > 1);
-- a batching window makes a round wait, within it, for another session's round to share its forward.
+  the server did batch (mean batch size > 1).
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.spec.sampling import SamplingConfig
-from edge_spec_ros.wire.messages import DraftBlock, Open
 
 HIDDEN_TOL = 1e-4  # measured about 6e-6 on the embedded pair (float32, CPU)
 # (mode, temperature): every exact mode of the registry but AR, greedy and sampled
@@ -254,39 +252,3 @@ def test_fuzzed_requests_beside_robots_never_reach_a_batch_as_an_internal_error(
         assert results[i] == [expected, expected], mode
     assert stats.get("internal_error", 0) == 0, stats
     assert stats["batches"] > 0, stats
-
-
-def test_a_batching_window_gathers_a_round_that_arrives_within_it(pair, work):
-    """Two robots' rounds 0.15 s apart: with a 1 s window the first waits for the second and both go
-    through one forward (same verdicts as alone); a round never waits beyond the window; the window is
-    the operator's setting, refused out of range."""
-    prompt, jpg = work[0]
-    ids = prompt.input_ids.numpy().astype(np.int32)
-    draft = DraftBlock(round=0, position=len(ids), tokens=np.array([20, 21], np.int32))
-
-    def verdicts(window_s: float) -> tuple[list, dict, float]:
-        server = VerifierServer(pair.verifier, pair.prompt_encoder(),
-                                ServerConfig(bind="tcp://127.0.0.1:*", max_batch=4, batch_window_s=window_s))
-        endpoint = server.start()
-        try:
-            config = ClientConfig(endpoint=endpoint, open_timeout_s=30.0, reply_timeout_s=30.0)
-            with VerifierClient(config) as a, VerifierClient(config) as b:
-                sids = [c.open(Open(input_ids=ids, image=jpg, want_exits=False))[0] for c in (a, b)]
-                t0 = time.monotonic()
-                a.send(sids[0], draft)
-                time.sleep(0.15)
-                b.send(sids[1], draft)
-                finals = [c.receive(sid) for c, sid in ((a, sids[0]), (b, sids[1]))]
-                waited = time.monotonic() - t0
-            return [(f.accepted, list(f.tokens)) for f in finals], server.stats(), waited
-        finally:
-            server.stop()
-
-    alone, stats0, _ = verdicts(0.0)
-    together, stats1, waited = verdicts(1.0)
-    assert together == alone
-    assert stats1["batches"] == 1 and stats1["batched_rounds"] == 2, stats1
-    assert waited < 1.0 + 5.0  # the window, and one forward's time on a loaded machine at most
-    for bad in (-0.1, 1.5, float("nan")):
-        with pytest.raises(ValueError, match="batch_window_s"):
-            ServerConfig(max_batch=4, batch_window_s=bad)

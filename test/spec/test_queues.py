@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
-from edge_spec_ros.spec.queues import POLICIES, ExitQueue, egress_key
+from edge_spec_ros.spec.queues import POLICIES, ExitQueue
 
 
 def drain(q: ExitQueue) -> list:
@@ -196,32 +194,3 @@ def test_invalid_policy_raises_value_error(policy):
     with pytest.raises(ValueError, match="queue policy") as info:
         ExitQueue(policy)
     assert repr(policy) in str(info.value) and "fifo" in str(info.value)
-
-
-# --------------------------------------------------------------------------- egress_key (Q_e across sessions)
-
-
-def test_egress_key_finals_first_then_early_exits_by_priority_then_confidence():
-    """priority policy: every final result (S = +inf) before any early exit; early exits of a robot in
-    motion (p = 1) before a standing robot's, then by S^(l)."""
-    items = {  # name: (confidence, priority, queued_at, order)
-        "early still 0.9": (0.9, 0, 0.0, 0),
-        "early moving 0.2": (0.2, 1, 0.1, 1),
-        "final still": (math.inf, 0, 0.5, 2),
-        "early moving 0.8": (0.8, 1, 0.2, 3),
-        "early still 0.95": (0.95, 0, 0.3, 4),
-    }
-    order = sorted(items, key=lambda k: egress_key(*items[k], "priority", lead_s=0.05))
-    assert order == ["final still", "early moving 0.8", "early moving 0.2", "early still 0.95", "early still 0.9"]
-    fifo = sorted(items, key=lambda k: egress_key(*items[k], "fifo"))
-    assert fifo == ["early still 0.9", "early moving 0.2", "early moving 0.8", "early still 0.95", "final still"]
-
-
-def test_egress_key_final_results_bound_by_lead():
-    """A final result of a robot in motion goes ahead of a standing robot's queued up to lead_s earlier,
-    not one queued earlier than that: the bound of the docstring."""
-    def key(priority, queued_at, order):
-        return egress_key(math.inf, priority, queued_at, order, "priority", lead_s=0.05)
-    assert key(1, 1.04, 1) < key(0, 1.0, 0)  # 40 ms later, priority 1: first
-    assert key(1, 1.06, 1) > key(0, 1.0, 0)  # 60 ms later: behind
-    assert key(0, 1.0, 0) < key(0, 1.0, 1) < key(0, 1.01, 0)  # equal priority: FIFO

@@ -1,14 +1,11 @@
-"""Unit tests for edge_spec_ros.wire.link.Outbox: policy order, emulated arrival times, bandwidth, drop, idle;
-and a shared egress across outboxes (``pump_egress``)."""
+"""Unit tests for edge_spec_ros.wire.link.Outbox: policy order, emulated arrival times, bandwidth, drop, idle."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
-from edge_spec_ros.wire.emulator import LinkEmulator, LinkShape
-from edge_spec_ros.wire.link import Egress, Outbox, pump_egress
+from edge_spec_ros.wire.emulator import LinkShape
+from edge_spec_ros.wire.link import Outbox
 
 
 def msg(name: str, size: int = 10) -> list[bytes]:
@@ -212,81 +209,3 @@ def test_idle_false_while_in_flight():
     assert not box.idle
     box.pump(1.0)
     assert box.idle
-
-
-# --------------------------------------------------------------------------- shared egress
-
-
-def shared(policy: str = "priority", bps: float = 8000, lead_s: float = 0.05) -> tuple[Egress, LinkEmulator]:
-    egress = Egress(bps, policy, lead_s)
-    return egress, LinkEmulator(LinkShape(bandwidth_bps=bps))
-
-
-def test_egress_sends_one_message_at_a_time_across_destinations_in_key_order():
-    """At 8,000 bit/s a 1,000-byte message holds the shared link 1 s: three robots' messages leave one per
-    second, finals first, then the early exit of the robot in motion, then the higher confidence."""
-    egress, link = shared()
-    still, moving, other = Outbox(policy="priority"), Outbox(policy="priority"), Outbox(policy="priority")
-    still.put(msg("still early 0.9", 1000), 0.9, now=0.0)
-    moving.put(msg("moving early 0.3", 1000), 0.3, priority=1, now=0.0)
-    other.put(msg("other final", 1000), math.inf, now=0.0)
-    still.put(msg("still early 0.95", 1000), 0.95, now=0.0)
-    boxes = [still, moving, other]
-    arrived = []
-    for t in (0.0, 1.0, 2.0, 3.0, 4.0):
-        assert pump_egress(egress, link, boxes, t) == (1 if t < 4.0 else 0)
-        arrived += [(t, name) for box in boxes for name in names(box.pump(t, shared=True))]
-    assert arrived == [(1.0, "other final"), (2.0, "moving early 0.3"), (3.0, "still early 0.95"),
-                       (4.0, "still early 0.9")]
-    assert all(box.idle for box in boxes)
-
-
-def test_egress_fifo_policy_keeps_queuing_order():
-    """fifo: in queuing order across destinations, whatever the confidence or priority."""
-    egress, link = shared("fifo")
-    a, b = Outbox(policy="priority"), Outbox(policy="priority")
-    a.put(msg("a early", 1000), 0.1, now=0.0)
-    b.put(msg("b final", 1000), math.inf, priority=1, now=0.1)
-    pump_egress(egress, link, [a, b], 0.2)
-    assert names(a.pump(1.2, shared=True)) == ["a early"] and b.pump(1.2, shared=True) == []
-    pump_egress(egress, link, [a, b], 1.2)
-    assert names(b.pump(2.2, shared=True)) == ["b final"]
-
-
-def test_egress_then_destination_link():
-    """A message crosses the shared link, then its destination's own (store and forward); a destination
-    whose link is busy is passed over and the next one's message goes."""
-    egress, link = shared(bps=80_000)  # 1,000 bytes: 0.1 s
-    slow = Outbox(LinkShape(delay_s=0.5, bandwidth_bps=8000))  # 1,000 bytes: 1 s, then 0.5 s
-    fast = Outbox()
-    slow.put(msg("slow 1", 1000), math.inf, now=0.0)
-    slow.put(msg("slow 2", 1000), math.inf, now=0.0)
-    fast.put(msg("fast", 1000), 0.5, now=0.0)
-    assert pump_egress(egress, link, [slow, fast], 0.0) == 1  # slow 1 leaves the egress at 0.1 ...
-    assert slow.in_flight[0][0] == pytest.approx(0.1 + 1.0 + 0.5)  # ... and arrives after its own link
-    assert pump_egress(egress, link, [slow, fast], 0.1) == 1  # slow's link is busy: fast goes
-    assert names(fast.pump(0.2, shared=True)) == ["fast"]
-    assert pump_egress(egress, link, [slow, fast], 0.2) == 0  # slow's link still busy until 1.1
-    assert pump_egress(egress, link, [slow, fast], 1.1) == 1
-    assert names(slow.pump(1.6, shared=True)) == ["slow 1"] and names(slow.pump(2.7, shared=True)) == ["slow 2"]
-
-
-def test_egress_dropped_early_exits_never_leave():
-    """An early exit dropped (its round's final has been queued) before the shared link takes it is not sent."""
-    egress, link = shared()
-    busy, box = Outbox(), Outbox(policy="priority")
-    busy.put(msg("other final", 1000), math.inf, now=0.0)
-    pump_egress(egress, link, [busy, box], 0.0)  # the link is busy until 1.0
-    box.put(msg("early", 1000), 0.9, tag=("early", 3), now=0.1)
-    box.put(msg("final", 1000), math.inf, now=0.2)
-    assert box.drop(lambda tag: tag == ("early", 3)) == 1
-    pump_egress(egress, link, [busy, box], 1.0)
-    pump_egress(egress, link, [busy, box], 2.0)
-    assert names(box.pump(5.0, shared=True)) == ["final"] and box.idle
-
-
-@pytest.mark.parametrize("bad", [dict(bandwidth_bps=0), dict(bandwidth_bps=math.inf), dict(policy="random"),
-                                 dict(lead_s=-1.0)])
-def test_egress_rejects_bad_settings(bad):
-    with pytest.raises(ValueError, match="egress"):
-        Egress(**{"bandwidth_bps": 8000, **bad})
