@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from PIL import Image
 
+from edge_spec_ros.config_cli import doc
 from edge_spec_ros.spec.queues import POLICIES
 from edge_spec_ros.wire.codec import HEADER, MAX_META_BYTES, DecodeLimits
 from edge_spec_ros.wire.messages import DraftBlock, ErrorCode, Generate, Open
@@ -54,11 +55,14 @@ class Limits:
     max_image_pixels: width x height from the image header; max_image_bytes: the image file;
     max_gamma: draft tokens per block (at most the protocol's MAX_GAMMA)."""
 
-    max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
-    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
-    max_gamma: int = DEFAULT_MAX_GAMMA
+    max_prompt_tokens: int = field(default=DEFAULT_MAX_PROMPT_TOKENS, metadata=doc(
+        "longest prompt, image tokens included", 1, 2**31 - 1))
+    max_new_tokens: int = field(default=DEFAULT_MAX_NEW_TOKENS, metadata=doc(
+        "most tokens one cloud-only Generate may ask for", 1, 2**31 - 1))
+    max_image_pixels: int = field(default=DEFAULT_MAX_IMAGE_PIXELS, metadata=doc(
+        "largest image, width x height read from its header before decoding", 1, 2**31 - 1))
+    max_image_bytes: int = field(default=DEFAULT_MAX_IMAGE_BYTES, metadata=doc("largest image file", 1, 2**31 - 1))
+    max_gamma: int = field(default=DEFAULT_MAX_GAMMA, metadata=doc("most draft tokens in one block", 1, MAX_GAMMA))
 
     def __post_init__(self) -> None:
         for name in ("max_prompt_tokens", "max_new_tokens", "max_image_pixels", "max_image_bytes", "max_gamma"):

@@ -46,6 +46,7 @@ from edge_spec_ros.cloud.dragon import DragonService, DragonSession, dragon_caps
 from edge_spec_ros.cloud.session import (
     EXIT_SHORTLIST, PREFILL_CHUNK_CELLS, PREFILL_CHUNK_TOKENS, Cancelled, ComputeProfile, VerifySession,
 )
+from edge_spec_ros.config_cli import doc
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.wire.codec import SESSION_BYTES, WireError, decode, encode
@@ -87,23 +88,41 @@ class ServerConfig:
     most sessions whose pending verification rounds one forward of the verifier takes (1: one round per
     forward; cloud/batching.py)."""
 
-    bind: str = "tcp://127.0.0.1:5555"
-    workers: int = 1
-    session_timeout_s: float = 60.0
-    max_sessions: int = 64
-    max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT
-    max_requests: int = 0
-    idle_exit_s: float = 0.0
+    bind: str = field(default="tcp://127.0.0.1:5555", metadata=doc(
+        "ZeroMQ endpoint; tcp://0.0.0.0:5555 to accept robots from the network"))
+    workers: int = field(default=1, metadata=doc("verification threads", 1, 1024))
+    session_timeout_s: float = field(default=60.0, metadata=doc("drop sessions idle this long (s)", 0.0, 1e9))
+    max_sessions: int = field(default=64, metadata=doc("sessions in all", 1, 2**31 - 1))
+    max_sessions_per_client: int = field(default=DEFAULT_MAX_SESSIONS_PER_CLIENT, metadata=doc(
+        "sessions one CURVE key (without CURVE: one connection) may hold", 1, 2**31 - 1))
+    max_requests: int = field(default=0, metadata=doc("stop after this many requests (0: never)", 0, 2**63 - 1))
+    idle_exit_s: float = field(default=0.0, metadata=doc("stop after this long without requests (s; 0: never)",
+                                                          0.0, 1e9))
     curve: CurveKeys | None = None
     limits: Limits = field(default_factory=Limits)
-    emulate_tq_s: float = 0.0
-    prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
-    prefill_chunk_cells: int = PREFILL_CHUNK_CELLS
-    exit_shortlist: int = EXIT_SHORTLIST  # > 0: early-exit heads score ids below this + the decision's (0: all)
-    fair_credit_s: float = FAIR_CREDIT_S
-    priority_lead_s: float = PRIORITY_LEAD_S
-    documents: str = ""
-    max_batch: int = 1
+    emulate_tq_s: float = field(default=0.0, metadata=doc(
+        "benchmarks: every verification forward takes at least this long (s; 0: off)", 0.0, 1e9))
+    prefill_chunk_tokens: int = field(default=PREFILL_CHUNK_TOKENS, metadata=doc(
+        "prompt positions per prefill slice: a long prompt shares the worker with other sessions' rounds "
+        "between slices (0: one slice)", 0, 2**31 - 1))
+    prefill_chunk_cells: int = field(default=PREFILL_CHUNK_CELLS, metadata=doc(
+        "query-key pairs per prefill slice (s positions after c cached: s*(c+s)), so slices shorten as a long "
+        "prompt's cache grows (0: no bound)", 0, 2**63 - 1))
+    exit_shortlist: int = field(default=EXIT_SHORTLIST, metadata=doc(
+        "N > 0: an early exit's head scores the token ids below N and the decision's own tokens, not the whole "
+        "vocabulary (0: the whole vocabulary). Exits only steer pre-drafting: the output is the same either way "
+        "(docs/benchmarks.md)", 0, 2**31 - 1))
+    fair_credit_s: float = field(default=FAIR_CREDIT_S, metadata=doc(
+        "compute time a session coming back from idle may use before the sessions already waiting (s)", 0.0, 1e9))
+    priority_lead_s: float = field(default=PRIORITY_LEAD_S, metadata=doc(
+        "compute a session may use ahead of sessions one priority level lower (Open.priority: a robot in motion "
+        "is level 1); the bound of any session's wait behind higher ones (s; 0: priorities off)", 0.0, 1e9))
+    documents: str = field(default="", metadata=doc(
+        "DRAGON: the cloud's document folder (*.txt, *.md; one document per paragraph); without it DRAGON "
+        "decisions are refused"))
+    max_batch: int = field(default=1, metadata=doc(
+        "sessions whose pending rounds one verifier forward takes (1: one round per forward; docs/fleet.md)",
+        1, 4096))
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.emulate_tq_s) and self.emulate_tq_s >= 0):

@@ -19,6 +19,7 @@ from typing import TypeVar
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 
+from edge_spec_ros.config_cli import doc  # noqa: F401  (the field metadata, shared with the command line)
 from edge_spec_ros.nodes.compat import add_post_set_parameters_callback
 
 C = TypeVar("C")
@@ -102,8 +103,3 @@ def watch_config(node: Node, current: Callable[[], C], apply: Callable[[C], None
 
     node.add_on_set_parameters_callback(validate)
     add_post_set_parameters_callback(node, on_set)  # Humble: deferred to the node's executor (nodes/compat.py)
-
-
-def doc(text: str, low: float | None = None, high: float | None = None) -> dict:
-    """Field metadata carrying the parameter's description and, with ``low``/``high``, its range."""
-    return {"doc": text} if low is None else {"doc": text, "range": (low, high)}

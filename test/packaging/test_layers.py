@@ -19,8 +19,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "edge_spec_ros"
 NAME = PACKAGE.name
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # which install has which optional module, and the one line naming the extra where one lacks it
-    ("extras",),
+    # which install has which optional module, and the one line naming the extra where one lacks it;
+    # config dataclasses' field metadata as command-line options (imports nothing of the package)
+    ("extras", "config_cli"),
     # leaves: pure maths on tensors, pure navigation, the synthetic camera, rosbag2 files without ROS,
     # the CPU thread budget (bags and cpu are top-level modules, but libraries: sim and nodes use them)
     ("spec", "nav", "camera", "bags", "cpu"),
