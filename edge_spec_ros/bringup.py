@@ -14,8 +14,11 @@ or ``max_decisions`` decisions whose motions are over). ``timeout_s`` is only a 
 simulated room every node runs on simulated time (``use_sim_time``) and the action node ends motions
 on the room's odometry, so what the robot does does not depend on how loaded the computer is. The
 CPU budget (``cpu.py``) sizes the torch threads of this process and of the verifier it starts.
-Shutdown (end of episode, SIGINT, SIGTERM): the decision cycle stops and its threads are joined, the
-action node publishes zero, then the nodes are destroyed.
+The managed nodes (bridge, drafter and action node; ``nodes/managed.py``) are configured and
+activated before the executor spins, as ``main_for`` does for a node process; the library's Python
+log lines go to /rosout through the drafter's logger (``nodes/rosout.py``). Shutdown (end of episode,
+SIGINT, SIGTERM): the managed nodes' shutdown transition (the decision cycle stops and its threads
+are joined, the action node ends a motion in progress with zero), then the nodes are destroyed.
 """
 
 from __future__ import annotations
@@ -201,6 +204,8 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
     from edge_spec_ros.server_process import verifier_process
     from edge_spec_ros.cpu import cpu_budget, set_torch_threads
     from edge_spec_ros.nodes.lifecycle import close_all, init, spin_until
+    from edge_spec_ros.nodes.managed import bring_up
+    from edge_spec_ros.nodes.rosout import forward_library_logs, stop_forwarding
 
     budget = cpu_budget()
     set_torch_threads(budget.torch_threads)
@@ -234,10 +239,12 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
 
         nodes: list[Node] = []
         executor = None
+        forwarding = None
         monitor = Monitor(print_fn, _max_decisions(config.params_file), cmd_vel_type)
         try:
             # the drafter first: it closes (and joins its decision thread) before the others go
             nodes += [DrafterNode(), BridgeNode(), ActionNode()]
+            forwarding = forward_library_logs(nodes[0])  # the library's log lines: /rosout via the drafter
             listeners = 2  # of the instruction topic: the drafter and action nodes (and the memory node)
             if config.memory:
                 from edge_spec_ros.nodes.memory_node import MemoryNode
@@ -260,6 +267,7 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
             executor = SingleThreadedExecutor()
             for node in (*nodes, monitor):
                 executor.add_node(node)
+            bring_up(nodes)  # the managed nodes (nodes/managed.py): configure and activate (autostart)
             if config.instruction:
                 deadline = time.monotonic() + DISCOVERY_TIMEOUT_S
                 spin_until(executor, lambda: monitor.instruction.get_subscription_count() >= listeners
@@ -273,6 +281,8 @@ def run(config: BringupConfig, print_fn=print) -> Monitor:
                 print_fn(f"[bringup] safety timeout: {config.timeout_s:g} s without the end of the episode")
         finally:
             close_all([*nodes, monitor], executor)
+            if forwarding is not None:
+                stop_forwarding(forwarding)
             stop.restore()
         if config.sim and config.trajectory:
             sim = nodes[-1]

@@ -14,6 +14,19 @@ memory_node writes the robot's memory (what it saw, was told, and notes), which 
 Velocity commands go to ``cmd_vel_vlm``, a twist_mux input of this package's own beside nav2's and the
 joystick's (config/twist_mux_go2.yaml for go2_ros2_sdk); with ``use_sim`` the simulated room listens
 there, with the action node's ``cmd_vel_type``.
+
+Managed nodes: bridge, drafter and action node are lifecycle nodes (edge_spec_ros/nodes/managed.py).
+By default each configures and activates itself at start-up; ``autostart:=false`` leaves them
+unconfigured for nav2's lifecycle manager (config/lifecycle_manager.yaml) or ``ros2 lifecycle set``.
+
+Exit policy: a node on the path from an instruction to a velocity command (bridge, drafter, action
+node, navigate) or the camera that exits, crashed or not, shuts the whole launch down (``Shutdown``):
+the other nodes get SIGINT, the action node ends a motion in progress with a final zero, and the
+robot's twist_mux input times out. They are not respawned: a respawned action node has lost the
+motion it was running and the watchdog's state, a respawned drafter reloads its models (tens of
+seconds) and a respawned bridge its link, all while the rest of the stack carries on with decisions
+half made; a crash is a bug to see, not to hide in a loop, and the robot's default in doubt is to
+stop. memory_node only records: its exit is logged and the stack goes on without it.
 """
 
 import os
@@ -62,6 +75,9 @@ def arguments():
                                          "(config/twist_mux_go2.yaml); cmd_vel: straight to the robot", None),
         ("log_level", "", "log level of every node (debug | info | warn | error | fatal); empty: info",
          ("", *LOG_LEVELS)),
+        ("autostart", "", "the managed nodes (bridge, drafter, action) configure and activate themselves at "
+                          "start-up (true) or wait, unconfigured, for a lifecycle manager (false); empty: the "
+                          "YAML's (default true)", ("", *BOOLEANS)),
     ]
 
 
@@ -113,6 +129,13 @@ def launch_nodes(context, *args, **kwargs):
     def overrides_of(**pairs):
         return {name: value for name, value in pairs.items() if value}
 
+    autostart = arg("autostart").lower()
+    managed = {"autostart": autostart == "true"} if autostart else {}  # bridge, drafter, action
+
+    def ends_launch(name: str) -> dict:
+        """The exit policy of a node on the way to a velocity command: its exit ends the launch."""
+        return {"on_exit": [Shutdown(reason=f"the {name} node exited")]}
+
     nodes = []
     if use_sim:  # the room follows the action node's commands: same topic, same type
         cmd_vel_type = action_cmd_vel_type(arg("params_file"))
@@ -124,18 +147,21 @@ def launch_nodes(context, *args, **kwargs):
         # a device index stays a string ("0"): launch_ros would read a bare 0 as an integer
         camera = {"source": ParameterValue(source, value_type=str)} if source else {}
         nodes.append(Node(executable="camera_node", name="camera", parameters=parameters(**camera),
-                          remappings=image_remaps, on_exit=[Shutdown(reason="the camera node exited")], **common))
+                          remappings=image_remaps, **ends_launch("camera"), **common))
     endpoint, memory_dir = arg("verifier_endpoint"), arg("memory_dir")
     nodes += [
         Node(executable="bridge_node", name="bridge",
-             parameters=parameters(**overrides_of(verifier_endpoint=endpoint)), **common),
+             parameters=parameters(**managed, **overrides_of(verifier_endpoint=endpoint)),
+             **ends_launch("bridge"), **common),
         Node(executable="drafter_node", name="drafter",
-             parameters=parameters(**overrides_of(mode=arg("mode"), verifier_endpoint=endpoint,
-                                                  memory_dir=memory_dir)),
-             remappings=image_remaps, **common),
-        Node(executable="action_node", name="action", parameters=parameters(), remappings=cmd_vel_remaps, **common),
+             parameters=parameters(**managed, **overrides_of(mode=arg("mode"), verifier_endpoint=endpoint,
+                                                             memory_dir=memory_dir)),
+             remappings=image_remaps, **ends_launch("drafter"), **common),
+        Node(executable="action_node", name="action", parameters=parameters(**managed), remappings=cmd_vel_remaps,
+             **ends_launch("action"), **common),
         # the Navigate action beside the instruction topic (cancel: "stop" on instruction)
-        Node(executable="navigate_node", name="navigate", parameters=parameters(), **common),
+        Node(executable="navigate_node", name="navigate", parameters=parameters(), **ends_launch("navigate"),
+             **common),
     ]
     if arg("use_memory").lower() == "true":  # the robot's memory: decisions, instructions, notes with their pose
         nodes.append(Node(executable="memory_node", name="memory",

@@ -21,8 +21,16 @@ answer to each sample) and again on a control tick when the last one went out
 ``RESEND_AFTER_PERIODS`` control periods ago or more (odometry slower than ``rate_hz``: a Go2 driver
 expects 20 Hz); timed motions on every tick. After a motion ends, zero is published for
 ``hold_zero_s`` and then nothing, so a twist_mux input times out and leaves the robot to other
-inputs. On shutdown (SIGINT, SIGTERM) a motion in progress or a zero being held ends with a final
-zero before the context goes down.
+inputs.
+
+A managed node (nodes/managed.py): decisions move the robot only while it is active. Deactivate (and
+shutdown, on SIGINT or SIGTERM, before the context goes down) ends a motion in progress with a final
+zero (NavAction CANCELLED, ``deactivated`` or ``shutdown``), or sends one more zero while zero is
+held; then nothing until it is activated again. An idle node publishes nothing (another twist_mux
+input may be driving).
+/diagnostics: ``action: motion``: the motion in progress, the watchdog (its timeout, the time since
+the last sign of life of the decision pipeline, how many motions it ended) and the clamp (whether the
+last command was clamped and why); WARN while the last motion ended by the watchdog or stale odometry.
 """
 
 from __future__ import annotations
@@ -32,7 +40,6 @@ from dataclasses import dataclass, field
 
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from std_msgs.msg import String
 
@@ -40,7 +47,9 @@ from edge_spec_ros.edge.cycle import is_stop
 from edge_spec_ros.msg import BridgeStatus, Decision, ExitResult as ExitResultMsg, NavAction as NavActionMsg
 from edge_spec_ros.nav import NavConfig, Watchdog, parse_action, plan_motion
 from edge_spec_ros.nav.motion import MotionCommand, MotionTracker, PlanarPose
+from edge_spec_ros.nodes.diagnostics import OK, WARN, Diagnostics, Report
 from edge_spec_ros.nodes.lifecycle import main_for
+from edge_spec_ros.nodes.managed import FINALIZED, ManagedConfig, ManagedNode
 from edge_spec_ros.nodes.params import declare_config, doc, watch_config
 from edge_spec_ros.nodes.ros_link import RELIABLE
 from edge_spec_ros.nodes.velocity import CMD_VEL_TYPES, check_cmd_vel_type, velocity_message
@@ -72,7 +81,7 @@ class ActionNodeConfig:
             raise ValueError(f"hold_zero_s must be finite and >= 0, got {self.hold_zero_s!r}")
 
 
-PARAMETER_CONFIGS = (ActionNodeConfig, NavConfig)
+PARAMETER_CONFIGS = (ActionNodeConfig, NavConfig, ManagedConfig)
 START_UP_PARAMETERS = ("odom_topic", "cmd_vel_type")  # read once: the subscription and the publisher's type
 # With odometry, a control tick sends the motion's command again when the last one is this many control
 # periods old. Below 1, so the rate stays above rate_hz whatever the odometry's rate; at 0.5 a simulation
@@ -89,7 +98,7 @@ class _Motion:
     command: MotionCommand
 
 
-class ActionNode(Node):
+class ActionNode(ManagedNode):
     def __init__(self) -> None:
         super().__init__("action")
         self.config = declare_config(self, ActionNodeConfig, live=True)
@@ -114,7 +123,11 @@ class ActionNode(Node):
             self.create_subscription(Odometry, self.config.odom_topic, self.on_odom, qos_profile_sensor_data)
         self._timer = self.create_timer(1.0 / self.config.rate_hz, self.tick)
         self._end_timer = None  # timed motions: fires at the planned end
-        self._closed = False
+        self.last_plan = None  # the last decision's MotionPlan (clamped or not, and why)
+        self.last_end = ""  # how the last motion ended
+        self.stopped_in_doubt = 0  # motions ended by the watchdog or stale odometry
+        self.diagnostics = Diagnostics(self)
+        self.diagnostics.add("motion", self.report)
 
     def now(self) -> float:
         """Seconds on the node's clock (simulated time under use_sim_time)."""
@@ -141,6 +154,9 @@ class ActionNode(Node):
 
     # --- callbacks ----------------------------------------------------------------------------------
     def on_decision(self, msg: Decision) -> None:
+        if not self.active:
+            self.get_logger().warning(f"decision {msg.decision} ignored: the node is {self.lifecycle_state}")
+            return
         self.decision = max(self.decision, msg.decision)
         self._end("CANCELLED", "superseded by a new decision")
         result = parse_action(msg.text, self.nav)
@@ -153,7 +169,7 @@ class ActionNode(Node):
             self._publish_end(out, NavActionMsg.DONE, "invalid action")
             return
         action = result.action
-        plan = plan_motion(action, self.nav)
+        plan = self.last_plan = plan_motion(action, self.nav)
         if plan.clamped:
             self.get_logger().warning(f"decision {msg.decision}: command clamped: {'; '.join(plan.reasons)}")
         out.kind, out.text = action.kind, action.text
@@ -228,6 +244,8 @@ class ActionNode(Node):
         """Publish what the robot should do now: the motion's command, zero while holding, else nothing.
         With odometry the command goes out on each sample (``on_odom``); a tick sends it again when the
         last one is ``RESEND_AFTER_PERIODS`` control periods old."""
+        if not self.active:
+            return
         now = self.now()
         m = self.motion
         if m is not None:
@@ -254,6 +272,9 @@ class ActionNode(Node):
             self._end_timer = None
         if m is None:
             return
+        self.last_end = f"decision {m.msg.decision} {m.msg.kind}: {status.lower()}: {reason}"
+        if reason.startswith(("watchdog", "odometry older")):
+            self.stopped_in_doubt += 1
         self.hold_until = self.now() + self.config.hold_zero_s
         self._publish(0.0, 0.0)
         self._publish_end(m.msg, getattr(NavActionMsg, status), reason, m.tracker)
@@ -272,15 +293,41 @@ class ActionNode(Node):
             out.travelled_m = out.turned_rad = math.nan
         self.actions.publish(out)
 
-    def close(self) -> None:
-        """Stop: end any motion with a final zero, or send one more while zero is held (the context is
-        still valid here); an idle node publishes nothing (another twist_mux input may be driving)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._end("CANCELLED", "shutdown")
+    # --- lifecycle (nodes/managed.py) --------------------------------------------------------------------
+    def activate(self) -> None:
+        self.hold_until = -math.inf  # nothing until the first motion
+
+    def deactivate(self) -> None:
+        """Stop: end any motion with a final zero, or send one more while zero is held (on shutdown the
+        context is still valid here); then nothing until activated again."""
+        self._end("CANCELLED", "shutdown" if self.lifecycle_state == FINALIZED else "deactivated")
         if self.now() <= self.hold_until:
             self._publish(0.0, 0.0)
+        self.hold_until = -math.inf
+
+    # --- /diagnostics ---------------------------------------------------------------------------------
+    def report(self) -> Report:
+        now, m, plan = self.now(), self.motion, self.last_plan
+        fed = self.watchdog.last_feed
+        values = {
+            "lifecycle": self.lifecycle_state,
+            "motion": f"decision {m.msg.decision} {m.msg.kind}" if m is not None else "",
+            "linear_x": f"{m.command.linear_x:.3f}" if m is not None else "",
+            "angular_z": f"{m.command.angular_z:.3f}" if m is not None else "",
+            "watchdog_timeout_s": f"{self.watchdog.timeout_s:g}",
+            "since_sign_of_life_s": f"{now - fed:.2f}" if fed is not None else "",
+            "stopped_in_doubt": self.stopped_in_doubt,
+            "clamped": plan.clamped if plan is not None else "",
+            "clamp_reasons": "; ".join(plan.reasons) if plan is not None else "",
+            "last_end": self.last_end,
+        }
+        if m is not None:
+            message = f"moving: decision {m.msg.decision} {m.msg.kind}"
+        else:
+            message = "idle" if self.active else self.lifecycle_state
+        if self.last_end and ("watchdog" in self.last_end or "odometry older" in self.last_end) and m is None:
+            return Report(WARN, f"{message}; last motion stopped in doubt: {self.last_end}", values)
+        return Report(OK, message, values)
 
 
 def main(args: list[str] | None = None) -> int:

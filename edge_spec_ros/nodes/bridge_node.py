@@ -20,6 +20,13 @@ every OPEN with the same LINK_LOST until the link is alive again; the drafter's 
 decision in progress at once (nodes/ros_link.py) and does not open it again. A decision that gets no
 reply within its open or reply timeout while the heartbeat is answered (a slow verifier) is reported
 LINK_LOST with code 0, as before: the drafter may open it again.
+
+A managed node (nodes/managed.py): configure connects the ZeroMQ client (its heartbeat starts) and
+the receiver; activate opens decisions; an OPEN while the node is not active is answered ERROR
+(``INACTIVE_CODE``) at once; deactivate ends every open decision with that ERROR (the drafter's
+decision in progress fails at once); cleanup closes the receiver and the client. /diagnostics
+(``bridge: verifier link``, nodes/diagnostics.py naming) is published in every state: STALE
+"unconfigured" before configure.
 """
 
 from __future__ import annotations
@@ -30,9 +37,6 @@ import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.clock import Clock, ClockType
-from rclpy.node import Node
 
 from edge_spec_ros.edge.client import (
     HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, ClientConfig, LostMarker, VerifierAuthError, VerifierClient,
@@ -40,7 +44,9 @@ from edge_spec_ros.edge.client import (
 )
 from edge_spec_ros.msg import BridgeStatus, DecisionRequest
 from edge_spec_ros.msg import DecodeStats as DecodeStatsMsg, DraftBlock as DraftBlockMsg, ExitResult as ExitResultMsg
+from edge_spec_ros.nodes.diagnostics import ERROR, OK, STALE, WARN, Diagnostics, Report
 from edge_spec_ros.nodes.lifecycle import main_for
+from edge_spec_ros.nodes.managed import ManagedConfig, ManagedNode
 from edge_spec_ros.nodes.matched import matched_line
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import MATCH_WAIT_S, RELIABLE, Receiver, f32, i32, session_id, unmatched
@@ -51,6 +57,7 @@ from edge_spec_ros.wire.messages import DraftBlock, Error, ExitResult, Generate,
 
 POLL_S = 0.1  # how often a session's watcher looks at the link (and for shutdown)
 NO_DECISION = 0  # the decision id of a link-wide status (the drafter's decisions start at 1)
+INACTIVE_CODE = 4  # BridgeStatus.code of an ERROR: the bridge is not active (no decision is opened)
 
 
 @dataclass(frozen=True)
@@ -80,7 +87,7 @@ class BridgeConfig:
                              f"heartbeat_timeout_s ({self.heartbeat_timeout_s})")
 
 
-PARAMETER_CONFIGS = (BridgeConfig,)
+PARAMETER_CONFIGS = (BridgeConfig, ManagedConfig)
 
 
 @dataclass
@@ -139,22 +146,30 @@ class _BridgeClient(VerifierClient):
         return out
 
 
-class BridgeNode(Node):
+class BridgeNode(ManagedNode):
     def __init__(self) -> None:
         super().__init__("bridge")
-        self.config = c = declare_config(self, BridgeConfig)
+        self.config = declare_config(self, BridgeConfig)
+        self.sessions: dict[int, _Session] = {}
+        self.client: _BridgeClient | None = None  # configure() .. cleanup()
+        self._receiver: Receiver | None = None
+        self.results = self.create_publisher(ExitResultMsg, "edge_spec/exit_result", RELIABLE)
+        self.status = self.create_publisher(BridgeStatus, "edge_spec/bridge_status", RELIABLE)
+        self._diagnostics_init()
+
+    # --- lifecycle (nodes/managed.py) ------------------------------------------------------------
+    def configure(self) -> None:
+        """Connect: the ZeroMQ client (its heartbeat starts) and the receiver of requests and drafts."""
+        c = self.config
         shape = LinkShape(c.emulate_delay_s, c.emulate_jitter_s, c.emulate_bandwidth_bps, c.emulate_loss)
         curve = client_keys(c.curve_secret_file, c.curve_server_key_file) if c.curve_secret_file else None
-        self.sessions: dict[int, _Session] = {}
         self.client = _BridgeClient(ClientConfig(
             endpoint=c.verifier_endpoint, open_timeout_s=c.open_timeout_s, reply_timeout_s=c.reply_timeout_s,
             uplink=None if shape.ideal else shape, downlink=None if shape.ideal else shape, curve=curve,
             heartbeat_interval_s=c.heartbeat_interval_s, heartbeat_timeout_s=c.heartbeat_timeout_s),
             self._on_replies)
-        self.results = self.create_publisher(ExitResultMsg, "edge_spec/exit_result", RELIABLE)
-        self.status = self.create_publisher(BridgeStatus, "edge_spec/bridge_status", RELIABLE)
         # requests and drafts are served by a thread of their own (one wake-up less than the executor)
-        self._receiver = Receiver(self)
+        self._receiver = receiver = Receiver(self)
         self._receiver.subscribe(DecisionRequest, "edge_spec/decision_request", self.on_request, RELIABLE,
                                  on_matched=self._matched_logger("decision_request"))
         drafts = self._receiver.subscribe(DraftBlockMsg, "edge_spec/draft", self.on_draft, RELIABLE,
@@ -162,12 +177,37 @@ class BridgeNode(Node):
         # the ends of the bridge's side that a decision needs matched before it starts (see on_request)
         self._ends = {"exit_result publisher": self.results.get_subscription_count,
                       "bridge_status publisher": self.status.get_subscription_count,
-                      "draft subscription": lambda: self._receiver.publisher_count(drafts)}
+                      "draft subscription": lambda: receiver.publisher_count(drafts)}
         self._receiver.start("bridge-receiver")
-        self._diagnostics_init()
         self.client.on_link_change(self._on_link)  # after the publishers: it publishes
-        self.publish_diagnostics()  # the link's state now (a change before the line above was not heard)
+        self.diagnostics.publish()  # the link's state now (a change before the line above was not heard)
         self.get_logger().info(f"bridging to the verifier at {c.verifier_endpoint}")
+
+    def deactivate(self) -> None:
+        """End every open decision (ERROR ``INACTIVE_CODE``: the drafter's decision fails at once)."""
+        self._end_sessions(f"the bridge was {self.lifecycle_state == 'finalized' and 'shut down' or 'deactivated'}")
+
+    def cleanup(self) -> None:
+        """End the receiver and every session's watcher (joined), then the verifier client."""
+        if self._receiver is not None:
+            self._receiver.close()
+        self._end_sessions("")
+        if self.client is not None:
+            self.client.close()
+        self._receiver = self.client = None
+        self.diagnostics.publish()
+
+    def _end_sessions(self, why: str) -> None:
+        sessions, self.sessions = list(self.sessions.values()), {}
+        for session in sessions:
+            session.closed.set()
+            if why:
+                self._publish_status(session.decision, BridgeStatus.ERROR, why, code=INACTIVE_CODE)
+            if session.on_verifier and self.client is not None:
+                self.client.end(session.sid)
+        for session in sessions:
+            if session.thread is not None:
+                session.thread.join(timeout=2 * POLL_S + 1.0)
 
     def _matched_logger(self, topic: str):
         """Log each change in the publishers of ``topic`` matched on the bridge's side. A drafter's
@@ -178,6 +218,11 @@ class BridgeNode(Node):
         return log
 
     def on_request(self, msg: DecisionRequest) -> None:
+        if msg.command != DecisionRequest.CLOSE and not self.active:
+            self.get_logger().warning(f"decision {msg.decision} refused: the bridge is {self.lifecycle_state}")
+            self._publish_status(msg.decision, BridgeStatus.ERROR, f"the bridge is {self.lifecycle_state}",
+                                 code=INACTIVE_CODE)
+            return
         if msg.command == DecisionRequest.CLOSE:
             session = self.sessions.pop(msg.decision, None)
             if session is not None:
@@ -253,6 +298,8 @@ class BridgeNode(Node):
     def _on_replies(self) -> None:
         """On the client's I/O thread, after every frame set from the verifier: publish what the open
         sessions received, in order, at once (no hand-off to another thread)."""
+        if self.client is None:
+            return
         for session in list(self.sessions.values()):
             for msg in self.client.take(session.sid):
                 self._publish_reply(session, msg)
@@ -327,7 +374,7 @@ class BridgeNode(Node):
         elif link.alive:
             self.get_logger().info(f"verifier at {self.config.verifier_endpoint} answers the heartbeat"
                                    + (f" (round trip {link.rtt_s * 1e3:.1f} ms)" if link.rtt_s is not None else ""))
-        self.publish_diagnostics()
+        self.diagnostics.publish()
 
     def _publish_exit(self, decision: int, r: ExitResult) -> None:
         self._note_reply(decision, r)
@@ -356,10 +403,12 @@ class BridgeNode(Node):
     def _diagnostics_init(self) -> None:
         self._health = _LinkHealth()
         self._health_lock = threading.Lock()  # the sessions' threads note, the timer reads
-        self.diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(DecodeStatsMsg, "edge_spec/stats", self._note_stats, RELIABLE)
-        self.create_timer(self.config.diagnostics_period_s, self.publish_diagnostics,
-                          clock=Clock(clock_type=ClockType.STEADY_TIME))  # also while simulated time stands
+        # every diagnostics_period_s on the steady clock (also while simulated time stands), and at once
+        # when the link dies or recovers
+        self.diagnostics = Diagnostics(self, hardware_id=self.config.verifier_endpoint,
+                                       period_s=self.config.diagnostics_period_s)
+        self.diagnostics.add("verifier link", self.link_report)
 
     def _note_reply(self, decision: int, r: ExitResult) -> None:
         session = self.sessions.get(decision)
@@ -390,23 +439,24 @@ class BridgeNode(Node):
         with self._health_lock:
             self._health.stats = msg
 
-    def publish_diagnostics(self) -> None:
+    def link_report(self) -> Report:
+        """The verifier link's health, for /diagnostics (``<node>: verifier link``)."""
         with self._health_lock:
             h = replace(self._health)
+        if self.client is None:
+            return Report(STALE, self.lifecycle_state, {"connected": "unknown", "lifecycle": self.lifecycle_state,
+                                                        "endpoint": self.config.verifier_endpoint})
         handshake = self.client.handshake_failure
         link = self.client.link_state()
-        status = DiagnosticStatus(name=f"{self.get_name()}: verifier link", hardware_id=self.config.verifier_endpoint)
         if handshake or link.dead:
-            status.level, connected = DiagnosticStatus.ERROR, "false"
-            status.message = f"handshake failed: {handshake}" if handshake else f"verifier lost: {link.reason}"
+            level, connected = ERROR, "false"
+            message = f"handshake failed: {handshake}" if handshake else f"verifier lost: {link.reason}"
         elif h.lost:  # the heartbeat is answered, but a decision's reply did not come within its timeout
-            status.level, connected = DiagnosticStatus.WARN, "true"
-            status.message = f"alive, but {h.last_error}"
+            level, connected, message = WARN, "true", f"alive, but {h.last_error}"
         elif link.alive:
-            status.level, status.message, connected = DiagnosticStatus.OK, "connected", "true"
+            level, message, connected = OK, "connected", "true"
         else:
-            status.level, connected = DiagnosticStatus.STALE, "unknown"
-            status.message = "connecting (no answer to the heartbeat yet)"
+            level, connected, message = STALE, "unknown", "connecting (no answer to the heartbeat yet)"
         s = h.stats
         values = {
             "connected": connected,
@@ -427,22 +477,9 @@ class BridgeNode(Node):
             "cache_miss_rate": f"{s.miss_rate:.3f}" if s is not None else "",
             "errors": h.errors,
             "last_error": handshake or (f"link lost: {link.reason}" if link.dead else h.last_error),
+            "lifecycle": self.lifecycle_state,
         }
-        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
-        out = DiagnosticArray(status=[status])
-        out.header.stamp = self.get_clock().now().to_msg()
-        self.diagnostics.publish(out)
-
-    def close(self) -> None:
-        """End the receiver and every session's watcher (joined), then the verifier client."""
-        self._receiver.close()
-        sessions, self.sessions = list(self.sessions.values()), {}
-        for session in sessions:
-            session.closed.set()
-        for session in sessions:
-            if session.thread is not None:
-                session.thread.join(timeout=2 * POLL_S + 1.0)
-        self.client.close()
+        return Report(level, message, values)
 
 
 def main(args: list[str] | None = None) -> int:

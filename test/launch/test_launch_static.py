@@ -4,7 +4,8 @@ get — executable, name, namespace, parameters files and overrides, remappings,
 
 Every executable is a console script and an installed program; every parameter the launch file or the
 YAML sets is declared by its node; every argument has a description and is used; without arguments the
-YAML alone decides; each argument changes exactly what it names; a camera that exits ends the launch.
+YAML alone decides; each argument changes exactly what it names; a camera, or a node on the way from an
+instruction to a velocity command, that exits ends the launch.
 """
 
 from __future__ import annotations
@@ -216,7 +217,7 @@ def test_yaml_values_fit_the_config_dataclasses():
 # --- the arguments -----------------------------------------------------------------------------------
 REQUIRED_ARGUMENTS = {"params_file", "namespace", "use_sim_time", "use_sim", "use_camera", "image_topic",
                       "camera_source", "verifier_endpoint", "mode", "cmd_vel_topic", "log_level", "use_memory",
-                      "memory_dir"}
+                      "memory_dir", "autostart"}
 
 
 def test_launch_arguments_are_described_used_and_their_choices_hold_their_defaults():
@@ -252,6 +253,8 @@ def test_each_argument_changes_what_it_names_and_nothing_else():
         ({"mode": "dragon"}, {"drafter": {"mode": "dragon"}}),
         ({"memory_dir": "/data/memory"}, {"memory": {"memory_dir": "/data/memory"},
                                           "drafter": {"memory_dir": "/data/memory"}}),
+        ({"autostart": "false"}, {name: {"autostart": False} for name in ("bridge", "drafter", "action")}),
+        ({"autostart": "true"}, {name: {"autostart": True} for name in ("bridge", "drafter", "action")}),
         ({"use_sim_time": "true"}, {name: {"use_sim_time": True} for name in base}),
         ({"use_sim_time": "false"}, {name: {"use_sim_time": False} for name in base}),
     ]
@@ -321,11 +324,16 @@ def test_the_rewritten_parameters_file_reaches_namespaced_nodes(tmp_path):
     Path(rewritten).unlink()
 
 
-def test_a_camera_that_exits_ends_the_launch():
-    nodes, _ = launch()
-    (action,) = nodes["camera"]["on_exit"]
-    assert isinstance(action, Shutdown) and "camera" in action.reason
-    assert all("on_exit" not in n for name, n in nodes.items() if name != "camera")
+def test_a_node_on_the_way_to_a_velocity_command_that_exits_ends_the_launch():
+    """The exit policy: the camera and every node from an instruction to a velocity command end the
+    launch when they exit (no respawn); the memory node and the simulated room do not."""
+    for given in ALL_LAUNCHES:
+        nodes, _ = launch(**given)
+        ending = {"bridge", "drafter", "action", "navigate"} | ({"camera"} if "camera" in nodes else set())
+        for name in ending:
+            (action,) = nodes[name]["on_exit"]
+            assert isinstance(action, Shutdown) and f"the {name} node exited" == action.reason, name
+        assert all("on_exit" not in n for name, n in nodes.items() if name not in ending), given
 
 
 def test_the_navigate_action_and_describe_service_come_up_with_the_stack():
