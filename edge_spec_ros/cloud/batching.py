@@ -5,8 +5,8 @@ different robots that are waiting at the same moment go through the verifier tog
 keeps its own KV cache (``models/kv_cache.py``); ``DecoderStack.run_batch`` pads the sessions'
 uncached parts (different prefix and draft lengths) into one batch with a per-row attention mask and
 each session's own M-RoPE positions, and writes each session's new keys and values back to its own
-cache. After every layer each session's exit logits are computed from its own rows and handed to the
-session's ``verify_exit``, so every exit's result is still streamed per session as soon as its layer
+cache. After every layer each session's exit logits are computed from its own rows and handed to its
+job (``VerifyJob.exit``), so every exit's result is still streamed per session as soon as its layer
 is done, the final exit first in each session's outbox (the server's SENDER rules are unchanged).
 
 Exactness: each session's acceptance/resampling runs exactly as alone (its own q, seed and
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edge_spec_ros.cloud.session import VerifyJob, VerifyPlan
+from edge_spec_ros.cloud.session import VerifyJob
 from edge_spec_ros.models.verifier import EarlyExitVerifier, ExitLogits
 
 DEFAULT_MAX_BATCH = 8
@@ -31,7 +31,6 @@ DEFAULT_MAX_BATCH = 8
 @dataclass
 class _Entry:
     job: VerifyJob
-    plan: VerifyPlan | None = None
     error: BaseException | None = None
 
 
@@ -47,28 +46,28 @@ def verify_batch(verifier: EarlyExitVerifier, jobs: list[VerifyJob]) -> list[Bas
     (its session cancelled) stops receiving results while the others go on."""
     entries = [_Entry(job) for job in jobs]
     for entry in entries:
-        entry.job.spent = True
         try:
-            entry.plan = entry.job.session.begin_verify(entry.job.draft, entry.job.emit)
+            entry.job.begin()
         except Exception as exc:  # noqa: BLE001 - handed back to the scheduler, per session
             entry.error = exc
-    live = [e for e in entries if e.plan is not None and e.error is None]
+    live = [e for e in entries if e.job.plan is not None and e.error is None]
     if not live:
         return [e.error for e in entries]
     L = verifier.num_layers
-    items = [(e.plan.kv, e.plan.sequence, e.plan.first) for e in live]
+    items = [(e.job.plan.kv, e.job.plan.sequence, e.job.plan.first) for e in live]
     for outputs in verifier.stack.run_batch(items):
         for entry, out in zip(live, outputs):
+            plan = entry.job.plan
             if entry.error is not None:
                 continue
             if out.layer == L:
                 logits = ExitLogits(L, verifier.stack.logits(out.hidden), True)
-            elif entry.plan.want_exits and out.layer in entry.plan.exits:  # the planner's choice (spec/exits.py)
-                logits = ExitLogits(out.layer, verifier.exit_logits(out.layer, out.hidden, entry.plan.shortlist), False)
+            elif plan.want_exits and out.layer in plan.exits:  # the planner's choice (spec/exits.py)
+                logits = ExitLogits(out.layer, verifier.exit_logits(out.layer, out.hidden, plan.shortlist), False)
             else:
                 continue
             try:
-                entry.job.session.verify_exit(entry.plan, logits, entry.job.emit)
+                entry.job.exit(logits)
             except Exception as exc:  # noqa: BLE001
                 entry.error = exc
     return [e.error for e in entries]

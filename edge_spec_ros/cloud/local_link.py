@@ -14,16 +14,15 @@ import queue
 import threading
 import uuid
 
-from edge_spec_ros.cloud.limits import MAX_GAMMA, Limits, RequestError, check_draft
+from edge_spec_ros.cloud.limits import RequestError
 from edge_spec_ros.cloud.session import VerifySession
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.wire.codec import encoded_size
-from edge_spec_ros.wire.messages import Close, DraftBlock, Error, ErrorCode, Message, Open, Opened
+from edge_spec_ros.wire.messages import Close, Error, ErrorCode, Message, Open, Opened
 from edge_spec_ros.wire.verifier_link import Traffic, VerifierError, VerifierTimeout
 
 REPLY_TIMEOUT_S = 60.0
-LIMITS = Limits(max_gamma=MAX_GAMMA)  # what a draft block may carry: the protocol's caps
 
 
 class LocalVerifierLink:
@@ -42,7 +41,7 @@ class LocalVerifierLink:
         jobs: queue.Queue = queue.Queue()
         replies: queue.Queue = queue.Queue()
         self._sessions[sid] = (jobs, replies)
-        threading.Thread(target=self._serve, args=(session, request, jobs, replies), daemon=True).start()
+        threading.Thread(target=self._serve, args=(session, jobs, replies), daemon=True).start()
         self.send(sid, request)
         try:
             reply = self.receive(sid)
@@ -73,12 +72,10 @@ class LocalVerifierLink:
         if session is not None:
             session[0].put(None)
 
-    def _serve(self, session: VerifySession, request: Open, jobs: queue.Queue, replies: queue.Queue) -> None:
-        """One session's requests, in order: the server's cheap checks, then the session's work."""
+    def _serve(self, session: VerifySession, jobs: queue.Queue, replies: queue.Queue) -> None:
+        """One session's requests, in order: admitted (and checked) by the session, then its work."""
         while (msg := jobs.get()) is not None:
             try:
-                if isinstance(msg, DraftBlock):
-                    check_draft(msg, request, LIMITS, self.verifier.stack.vocab_size)
                 for _ in session.handle(msg, replies.put):
                     pass
             except RequestError as exc:

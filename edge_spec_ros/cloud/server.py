@@ -39,7 +39,7 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
 from edge_spec_ros.cloud.limits import (
-    DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits, RequestError, check_draft, check_generate, check_open,
+    DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits, RequestError, check_open,
 )
 from edge_spec_ros.cloud.batching import batchable, verify_batch
 from edge_spec_ros.cloud.dragon import DragonService, DragonSession, dragon_caps
@@ -386,11 +386,7 @@ class VerifierServer:
             if session.state.deliver(msg):  # the session's drive job applies it on a worker
                 self._submit(session, session.state.drive(lambda reply: self._emit(session, reply)))
         else:
-            if isinstance(msg, DraftBlock):
-                check_draft(msg, session.request, self.config.limits, self.vocab)
-            else:
-                check_generate(msg, self.config.limits, self.vocab)
-            # the round order is the session's: an out-of-order draft raises here and is refused at once
+            # the session checks the request and its round order: a refused one raises here, answered at once
             self._submit(session, session.state.handle(msg, lambda reply: self._emit_reply(session, reply)))
 
     def _open(self, key: tuple[bytes, bytes], client: bytes, msg: Open) -> None:
@@ -401,7 +397,7 @@ class VerifierServer:
         cancel = threading.Event()
         state = VerifySession(self.verifier, self.encoder, msg, compute, cancel, max_tokens,
                               self.config.prefill_chunk_tokens, self.config.prefill_chunk_cells,
-                              self.config.exit_shortlist)
+                              self.config.exit_shortlist, self.config.limits)
         session = _Session(key[0], key[1], client, msg, shape, msg.queue_policy, time.monotonic(), state, cancel,
                            lead=msg.priority * self.config.priority_lead_s)
         work = state.handle(msg, lambda reply: self._emit_reply(session, reply))  # on a worker: the image, prefill

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from edge_spec_ros.cloud.limits import RequestError
+from edge_spec_ros.cloud.limits import MAX_GAMMA, Limits, RequestError, check_draft, check_generate
 from edge_spec_ros.models.prompt import PromptEncoder, decode_image
 from edge_spec_ros.models.stack import Shortlist
 from edge_spec_ros.models.verifier import EarlyExitVerifier, ExitLogits
@@ -34,6 +34,8 @@ from edge_spec_ros.spec.verify import split_verify_server
 from edge_spec_ros.wire.messages import (
     DraftBlock, ErrorCode, ExitResult, Generate, Message, Open, Opened, Tokens,
 )
+
+PROTOCOL_LIMITS = Limits(max_gamma=MAX_GAMMA)  # what a session refuses without a server's own limits
 
 
 PREFILL_CHUNK_TOKENS = 256  # prompt positions per prefill slice (serve --prefill-chunk-tokens); shorter
@@ -97,13 +99,16 @@ class VerifySession:
     operator's profile); ``cancel``: set by the owner when the session is closed or expired, its work
     then stops with ``Cancelled`` at the next layer or token; ``max_tokens``: the longest committed
     sequence (prompt + decoded) the session may reach; ``prefill_chunk_tokens`` / ``prefill_chunk_cells``:
-    the prefill's slices (``DecoderStack.begin_prefill``)."""
+    the prefill's slices (``DecoderStack.begin_prefill``); ``limits``: what a draft block or a
+    generation request may carry (``limits.check_draft``/``check_generate``, run by ``handle``)."""
 
     def __init__(self, verifier: EarlyExitVerifier, encoder: PromptEncoder, request: Open,
                  compute: ComputeProfile | None = None, cancel: threading.Event | None = None,
                  max_tokens: int = 1 << 30, prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS,
-                 prefill_chunk_cells: int = 0, exit_shortlist: int = EXIT_SHORTLIST) -> None:
+                 prefill_chunk_cells: int = 0, exit_shortlist: int = EXIT_SHORTLIST,
+                 limits: Limits = PROTOCOL_LIMITS) -> None:
         self._verifier = verifier
+        self._limits = limits
         self._exit_shortlist = exit_shortlist
         self._rare: set[int] = set()  # ids at or above the shortlist's bound met so far (prompt, blocks)
         self._scanned = 0  # committed tokens already looked at for them
@@ -141,8 +146,9 @@ class VerifySession:
         """Take the session's next request: admit it now, and return its work.
 
         Admission is cheap and runs on the caller's thread in arrival order (the server's I/O thread):
-        the session's own Open comes first, and once; a draft block must be for the next round, else
-        ``RequestError`` (OUT_OF_ORDER) and nothing changes; a whole block uses its round up even when
+        the session's own Open comes first, and once; every field of a draft block or a Generate is
+        checked against the session's ``limits`` (``RequestError``, nothing changes); a draft block
+        must be for the next round, else ``RequestError`` (OUT_OF_ORDER) and nothing changes; a whole block uses its round up even when
         its verification then fails, a partial block (PicoSpec) does not. Other refusals at admission
         are BAD_REQUEST.
 
@@ -160,7 +166,9 @@ class VerifySession:
             return self._open(emit)
         if not self._opened:
             raise RequestError(f"{type(message).__name__} before the session's Open")
+        vocab = self._verifier.stack.vocab_size
         if isinstance(message, DraftBlock):
+            check_draft(message, self._request, self._limits, vocab)
             if message.round != self._next_round:
                 raise RequestError(f"draft for round {message.round}, expected {self._next_round}",
                                    ErrorCode.OUT_OF_ORDER)
@@ -168,8 +176,10 @@ class VerifySession:
                 return _whole(lambda: self._prepare(message))
             self._next_round += 1
             self._arrivals[message.round] = time.perf_counter()
-            return VerifyJob(self, message, emit)
+            return VerifyJob(lambda: self._begin_verify(message, emit),
+                             lambda plan, tally, out: self._verify_exit(plan, tally, out, emit), self._forward)
         if isinstance(message, Generate):
+            check_generate(message, self._limits, vocab)
             return self._generate(message, emit)
         raise RequestError(f"{type(message).__name__} is not a request of an open decision")
 
@@ -198,20 +208,10 @@ class VerifySession:
         self._kv = pending.kv
         emit(Opened(self._verifier.num_layers, self._verifier.exit_layers, time.perf_counter() - t0))
 
-    def _verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> None:
-        """Verify at every exit, streaming results; the final exit commits its tokens. One block is one
-        forward pass, not sliced: the layers run inside one ``torch.inference_mode`` block, which
-        another session's work must not interleave with on the same thread. A batching scheduler runs
-        the same three steps for several sessions around one forward (``cloud/batching.py``)."""
-        plan = self.begin_verify(draft, emit)
-        if plan is None:
-            return
-        for out in self._forward(plan):
-            self.verify_exit(plan, out, emit)
-
-    def begin_verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> "VerifyPlan | None":
+    def _begin_verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> "VerifyPlan | None":
         """A whole block's checks and state changes before its forward pass (None: answered already, a
-        stale chained block); the forward then covers ``plan.sequence`` from ``plan.first``."""
+        stale chained block); the forward then covers ``plan.sequence`` from ``plan.first``. One block is
+        one forward pass, not sliced (``VerifyJob``)."""
         if draft.chained:
             draft = self._unchain(draft, emit)
             if draft is None:
@@ -255,9 +255,11 @@ class VerifySession:
                           want_exits, split, self._kv, self._committed + tokens,
                           len(self._committed) - 1 + done, exits, self._shortlist(tokens) if exits else None)
 
-    def verify_exit(self, plan: "VerifyPlan", out: ExitLogits, emit: Callable[[ExitResult], None]) -> None:
+    def _verify_exit(self, plan: "VerifyPlan", tally: "ExitTally", out: ExitLogits,
+                     emit: Callable[[ExitResult], None]) -> None:
         """One exit's logits over the block (joined to a prepared partial block's rows): verify, wait
-        for the emulated compute, emit; the final exit commits."""
+        for the emulated compute, emit; the final exit commits. ``tally``: what the round's early exits
+        gave and cost so far."""
         if not out.is_final and out.layer not in plan.exits:
             return  # an exit this round's plan left out (a caller that computed it anyway)
         if plan.prepared is not None:
@@ -272,11 +274,11 @@ class VerifySession:
         result = verify_exit(out.layer, out.logits, plan.tokens, plan.q, self._sampling, self._rng, draft.position,
                              out.is_final)
         if not out.is_final:
-            plan.outputs[out.layer] = result.verdict.tokens
-            plan.heads[out.layer] = out.head_s + time.perf_counter() - t
+            tally.outputs[out.layer] = result.verdict.tokens
+            tally.heads[out.layer] = out.head_s + time.perf_counter() - t
         t = time.perf_counter()
         self._compute.wait_for_layer(plan.t0, out.layer, self._verifier.num_layers, self._cancel)
-        plan.slept[0] += time.perf_counter() - t
+        tally.slept += time.perf_counter() - t
         if self._cancel.is_set():
             raise Cancelled()
         if out.is_final:
@@ -287,26 +289,26 @@ class VerifySession:
                         confidence=result.confidence, is_final=out.is_final,
                         compute_s=compute_s))
         if out.is_final and plan.want_exits:
-            self._learn_exits(plan, result.verdict.tokens, compute_s,
+            self._learn_exits(tally, result.verdict.tokens, compute_s,
                               covered=self._pipelined and result.verdict.accepted == len(plan.tokens))
 
-    def _learn_exits(self, plan: "VerifyPlan", final: tuple[int, ...], compute_s: float, covered: bool) -> None:
+    def _learn_exits(self, tally: "ExitTally", final: tuple[int, ...], compute_s: float, covered: bool) -> None:
         """After a round's verdict left: tell the exit planner which computed exits matched it and what
         their heads cost on the critical path; ``covered``: the robot had the next block already (a
         pipelined session's fully accepted block), so no exit was of use to it. With emulated compute (``ComputeProfile``) a head costs
         only what it adds beyond the emulated T_q: max(T_q, R) − max(T_q, R − H) for real compute R and
         heads H, shared among the exits by their measured times."""
         planner = self._verifier.planner_for(self._pipelined)
-        matched = not covered and any(tuple(t) == tuple(final) for t in plan.outputs.values())
+        matched = not covered and any(tuple(t) == tuple(final) for t in tally.outputs.values())
         self._last_final = (time.perf_counter(), matched)
-        if planner is None or not plan.outputs:
+        if planner is None or not tally.outputs:
             return
-        heads = sum(plan.heads.values())
-        real = compute_s - plan.slept[0]
+        heads = sum(tally.heads.values())
+        real = compute_s - tally.slept
         tq = self._compute.tq_s
         extra = max(tq, real) - max(tq, real - heads)
         scale = extra / heads if heads > 0 else 0.0
-        planner.observe(plan.outputs, final, {l: h * scale for l, h in plan.heads.items()}, compute_s, covered)
+        planner.observe(tally.outputs, final, {l: h * scale for l, h in tally.heads.items()}, compute_s, covered)
 
     def _prepare(self, partial: DraftBlock) -> None:
         """PicoSpec's fast verification: run the verifier over the first tokens of the next block as
@@ -426,22 +428,51 @@ class VerifySession:
 
 
 class VerifyJob:
-    """A whole draft block's work: an iterator that verifies the block whole on its first step, like
-    ``_whole``; a batching scheduler may instead run it beside other sessions' blocks in one forward
-    pass (``cloud/batching.py``), after which it is spent."""
+    """A whole draft block's work, made by ``VerifySession.handle``: an iterator that verifies the block
+    whole on its first step (one forward pass, not sliced: its layers run inside one
+    ``torch.inference_mode`` block, which another session's work must not interleave with on the same
+    thread). A batching scheduler (``cloud/batching.py``) instead runs its steps around one forward
+    shared with other sessions' blocks: ``begin`` (the block's checks and state changes; the job is
+    spent from then on), the forward over ``plan.sequence`` from ``plan.first``, and ``exit`` for each
+    exit's logits, in layer order."""
 
-    def __init__(self, session: VerifySession, draft: DraftBlock, emit: Callable[[Message], None]) -> None:
-        self.session, self.draft, self.emit = session, draft, emit
+    def __init__(self, begin: Callable[[], "VerifyPlan | None"],
+                 verify_exit: Callable[["VerifyPlan", "ExitTally", ExitLogits], None],
+                 forward: Callable[["VerifyPlan"], Iterator[ExitLogits]]) -> None:
+        self._begin, self._verify_exit, self._forward = begin, verify_exit, forward
+        self._tally = ExitTally()
+        self.plan: VerifyPlan | None = None
         self.spent = False
+
+    def begin(self) -> "VerifyPlan | None":
+        """Admit the block for its forward pass: its plan, or None when it is answered already (a stale
+        chained block). Raises ``RequestError`` for a block the session cannot verify."""
+        self.spent = True
+        self.plan = self._begin()
+        return self.plan
+
+    def exit(self, out: ExitLogits) -> None:
+        """One exit's logits over the block (after ``begin`` returned a plan): verify and emit."""
+        self._verify_exit(self.plan, self._tally, out)
 
     def __iter__(self) -> "VerifyJob":
         return self
 
     def __next__(self) -> None:
-        if not self.spent:
-            self.spent = True
-            self.session._verify(self.draft, self.emit)
+        if not self.spent and self.begin() is not None:
+            for out in self._forward(self.plan):
+                self.exit(out)
         raise StopIteration
+
+
+@dataclass
+class ExitTally:
+    """What one round's computed early exits gave and cost, filled in as they are verified: each exit's
+    verdict tokens, its head + verify time (s), and the time spent in the compute emulation's waits."""
+
+    outputs: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    heads: dict[int, float] = field(default_factory=dict)
+    slept: float = 0.0
 
 
 def _whole(work: Callable[[], None]) -> Iterator[None]:
@@ -462,10 +493,10 @@ class _Prepared:
 
 @dataclass(frozen=True)
 class VerifyPlan:
-    """A whole block admitted for verification (``VerifySession.begin_verify``): the draft, its tokens,
-    the dense q (None for DSSD's split verification), its start time, a prepared partial block, whether
-    early exits are wanted, what the forward pass covers (``kv`` over ``sequence`` from ``first``),
-    which early exits it computes, and what they gave and cost (filled in as they are verified)."""
+    """A whole block admitted for verification (``VerifyJob.begin``): the draft, its tokens, the dense q
+    (None for DSSD's split verification), its start time, a prepared partial block, whether early
+    exits are wanted, what the forward pass covers (``kv`` over ``sequence`` from ``first``) and which
+    early exits it computes. Read-only: what the exits give is tallied apart (``ExitTally``)."""
 
     draft: DraftBlock
     tokens: list[int]
@@ -479,6 +510,3 @@ class VerifyPlan:
     first: int
     exits: frozenset[int] = frozenset()  # the early exits this round computes (the planner's choice)
     shortlist: Shortlist | None = None  # the ids their heads score (None: the whole vocabulary)
-    outputs: dict[int, tuple[int, ...]] = field(default_factory=dict)  # each computed exit's verdict tokens
-    heads: dict[int, float] = field(default_factory=dict)  # each computed exit's head + verify time (s)
-    slept: list[float] = field(default_factory=lambda: [0.0])  # time in the compute emulation's waits

@@ -184,13 +184,13 @@ def test_a_refused_or_cancelled_session_in_a_batch_leaves_the_others_exact(pair,
     cancel = _threading.Event()
     sessions = [opened(0), opened(1), opened(2), opened(3, cancel)]
     replies = [[] for _ in sessions]
-    jobs = [s.handle(draft(n, shift=1 if i == 1 else 0), replies[i].append) for i, (s, n) in enumerate(sessions)]
 
     def emit_and_cancel(reply):  # session 3 is closed after its first exit
         replies[3].append(reply)
         cancel.set()
 
-    jobs[3].emit = emit_and_cancel
+    emits = [replies[0].append, replies[1].append, replies[2].append, emit_and_cancel]
+    jobs = [s.handle(draft(n, shift=1 if i == 1 else 0), emits[i]) for i, (s, n) in enumerate(sessions)]
     errors = verify_batch(pair.verifier, jobs)
     assert errors[0] is None and errors[2] is None
     assert isinstance(errors[1], RequestError) and not replies[1]
