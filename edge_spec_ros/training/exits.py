@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedTokenizerBase, Qwen2VLForConditionalGeneration
 
+from edge_spec_ros.config_cli import doc
 from edge_spec_ros.extras import require
 from edge_spec_ros.models.adapters import ExitAdapters
 
@@ -31,12 +32,13 @@ STATE_FILE = "trainer_state.pt"
 
 @dataclass(frozen=True)
 class ExitTrainingConfig:
-    steps: int = 300
-    batch_size: int = 8
-    seq_len: int = 32
-    lr: float = 3e-3
-    seed: int = 0
-    checkpoint_every: int = 50
+    steps: int = field(default=300, metadata=doc("training steps", 1, 10**9))
+    batch_size: int = field(default=8, metadata=doc("sequences per step", 1, 1_000_000))
+    seq_len: int = field(default=32, metadata=doc("tokens per sequence", 2, 1_000_000))
+    lr: float = field(default=3e-3, metadata=doc("learning rate", 0.0, 10.0))
+    seed: int = field(default=0, metadata=doc("data and initialisation seed"))
+    checkpoint_every: int = field(default=50, metadata=doc("steps between checkpoints (a run resumes from the last)",
+                                                           1, 10**9))
 
 
 @dataclass(frozen=True)

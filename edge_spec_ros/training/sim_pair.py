@@ -22,11 +22,12 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from edge_spec_ros.config_cli import doc
 from edge_spec_ros.models.adapters import ExitAdapters
 from edge_spec_ros.models.embedded import PROMPT_FILE
 from edge_spec_ros.models.loading import load_qwen2vl
@@ -67,37 +68,56 @@ DAGGER_OFFSET = 10_000_000  # expert-mix sample indices of DAgger round r start 
 
 @dataclass(frozen=True)
 class SimPairConfig:
-    seed: int = 0
-    verifier_steps: int = 3000
-    dagger_rounds: int = 0  # the shipped pair: none (rounds of fine-tuning on its own states lowered validation)
-    dagger_rooms: int = 200  # training rooms rolled out per round
-    dagger_steps: int = 1000  # fine-tuning steps per round
-    dagger_fraction: float = 0.5  # of each DAgger batch: visited states; the rest expert-mix samples
-    dagger_final_fraction: float = 0.0  # of the visited states drawn: episodes' final states (its stops)
-    dagger_far_fraction: float = 0.0  # of the visited states drawn: the target in view, far_min_m or more away
-    far_fraction: float = 0.0  # of the expert-mix samples (every phase's, not the held-out ones): the target in
-    # view, far_min_m-FAR_MAX_M away (``sim/samples.far_target_pose``); 0: the mix the shipped pair saw
-    far_min_m: float = FAR_MIN_M
-    far_max_bearing_deg: float = FAR_MAX_BEARING_DEG  # the expert-mix far samples' target bearing, within ±this
+    """One ``train-sim-pair`` stage: its options are these fields (config_cli.add_config)."""
+
+    seed: int = field(default=0, metadata=doc("data and initialisation seed"))
+    verifier_steps: int = field(default=3000, metadata=doc(
+        "the verifier's training steps (with --init-from: fine-tuning steps)", 0, 10**9))
+    dagger_rounds: int = field(default=0, metadata=doc(
+        "DAgger rounds after the verifier's first phase (the shipped pair: none; rounds of fine-tuning on its own "
+        "states lowered validation)", 0, 1000))
+    dagger_rooms: int = field(default=200, metadata=doc("training rooms rolled out per DAgger round", 1, 10**6))
+    dagger_steps: int = field(default=1000, metadata=doc("fine-tuning steps per DAgger round", 0, 10**9))
+    dagger_fraction: float = field(default=0.5, metadata=doc(
+        "of each DAgger batch: visited states; the rest expert-mix samples", 0.0, 1.0))
+    dagger_final_fraction: float = field(default=0.0, metadata=doc(
+        "of the visited states a DAgger batch draws: episodes' final states (where it stopped)", 0.0, 1.0))
+    dagger_far_fraction: float = field(default=0.0, metadata=doc(
+        "of the visited states a DAgger batch draws: states with the target in view but --far-min-m or more away "
+        "(small in the image)", 0.0, 1.0))
+    far_fraction: float = field(default=0.0, metadata=doc(
+        "of the expert-mix samples (every phase's, not the held-out ones): the target in view, --far-min-m to 6 m "
+        "away (sim/samples.far_target_pose; 0: the mix the shipped pair was trained on)", 0.0, 1.0))
+    far_min_m: float = field(default=FAR_MIN_M, metadata=doc(
+        "distance (centre to centre, m) from which a target in view counts as far"))
+    far_max_bearing_deg: float = field(default=FAR_MAX_BEARING_DEG, metadata=doc(
+        "the far samples' target bearing, uniform within +-this (10 or less: the target ahead, every label a walk "
+        "at it; 30: anywhere in view)", 0.0, 90.0))
     synthetic_fraction: float = 0.0  # of the expert-mix samples (every phase's, not the held-out ones): the camera
     # node's synthetic frame with the search reply (``sim/samples.synthetic_sample``); 0: the mix the shipped pair saw
     near_fraction: float = 0.0  # of the expert-mix samples (every phase's, not the held-out ones): the target in
     # view, 0.3-1.0 m from its surface (``sim/samples.near_target_pose``); 0: the mix the shipped pair saw
-    drafter_steps: int = 1000
-    exit_steps: int = 300
-    batch_size: int = 32
-    lr: float = 2e-3
-    dagger_lr: float = 1e-3
-    exit_bottleneck: int = 32
-    eval_samples: int = 200
-    validation_rooms: int = 50
-    max_pixels: int = 224 * 168  # the camera's full frame: 8 × 6 = 48 image tokens
-    labels: str = "compare"  # the expert's replies: "compare" (the nearest object in view compared with the
-    # instruction before the decision) or "seen" (the earlier replies, the shipped pair's base stage)
-    init_from: str = ""  # a train-sim-pair directory: the verifier, drafter and exits start from its weights
-    # (a fine-tuning stage: verifier_steps more steps, then the DAgger rounds, the drafter and exits)
-    average_with: tuple[str, ...] = ()  # with init_from: train-sim-pair directories whose verifiers (same
-    # architecture, fine-tuned from one lineage) are averaged with init_from's, weight by weight, before the stage
+    drafter_steps: int = field(default=1000, metadata=doc("the drafter's training steps", 0, 10**9))
+    exit_steps: int = field(default=300, metadata=doc("the exit adapters' training steps", 0, 10**9))
+    batch_size: int = field(default=32, metadata=doc("samples per step", 1, 1_000_000))
+    lr: float = field(default=2e-3, metadata=doc("peak learning rate", 0.0, 10.0))
+    dagger_lr: float = field(default=1e-3, metadata=doc("peak learning rate of the DAgger rounds", 0.0, 10.0))
+    exit_bottleneck: int = field(default=32, metadata=doc("exit adapter width", 1, 100_000))
+    eval_samples: int = field(default=200, metadata=doc("held-out samples scored at the end", 0, 10**7))
+    validation_rooms: int = field(default=50, metadata=doc("closed-loop validation rooms per stage", 0, 10**6))
+    max_pixels: int = field(default=224 * 168, metadata=doc(
+        "image pixel budget (one token per 28x28 px; the camera's full frame: 8 x 6 = 48 image tokens)",
+        28 * 28, 10**8))
+    labels: str = field(default="compare", metadata={**doc(
+        "the expert's replies: 'compare' (the nearest object in view compared with the instruction before the "
+        "decision) or 'seen' (the earlier replies, the shipped pair's base stage)"), "choices": ("compare", "seen")})
+    init_from: str = field(default="", metadata=doc(
+        "a train-sim-pair directory to fine-tune: its verifier, drafter and exits are the starting weights "
+        "(--verifier-steps then counts fine-tuning steps)"))
+    average_with: tuple[str, ...] = field(default=(), metadata={**doc(
+        "with --init-from: train-sim-pair directories whose verifiers (same architecture, fine-tuned from one "
+        "lineage) are averaged with --init-from's, weight by weight (a model soup of fine-tuning rounds), before "
+        "this stage"), "nargs": "+", "metavar": "DIR"})
 
     def data_config(self, **kw) -> SimDataConfig:
         """The expert mix with this stage's far, synthetic and near options (and ``kw``)."""
