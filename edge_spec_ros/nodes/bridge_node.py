@@ -22,8 +22,8 @@ reply within its open or reply timeout while the heartbeat is answered (a slow v
 LINK_LOST with code 0, as before: the drafter may open it again.
 
 A managed node (nodes/managed.py): configure connects the ZeroMQ client (its heartbeat starts) and
-the receiver; activate opens decisions; an OPEN while the node is not active is answered ERROR
-(``INACTIVE_CODE``) at once; deactivate ends every open decision with that ERROR (the drafter's
+the receiver (unconfigured, nobody takes requests); activate opens decisions; an OPEN while the node
+is inactive is answered ERROR (``INACTIVE_CODE``) at once; deactivate ends every open decision with that ERROR (the drafter's
 decision in progress fails at once); cleanup closes the receiver and the client. /diagnostics
 (``bridge: verifier link``, nodes/diagnostics.py naming) is published in every state: STALE
 "unconfigured" before configure.
@@ -57,7 +57,8 @@ from edge_spec_ros.wire.messages import DraftBlock, Error, ExitResult, Generate,
 
 POLL_S = 0.1  # how often a session's watcher looks at the link (and for shutdown)
 NO_DECISION = 0  # the decision id of a link-wide status (the drafter's decisions start at 1)
-INACTIVE_CODE = 4  # BridgeStatus.code of an ERROR: the bridge is not active (no decision is opened)
+INACTIVE_CODE = -4  # BridgeStatus.code of an ERROR: the bridge is not active (negative: the bridge's own codes,
+# beside -1, a reply timeout, and VerifierLost.CODE; not retried by the decoder)
 
 
 @dataclass(frozen=True)
