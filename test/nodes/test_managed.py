@@ -16,7 +16,7 @@ from rcl_interfaces.msg import Log
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Int32
 
-from lifecycle_client import Lifecycle
+from lifecycle_client import DISCOVERY_S, Lifecycle
 from rosharness import process, wait_for
 
 PROBE = Path(__file__).resolve().parent / "managed_probe.py"
