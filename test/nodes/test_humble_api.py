@@ -1,6 +1,6 @@
 """The nodes on Humble's rclpy API: each runs in its own process with the newer rclpy APIs removed
-(humble_api.py), so they take the fallbacks of nodes/compat.py, and behave as on Kilted: the recorder
-and the drafter log their matched publishers (from the graph), the action node refuses an invalid
+(humble_api.py), so they take the fallbacks of nodes/compat.py, and behave as on Kilted: the recorder,
+the drafter and the bridge log their matched publishers (from the graph), the action node refuses an invalid
 parameter with the reason and applies an accepted one from its next command on, and applies nothing
 of a request another check refused."""
 
