@@ -86,7 +86,7 @@ clean:
 SOAK_S ?= 300
 .PHONY: soak
 soak: $(STAMP)
-	$(BIN)/python -m edge_spec_ros.bench.soak --duration $(SOAK_S) --out artifacts/soak.json
+	$(BIN)/edge-spec-ros bench soak --duration $(SOAK_S) --out artifacts/soak.json
 
 # ROS 2 Jazzy on Python 3.10 (Ubuntu 22.04's, a Jetson's on JetPack 6): the ROS-facing tests (nodes, launch
 # file, packaging with a real colcon build) in .venv-jazzy, with Jazzy's wheels (requirements-jazzy.txt).

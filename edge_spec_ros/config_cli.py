@@ -12,7 +12,8 @@ cyclopts): the command line stays plain ``argparse`` (the parser the tests, ``do
 bench's sub-commands already use), the field metadata is the one ``nodes/params.py`` reads, and the
 robot's install gains no dependency (``edge-spec-ros --help`` runs there, extras.py keeps it lean).
 What it handles is what the configs hold: bool, int, float, str, their optionals, tuples of int or
-str (comma separated) and nested configs. It imports nothing of the package (the bottom layer).
+str (comma separated, or space separated where the metadata says ``nargs``), choices (``choices``)
+and nested configs. It imports nothing of the package (the bottom layer).
 
 ``LazyParser`` is a sub-command whose options are added on first use, so ``edge-spec-ros --help``
 imports none of the benchmarks' modules; ``commands_markdown`` writes docs/commands.md from the parser.
@@ -28,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 C = TypeVar("C")
+UNBOUNDED = 1e9  # a range's upper end from here on is shown as none ("(>= low)")
 
 
 class UsageError(Exception):
@@ -55,7 +57,7 @@ def _ranged(kind: type, low: float, high: float) -> Callable[[str], Any]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is outside [{low}, {high}]")
+            raise argparse.ArgumentTypeError(f"{value} is outside [{_number(low)}, {_number(high)}]")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in its messages
@@ -74,6 +76,10 @@ def comma_list(kind: type) -> Callable[[str], tuple]:
     return parse
 
 
+def _number(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def _shown(value: Any) -> str:
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value) or "none"
@@ -87,13 +93,15 @@ def _option(f: dataclasses.Field, hint: Any, default: Any) -> dict:
     kwargs: dict[str, Any] = {"default": default}
     if hint is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
+    elif typing.get_origin(hint) is tuple and "nargs" in f.metadata:  # --option A B ...
+        kwargs.update(nargs=f.metadata["nargs"], type=typing.get_args(hint)[0], metavar=f.metadata.get("metavar"))
     elif typing.get_origin(hint) is tuple:
         kwargs["type"] = comma_list(typing.get_args(hint)[0])
         kwargs["metavar"] = "A,B,..."
     elif "range" in f.metadata and hint in (int, float):
         low, high = f.metadata["range"]
         kwargs["type"] = _ranged(hint, low, high)
-        text += f" [{low:g}, {high:g}]"
+        text += f" [{_number(low)}, {_number(high)}]" if high < UNBOUNDED else f" (>= {_number(low)})"
     elif hint in (int, float):
         kwargs["type"] = hint
     if "choices" in f.metadata:
@@ -139,7 +147,8 @@ def config_from(cls: type[C], args: argparse.Namespace, **overrides: Any) -> C:
         elif dataclasses.is_dataclass(hints[f.name]):
             values[f.name] = config_from(hints[f.name], args)
         elif hasattr(args, f.name):
-            values[f.name] = getattr(args, f.name)
+            value = getattr(args, f.name)
+            values[f.name] = tuple(value) if isinstance(value, list) else value
     return cls(**values)
 
 
@@ -186,6 +195,8 @@ def _options_table(parser: argparse.ArgumentParser) -> list[str]:
         if action.nargs != 0 and not isinstance(action, argparse.BooleanOptionalAction):
             names += f" {action.metavar or action.dest.upper()}"
         text = action.help or ""
+        if "(default" not in text and action.default not in (None, argparse.SUPPRESS, False) and action.nargs != 0:
+            text += f" (default {_shown(action.default)})"
         if action.choices and not isinstance(action, argparse.BooleanOptionalAction):
             text += f" (one of: {', '.join(map(str, action.choices))})"
         if action.required:

@@ -3,8 +3,8 @@ the robot's answer path (``edge/dragon.RobotDragon`` over a ``ZmqDragonLink`` to
 with the item's documents, as ``nodes/dragon_answer.DragonAnswerer`` and ``serve --documents DIR
 --dragon-model SOURCE`` run it), greedy, ending at eos or ``<|im_end|>``.
 
-    python -m edge_spec_ros.bench.answer_survey --model smollm2     # SmolLM2-135M-Instruct on both sides
-    python -m edge_spec_ros.bench.answer_survey --model embedded    # the shipped navigation pair
+    edge-spec-ros bench answer-survey --model smollm2     # SmolLM2-135M-Instruct on both sides
+    edge-spec-ros bench answer-survey --model embedded    # the shipped navigation pair
 
 One JSON line per item on stdout (the answer's text, whether it holds a reference answer, tokens,
 wall time from the question to the last token, S^l and S^r rates, memory entries read), then the
@@ -95,15 +95,17 @@ def summary(rows: Sequence[SurveyRow]) -> list[dict]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros bench answer-survey``."""
     parser.add_argument("--model", default="smollm2", help="model source (models/pairs.py) on both sides")
     parser.add_argument("--data", default=str(DATA))
     parser.add_argument("--items", type=int, default=0, help="the first N items (0: all)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--policy", default="dragon", help="aggregator placement: dragon | robot | cloud")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (both sides share them)")
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     rows = survey(args.model, args.data, args.items, args.max_new_tokens, args.policy)
     for r in rows:
@@ -111,7 +113,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     for s in summary(rows):
         print(json.dumps(s), file=sys.stderr, flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """`make demo`, run again and again: whether each run reaches the target, and its decision latencies.
 
-``python -m edge_spec_ros.bench.demo_runs --runs 10 --busy 2 --modes fsd`` runs the demo's command
+``edge-spec-ros bench demo-runs --runs 10 --busy 2 --modes fsd`` runs the demo's command
 (``edge-spec-ros bringup --params config/go2_nav.yaml --serve --sim --instruction ...``) ``--runs`` times
 per mode, idle and then with ``--busy`` busy-loop processes beside it (0: idle only), the mode set in a
 copy of the YAML. From each run's output it takes the decisions (``[decision ...]``), each decision's
@@ -133,15 +133,17 @@ def summary(runs: list[DemoRun]) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="make demo, repeated: success and decision latency")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros bench demo-runs``."""
     parser.add_argument("--runs", type=int, default=10, help="runs per mode and load")
     parser.add_argument("--busy", type=int, default=2, help="busy-loop processes in the second set of runs (0: none)")
     parser.add_argument("--modes", default="fsd", help="comma-separated drafter modes")
     parser.add_argument("--instruction", default=INSTRUCTION)
     parser.add_argument("--timeout", type=float, default=RUN_TIMEOUT_S, help="per run (s)")
     parser.add_argument("--out", default="artifacts/demo_runs", help="folder for the YAML copies and runs.json")
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs: list[DemoRun] = []
@@ -159,7 +161,3 @@ def main(argv: list[str] | None = None) -> int:
         for reason in run.unplanned:
             print(f"run {i + 1} ({run.mode}, busy {run.busy}): a motion ended {reason!r}", file=sys.stderr)
     return 0 if all(r.reached and not r.unplanned for r in runs) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

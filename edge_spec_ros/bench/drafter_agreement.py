@@ -20,7 +20,7 @@ block), and the same two for a distilled drafter checkpoint (``training/drafter_
 ``--datastore``, ``retrieval→lookup`` (``edge/retrieval.py``: the datastore's continuation first, then
 prompt lookup) alone and ahead of each model.
 
-Run: ``python -m edge_spec_ros.bench.drafter_agreement --adapters artifacts/smollm2/exits
+Run: ``edge-spec-ros bench drafter-agreement --adapters artifacts/smollm2/exits
 --draft-layers 6 [--distilled artifacts/drafter/distilled] [--datastore
 artifacts/drafter/distilled/distill_data.json] --out artifacts/drafter/agreement``.
 
@@ -214,8 +214,8 @@ def markdown(reports: list[SourceReport], kinds: tuple[str, ...]) -> str:
     return "\n".join(rows)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros bench drafter-agreement``."""
     parser.add_argument("--verifier", default="smollm2")
     parser.add_argument("--adapters", default=None, help="exit-adapter directory (train-exits) for the self-drafter")
     parser.add_argument("--draft-layers", type=int, default=6, help="self-drafter depth K (0: no self-drafter)")
@@ -229,7 +229,9 @@ def main(argv: list[str] | None = None) -> None:
                              "then prompt lookup, then each model")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default="artifacts/drafter/agreement")
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     from edge_spec_ros.models.pairs import load_pair
 
@@ -303,7 +305,4 @@ def main(argv: list[str] | None = None) -> None:
     print(table)
     best = max(reports, key=lambda r: r.overall["tau"])
     print(f"best: {best.name} τ {best.overall['tau']:.2f} (target {TARGET_TAU} at cost ≤ 0.25)")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

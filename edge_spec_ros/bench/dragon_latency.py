@@ -21,7 +21,7 @@ uplink the same way. Median of ``--repeats`` decisions per cell. Both sides run 
 every message encoded and decoded; the models are the shipped pair (robot: the drafter, cloud: the
 verifier; assets/sim_pair), each over two retrieved documents of its own (a robot memory and a cloud
 folder written here). Greedy, so every DRAGON and DRDG/TW configuration must give the same tokens
-(checked). Run: ``python -m edge_spec_ros.bench.dragon_latency [--link zmq] [--tokens N] [--rtts-ms 0,50,...]
+(checked). Run: ``edge-spec-ros bench dragon-latency [--link zmq] [--tokens N] [--rtts-ms 0,50,...]
 [--payloads full,on_demand] [--bandwidth-mbps B]``; one JSON line per cell, progress on stderr.
 """
 
@@ -33,7 +33,6 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -50,6 +49,7 @@ from edge_spec_ros.bench.dragon_baselines import (
 )
 from edge_spec_ros.cloud.dragon import LocalDragonLink
 from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
+from edge_spec_ros.config_cli import UsageError
 from edge_spec_ros.edge.dragon import DragonConfig, RobotDragon, ZmqDragonLink
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
@@ -155,8 +155,8 @@ def baseline_rows(measured: dict[str, list], rtt_ms: float, bandwidth_bps: float
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros bench dragon-latency``."""
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--rtts-ms", default="0,50,100,200,300")
     parser.add_argument("--repeats", type=int, default=3, help="decisions per cell; the median is reported")
@@ -171,13 +171,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-baselines", action="store_true", help="DRAGON and the DRDG/TW schedule only")
     parser.add_argument("--paper-vocab", type=int, default=151_657,
                         help="also time DRDG/SW's distributions at this vocabulary (0: no); Qwen2's by default")
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     payloads = args.payloads.split(",")
     configs = args.configs.split(",")
     if set(payloads) - {"full", "on_demand"} or set(configs) - set(CONFIGS):
-        parser.error(f"payloads from full,on_demand; configs from {','.join(CONFIGS)}")
+        raise UsageError(f"payloads from full,on_demand; configs from {','.join(CONFIGS)}")
     if args.bandwidth_mbps and args.link == "local":
-        parser.error("--bandwidth-mbps needs --link zmq (the in-process link emulates delay and jitter only)")
+        raise UsageError("--bandwidth-mbps needs --link zmq (the in-process link emulates delay and jitter only)")
     bandwidth = args.bandwidth_mbps * 1e6
     torch.set_num_threads(1)
     pair = load_pair("embedded")
@@ -245,7 +247,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                 server.stop()
     progress(f"done in {time.monotonic() - started:.0f} s")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

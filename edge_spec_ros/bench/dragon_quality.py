@@ -27,7 +27,7 @@ gives. Differs from the paper's Fig. 5: there, WikiText language-modelling perpl
 documents per side retrieved from one corpus split in halves; here, short answers to questions whose
 facts sit on one side or the other, three documents per side in each item.
 
-Run: ``python -m edge_spec_ros.bench.dragon_quality`` (SmolLM2-135M-Instruct, converted on first use;
+Run: ``edge-spec-ros bench dragon-quality`` (SmolLM2-135M-Instruct, converted on first use;
 10 minutes on a loaded 2-core CPU, 1 thread); ``--model embedded --items 3`` checks the harness on the
 shipped pair in seconds.
 """
@@ -222,8 +222,8 @@ def stop_tokens(tokenizer) -> set[int]:
     return stop
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros bench dragon-quality``."""
     parser.add_argument("--model", default="smollm2", help="model source (models/pairs.py): its verifier on both "
                                                            "sides; 'embedded': the shipped pair (drafter on the robot)")
     parser.add_argument("--data", default=str(DATA))
@@ -231,7 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=12)
     parser.add_argument("--relevance-scale", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     from edge_spec_ros.models.pairs import load_pair
 
@@ -260,7 +262,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     for s in summarise(results):
         print(json.dumps({"summary": asdict(s), "model": args.model}), flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

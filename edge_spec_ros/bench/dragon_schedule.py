@@ -10,7 +10,7 @@ each over two retrieved documents of its own (bench/dragon_latency's memory and 
 T = 1 with one seed per sequence, through DRDG/TW (spec/aggregation.drdg_tw): Speculative
 Aggregation makes exactly these accept/reject decisions for any timing, so the timing can be replayed
 (simulate_pipeline). c_dec: measured here per side, and the paper-like settings given.
-Run: ``python -m edge_spec_ros.bench.dragon_schedule [--sequences 50 --tokens 100]``.
+Run: ``edge-spec-ros bench dragon-schedule [--sequences 50 --tokens 100]``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import argparse
 import json
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -46,15 +45,17 @@ def timed(fn):
     return call
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros bench dragon-schedule``."""
     parser.add_argument("--sequences", type=int, default=50)
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--base-rtt-ms", type=float, default=20.0)
     parser.add_argument("--extra-ms", default="0,50,100,200,300,400")
     parser.add_argument("--c-dec-ms", default="measured;60,25;30,30",
                         help="';'-separated robot,cloud decode times (ms) to replay; 'measured': this machine's")
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     pair = load_pair("embedded")
     encoder = pair.prompt_encoder()
@@ -90,7 +91,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                 result.mean_total["dragon"], result.mean_total["random"])],
         }), flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

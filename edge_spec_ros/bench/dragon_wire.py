@@ -7,7 +7,7 @@ up — robot → cloud, down — cloud → robot; the aggregator sits where ``ag
 The sides are synthetic (no model of that vocabulary runs here): p^s_t = softmax(z_t + ε^s_t) with
 z_t ~ N(0, σ²) drawn from a hash of the context and ε^s_t ~ N(0, ν²) per side, so ν sets how often
 the two sides' drafts disagree. Messages are encoded with the project's codec (LZ4 where it saves
-≥ 10 %), exactly as the server and robot send them. Run: ``python -m edge_spec_ros.bench.dragon_wire``.
+≥ 10 %), exactly as the server and robot send them. Run: ``edge-spec-ros bench dragon-wire``.
 """
 
 from __future__ import annotations
@@ -107,12 +107,14 @@ def run(v: int, payload: str, greedy: bool, aggregator: str = ROBOT, n: int = 24
                    float(np.mean(robot.accept_cloud)))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros bench dragon-wire``."""
     parser.add_argument("--vocab", type=int, default=QWEN2_VOCAB)
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--nu", type=float, default=0.5, help="per-side noise: how much the two sides disagree")
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     print(json.dumps({"message_bytes": message_sizes(args.vocab)}, indent=1))
     for aggregator in (ROBOT, CLOUD):
@@ -135,7 +137,3 @@ def sequence_wise_bytes(v: int, n: int) -> dict[str, float]:
     up = HEADER_BYTES + n * TOKEN_BYTES
     down = 2 * HEADER_BYTES + n * TOKEN_BYTES + 2 * n * v * PROB_BYTES + 8
     return {"DRDG/SW up": up / n, "DRDG/SW down": down / n}
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

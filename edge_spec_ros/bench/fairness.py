@@ -1,6 +1,6 @@
 """Fair sharing of one verifier: how much a hog slows another robot's decisions.
 
-``python -m edge_spec_ros.bench.fairness`` starts ``edge-spec-ros serve`` on 127.0.0.1 with the
+``edge-spec-ros bench fairness`` starts ``edge-spec-ros serve`` on 127.0.0.1 with the
 embedded pair, once per server setting, and in each one measures a robot's decisions (the same greedy
 decision, repeated) beside each of two hogs:
 
@@ -33,7 +33,6 @@ import json
 import multiprocessing as mp
 import os
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -41,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from edge_spec_ros.config_cli import UsageError
 
 REPLY_S = 600.0  # a long prefill on a slow machine (the hog waits; the robot's decisions are measured)
 HOG_DEADLINE_S = 1800.0  # a hog process ends by itself after this, whatever the benchmark does
@@ -277,8 +278,8 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros bench fairness``."""
     parser.add_argument("--decisions", type=int, default=10, help="robot decisions per measurement")
     parser.add_argument("--mode", default="sd")
     parser.add_argument("--hog-prompt-tokens", type=int, default=16384)
@@ -290,9 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hog-warm-s", type=float, default=HOG_WARM_S,
                         help="seconds between resuming a hog and the robot's block beside it")
     parser.add_argument("--out", default="artifacts/fairness.json")
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     if Path(args.out).is_dir():  # found before the run, not after it
-        parser.error(f"--out {args.out} is a directory: give the JSON file's path")
+        raise UsageError(f"--out {args.out} is a directory: give the JSON file's path")
     settings = [Setting(int(c), int(w), int(k)) for w in args.workers.split(",") for c in args.chunks.split(",")
                 for k in args.cells.split(",")]
     report = fairness(settings, args.decisions, args.mode, args.hog_prompt_tokens, args.hog_generate_tokens,
@@ -304,7 +307,3 @@ def main(argv: list[str] | None = None) -> int:
     for error in report["hog_errors"]:
         print(f"hog failed: {error}")
     return 0 if report["exact"] and not report["hog_errors"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Fleet load: N emulated robots making decisions against one verifier at once.
 
-``python -m edge_spec_ros.bench.fleet`` (or ``edge-spec-ros bench --fleet``) starts ``edge-spec-ros
+``edge-spec-ros bench fleet`` starts ``edge-spec-ros
 serve`` on 127.0.0.1 with the embedded pair, once per server setting (``--settings``: ``off`` is one
 verification forward per round, ``batch8`` gathers up to 8 sessions' pending rounds into one forward,
 ``cloud/batching.py``), and for each N in ``--robots`` (1, 2, 4, 8, 16, 32 by default) runs N robots at
@@ -34,7 +34,6 @@ import argparse
 import json
 import multiprocessing as mp
 import re
-import sys
 import threading
 import time
 from collections import Counter
@@ -517,13 +516,15 @@ def run(config: FleetConfig, out_dir: str | Path) -> tuple[dict, Path, Path]:
     return report, json_path, png_path
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_command_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros bench fleet``: the benchmark's and where its report goes."""
     add_arguments(parser)
     parser.add_argument("--out", default="artifacts/fleet", help="directory for the JSON and PNG")
     parser.add_argument("--forwards", action="store_true",
                         help="only time B sessions' rounds as B solo forwards and as one batched forward")
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     if args.forwards:
         from edge_spec_ros.bench.report import machine_stamp
 
@@ -538,7 +539,3 @@ def main(argv: list[str] | None = None) -> int:
     print(table(report))
     print(f"wrote {json_path} and {png_path}")
     return 0 if report["exact"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@ forward on the Jetson Orin, T_q = 620 ms per verification of Qwen2-VL-7B with 27
 released at l/L of T_q). This script measures the same figures on the hardware it runs on, for the
 real pair (Qwen2-VL-2B drafter, Qwen2-VL-7B verifier with exit adapters, bfloat16 on a GPU)::
 
-    python -m edge_spec_ros.bench.gpu_timing --verifier Qwen/Qwen2-VL-7B-Instruct \
+    edge-spec-ros bench gpu-timing --verifier Qwen/Qwen2-VL-7B-Instruct \
         --drafter Qwen/Qwen2-VL-2B-Instruct --adapters exits_7b/ --dtype bfloat16 --device cuda \
         --out artifacts/gpu_timing.json
 
@@ -35,6 +35,7 @@ import torch
 
 from edge_spec_ros.bench.report import machine_stamp, pair_stamp
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
+from edge_spec_ros.config_cli import UsageError
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 
@@ -129,8 +130,8 @@ def measure(config: TimingConfig, progress: Callable[[str], None] = lambda s: No
     return timings, stamp
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros bench gpu-timing``."""
     defaults = TimingConfig()
     parser.add_argument("--verifier", default=defaults.verifier, help="verifier source (load_pair)")
     parser.add_argument("--drafter", default=defaults.drafter, help="drafter source (default: the verifier's own)")
@@ -141,11 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=defaults.repeats)
     parser.add_argument("--warmup", type=int, default=defaults.warmup)
     parser.add_argument("--out", default="", help="write the figures as JSON here")
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     config = TimingConfig(args.verifier, args.drafter, args.adapters, args.dtype, args.device, args.gamma,
                           args.repeats, args.warmup)
     if config.device.startswith("cuda") and not torch.cuda.is_available():
-        parser.error(f"--device {config.device}: no CUDA device is visible to torch {torch.__version__}")
+        raise UsageError(f"--device {config.device}: no CUDA device is visible to torch {torch.__version__}")
     timings, stamp = measure(config, lambda s: print(s, file=sys.stderr, flush=True))
     report = {"config": asdict(config), "stamp": stamp, **asdict(timings)}
     print(f"T_p {timings.tp_s * 1e3:.1f} ms, γT_p {timings.draft_gamma_s * 1e3:.1f} ms (γ = {config.gamma}), "
@@ -157,7 +160,3 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(report, indent=2))
         print(f"wrote {args.out}; emulate these figures with: edge-spec-ros bench --profile {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

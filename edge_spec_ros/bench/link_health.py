@@ -3,7 +3,7 @@
 frozen with SIGSTOP (it stays connected and answers nothing), ``--runs`` times each; then, for a
 SIGSTOPped one, SIGCONT and the time until the link is alive again.
 
-``python -m edge_spec_ros.bench.link_health --runs 5``
+``edge-spec-ros bench link-health --runs 5``
 """
 
 from __future__ import annotations
@@ -47,15 +47,13 @@ def measure(runs: int) -> dict[str, list[float]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros bench link-health``."""
     parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     for name, values in measure(args.runs).items():
         print(f"{name}: min {min(values):.3f} median {statistics.median(values):.3f} max {max(values):.3f} "
               f"({len(values)} runs)")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -25,11 +25,12 @@ from edge_spec_ros.bench.payload import payload_table
 from edge_spec_ros.bench.report import stamp
 from edge_spec_ros.bench.profiles import Profile, profile_named
 from edge_spec_ros.bench.tasks import TASK_KINDS, task_prompts, text_encoder
+from edge_spec_ros.config_cli import doc
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
 from edge_spec_ros.edge.modes import EXIT_MODES, LOSSY_MODES, MODES, PIPELINED_MODES, EdgeConfig, EdgeDecoder
-from edge_spec_ros.edge.pipeline import BRANCHES
+from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES
 from edge_spec_ros.edge.registry import get_mode
 from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.prompt import EncodedPrompt, PromptEncoder, decode_image, encode_image
@@ -39,31 +40,51 @@ from edge_spec_ros.spec.sampling import SamplingConfig
 
 log = logging.getLogger(__name__)
 
+TASK_SETS = ("camera", "text")
+PATHS = ("zmq", "ros")
+QUEUE_POLICIES = ("priority", "fifo", "random")
 BENCH_SEED = 2000  # bench rooms: never in the training data (seed 0) nor held-out evaluation (1000)
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    profile: str = "loopback"
-    modes: tuple[str, ...] = ("ar", "sd", "fsd")
-    prompts: int = 3
-    max_new_tokens: int = 24
-    gamma: int = 4
-    threads: int = 6  # the paper's Go2 ran 6 early-exit threads (Table 8)
-    temperature: float = 0.0
-    seed: int = 0
-    client_policy: str = "priority"
-    server_policy: str = "priority"
-    sweep_threads: tuple[int, ...] = ()
-    sweep_gamma: tuple[int, ...] = ()
-    sweep_policies: bool = False
-    adaptive_gamma: bool = True  # γ by ODLD, cloud-only chunks by AS² with probes back (edge.gamma)
-    branch_blocks: int = BRANCHES  # PicoSpec modes: branch blocks per round (edge.pipeline; 0: none)
-    task_set: str = "camera"  # camera: image + instruction prompts; text: bench/tasks.py, ``prompts`` per kind
-    tasks: tuple[str, ...] = TASK_KINDS  # the task kinds of the text set
+    """One run of ``edge-spec-ros bench``: its options are these fields (config_cli.add_config)."""
+
+    profile: str = field(default="loopback", metadata=doc(
+        "loopback, wifi, go2-paper, or a JSON file of bench gpu-timing (its T_p and T_q emulated over go2-paper's "
+        "link)"))
+    modes: tuple[str, ...] = field(default=("ar", "sd", "fsd"), metadata=doc(
+        f"comma-separated, of: {', '.join(MODES)}"))
+    prompts: int = field(default=3, metadata=doc("number of image + instruction prompts (text set: per kind)",
+                                                 1, 10_000))
+    max_new_tokens: int = field(default=24, metadata=doc("tokens per decision", 1, 100_000))
+    gamma: int = field(default=4, metadata=doc("draft length γ", 1, 64))
+    # the paper's Go2 ran 6 early-exit threads (Table 8)
+    threads: int = field(default=6, metadata=doc("FSD pre-draft threads N", 1, 1024))
+    temperature: float = field(default=0.0, metadata=doc("sampling temperature (0: greedy)", 0.0, 100.0))
+    seed: int = field(default=0, metadata=doc("sampling seed"))
+    client_policy: str = field(default="priority", metadata={**doc("the robot's queue policy"),
+                                                             "choices": QUEUE_POLICIES})
+    server_policy: str = field(default="priority", metadata={**doc("the verifier's queue policy"),
+                                                             "choices": QUEUE_POLICIES})
+    sweep_threads: tuple[int, ...] = field(default=(), metadata=doc("e.g. 1,2,4,6 (FSD Fig. 4a)"))
+    sweep_gamma: tuple[int, ...] = field(default=(), metadata=doc("e.g. 2,4,6,8 (FSD Fig. 4b)"))
+    sweep_policies: bool = field(default=False, metadata=doc("client × server queue policies (Table 7)"))
+    adaptive_gamma: bool = field(default=True, metadata=doc(
+        "γ by ODLD, cloud fallback by AS² with probes back (TK-SLT; edge/gamma.py); --no-adaptive-gamma: every "
+        "round drafts --gamma, as in the papers' tables (the sweeps always do)"))
+    branch_blocks: int = field(default=BRANCHES, metadata=doc(
+        "pico, pico-fsd: branch blocks per round for the K likeliest other verdicts of the block being verified "
+        "(edge/pipeline.py; 0: none)", 0, MAX_BRANCHES))
+    task_set: str = field(default="camera", metadata={**doc(
+        "camera: image + instruction prompts; text: conversation, code, maths, instructions, summarisation, QA "
+        "(--prompts per kind, bench/tasks.py), reported per kind (FSD Table 6)"), "choices": TASK_SETS})
+    tasks: tuple[str, ...] = field(default=TASK_KINDS, metadata=doc("task kinds of the text set"))
     # zmq: EdgeDecoder over the direct ZeroMQ client; ros: the same decoder over RosVerifierLink through a
     # bridge_node process (bench/ros_path.py), interleaved prompt by prompt with the direct path
-    paths: tuple[str, ...] = ("zmq",)
+    paths: tuple[str, ...] = field(default=("zmq",), metadata=doc(
+        "zmq,ros: also run every mode through the ROS nodes (RosVerifierLink and a bridge_node process) beside "
+        "the direct ZeroMQ client, interleaved, and report the overhead per round"))
 
     def __post_init__(self) -> None:
         profile_named(self.profile)  # a known name or a readable gpu_timing result, else ValueError
@@ -77,10 +98,6 @@ class BenchConfig:
             raise ValueError(f"unknown task kinds {sorted(unknown)}; choose from {TASK_KINDS}")
         if set(self.paths) - set(PATHS) or "zmq" not in self.paths or len(set(self.paths)) != len(self.paths):
             raise ValueError(f"paths {self.paths}: the direct path zmq, optionally ros beside it ({PATHS})")
-
-
-TASK_SETS = ("camera", "text")
-PATHS = ("zmq", "ros")
 
 
 class RobotModels(Protocol):

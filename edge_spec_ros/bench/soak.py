@@ -1,6 +1,6 @@
 """Soak: a real verifier process under mixed well-behaved and hostile clients for a set time.
 
-``python -m edge_spec_ros.bench.soak --duration 300`` (``make soak``) starts ``edge-spec-ros serve``
+``edge-spec-ros bench soak --duration 300`` (``make soak``) starts ``edge-spec-ros serve``
 on 127.0.0.1 with the embedded model, then runs at once:
 
 - well-behaved robots: greedy decodes in rotating modes (AR, SD, FSD, DSSD), each compared token for
@@ -21,7 +21,6 @@ import argparse
 import io
 import json
 import random
-import sys
 import threading
 import time
 import uuid
@@ -237,21 +236,19 @@ def soak(duration_s: float, robots: int, sample_s: float = SAMPLE_S, rss_bound_m
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros bench soak``."""
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of soak (default 300)")
     parser.add_argument("--robots", type=int, default=2, help="well-behaved robots decoding at once")
     parser.add_argument("--sample-s", type=float, default=SAMPLE_S, help="RSS sampling period (s)")
     parser.add_argument("--rss-bound-mb", type=float, default=RSS_BOUND_MB)
     parser.add_argument("--out", default="artifacts/soak.json")
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     report = soak(args.duration, args.robots, args.sample_s, args.rss_bound_mb)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(json.dumps({k: v for k, v in report.items() if k != "rss_mb"}, indent=2))
     print(f"wrote {args.out}")
     return 0 if report["ok"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

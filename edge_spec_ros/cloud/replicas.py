@@ -17,7 +17,7 @@ and relays frames unchanged:
   it would have (every mode's output is a function of the prompt, the seed and position-indexed
   draws). A request for a session the front does not know is answered ``UNKNOWN_SESSION`` too.
 
-``python -m edge_spec_ros.cloud.replicas --replicas 2 --bind tcp://127.0.0.1:5555`` starts a local
+``edge-spec-ros replicas --replicas 2 --bind tcp://127.0.0.1:5555`` starts a local
 Ray instance bound to 127.0.0.1 (dashboard and usage reporting off) and serves; ``--address`` joins
 an existing Ray cluster instead (docs/fleet.md: head node, GPU workers).
 """
@@ -352,9 +352,9 @@ def start_replicas(n: int, source: str = "embedded", server_args: dict | None = 
     return [(f"replica-{i}", a, e) for i, (a, e) in enumerate(zip(actors, endpoints))]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--replicas", type=int, default=2)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``edge-spec-ros replicas``."""
+    parser.add_argument("--replicas", type=int, default=2, help="verifier replicas (Ray actors)")
     parser.add_argument("--bind", default="tcp://127.0.0.1:5555", help="the robots' endpoint")
     parser.add_argument("--verifier", default="embedded", help="model source of every replica")
     parser.add_argument("--address", help="join this Ray cluster (e.g. auto, or HEAD_IP:6379) instead of starting "
@@ -362,12 +362,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replica-gpus", type=float, default=0.0, help="GPUs each replica reserves (Ray places "
                                                                         "each replica on a node that has them)")
     parser.add_argument("--device", default="cpu", help="each replica's torch device (cuda on GPU workers)")
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default="float32", help="each replica's weights dtype for a checkpoint")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per replica")
     parser.add_argument("--batch", type=int, default=1, help="max_batch of each replica (1: off)")
-    parser.add_argument("--emulate-tq-s", type=float, default=0.0)
+    parser.add_argument("--emulate-tq-s", type=float, default=0.0,
+                        help="benchmarks: every verification forward takes at least this long (s; 0: off)")
     parser.add_argument("--curve-keys", help="directory made by `edge-spec-ros keys`: CURVE on the robots' endpoint")
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ray = require("ray", "cloud", RAY_USER)
 
@@ -401,7 +404,3 @@ def main(argv: list[str] | None = None) -> int:
         front.stop()
         ray.shutdown()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

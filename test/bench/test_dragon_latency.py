@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from edge_spec_ros.bench.dragon_latency import main
+from edge_spec_ros.cli import main
 
 
 def test_one_run_gives_dragon_both_payloads_and_every_baseline(capsys):
-    assert main(["--tokens", "3", "--rtts-ms", "0", "--repeats", "1", "--link", "local",
+    assert main(["bench", "dragon-latency", "--tokens", "3", "--rtts-ms", "0", "--repeats", "1", "--link", "local",
                  "--configs", "DRAGON robot aggregates (queue 64)", "--paper-vocab", "1000"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     rows = {(r["config"], r["payload"]): r for r in lines if "config" in r}
@@ -31,6 +29,6 @@ def test_one_run_gives_dragon_both_payloads_and_every_baseline(capsys):
     assert sw_big["down_bytes"] - sw["down_bytes"] == 2 * 3 * (1000 - 640) * 4
 
 
-def test_bandwidth_needs_the_server_link():
-    with pytest.raises(SystemExit):
-        main(["--link", "local", "--bandwidth-mbps", "100"])
+def test_bandwidth_needs_the_server_link(capsys):
+    assert main(["bench", "dragon-latency", "--link", "local", "--bandwidth-mbps", "100"]) == 2
+    assert "--bandwidth-mbps needs --link zmq" in capsys.readouterr().err

@@ -8,14 +8,14 @@ import json
 import pytest
 import torch
 
-from edge_spec_ros.bench import gpu_timing
 from edge_spec_ros.bench.profiles import GO2_PAPER_LINK, profile_named
+from edge_spec_ros.cli import main
 
 
 def test_times_a_round_and_writes_the_profile_figures(tmp_path, capsys):
     out = tmp_path / "timing.json"
-    assert gpu_timing.main(["--verifier", "embedded", "--repeats", "2", "--warmup", "0", "--gamma", "3",
-                            "--out", str(out)]) == 0
+    assert main(["bench", "gpu-timing", "--verifier", "embedded", "--repeats", "2", "--warmup", "0", "--gamma", "3",
+                 "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert len(report["rounds"]) == 2
     assert report["tp_s"] > 0 and report["tq_s"] > 0 and report["prefill_verifier_s"] > 0
@@ -29,8 +29,7 @@ def test_times_a_round_and_writes_the_profile_figures(tmp_path, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_a_cuda_device_without_cuda_is_refused_by_name(capsys):
-    with pytest.raises(SystemExit):
-        gpu_timing.main(["--device", "cuda"])
+    assert main(["bench", "gpu-timing", "--device", "cuda"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
 
 

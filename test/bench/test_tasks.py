@@ -114,7 +114,7 @@ def test_bench_drafts_with_a_distilled_drafter_behind_prompt_lookup(start_server
     behind prompt lookup, and the outputs stay the verifier's."""
     import argparse
 
-    from edge_spec_ros.cli import _bench_pair
+    from edge_spec_ros.commands.bench import bench_pair
     from edge_spec_ros.edge.draft_sources import LookupDrafter
     from edge_spec_ros.models.distilled_drafter import DistilledConfig, DistilledDrafter, build_student, head_ids, \
         save_student
@@ -126,7 +126,7 @@ def test_bench_drafts_with_a_distilled_drafter_behind_prompt_lookup(start_server
     save_student(student, DistilledConfig(str(verifier_dir), 2, 64), distilled_dir)
     args = argparse.Namespace(verifier=str(verifier_dir), draft_layers=0, adapters=None, distilled=str(distilled_dir),
                               draft_source="lookup", datastore="")
-    pair, serve = _bench_pair(args)
+    pair, serve = bench_pair(args)
     assert isinstance(pair.drafter, LookupDrafter) and isinstance(pair.drafter.model, DistilledDrafter)
     assert "(drafter: distilled" in pair.source and "(draft source: lookup)" in pair.source
     config = BenchConfig(profile="loopback", task_set="text", tasks=("summarisation",), prompts=1, max_new_tokens=6,
@@ -137,9 +137,9 @@ def test_bench_drafts_with_a_distilled_drafter_behind_prompt_lookup(start_server
     assert pair.drafter.lookup_tokens + pair.drafter.model_tokens > 0
     for bad in ({"distilled": str(tmp_path / "missing")}, {"draft_layers": 2}):
         with pytest.raises(SystemExit, match="--distilled"):
-            _bench_pair(argparse.Namespace(**{**vars(args), **bad}))
+            bench_pair(argparse.Namespace(**{**vars(args), **bad}))
     for bad, says in (({"draft_source": "retrieval"}, "needs a datastore"),
                       ({"draft_source": "retrieval", "datastore": str(tmp_path / "none.json")}, "cannot read"),
                       ({"datastore": str(tmp_path / "none.json")}, "read by draft source 'retrieval' only")):
         with pytest.raises(SystemExit, match=says):
-            _bench_pair(argparse.Namespace(**{**vars(args), **bad}))
+            bench_pair(argparse.Namespace(**{**vars(args), **bad}))

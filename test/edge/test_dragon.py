@@ -351,10 +351,11 @@ def test_an_emulated_network_delay_changes_no_token(world):
 
 
 def test_schedule_bench_replays_sequences_from_the_shipped_pair(capsys):
-    """bench/dragon_schedule (2 sequences of 6 tokens): one result per c_dec setting, every policy."""
-    from edge_spec_ros.bench.dragon_schedule import main
+    """bench dragon-schedule (2 sequences of 6 tokens): one result per c_dec setting, every policy."""
+    from edge_spec_ros.cli import main
 
-    assert main(["--sequences", "2", "--tokens", "6", "--extra-ms", "0,100", "--c-dec-ms", "measured;60,25"]) == 0
+    assert main(["bench", "dragon-schedule", "--sequences", "2", "--tokens", "6", "--extra-ms", "0,100",
+                 "--c-dec-ms", "measured;60,25"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert [r["c_dec_ms"]["measured"] for r in rows] == [True, False]
     for r in rows:

@@ -36,7 +36,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("server_process",),
     ("bench",),
     ("bringup", "sim_motion_bench"),
+    ("commands",),  # each command's options and what it runs, assembled by cli
     ("cli",),
+    ("command_docs",),  # docs/commands.md from the parser
 )
 GENERATED = {"msg", "srv", "action"}
 

@@ -91,7 +91,7 @@ def test_the_report_counts_per_group():
 
 def test_sim_eval_decodes_with_the_robots_token_budget():
     """``sim-eval`` and the ROS loop evaluate one policy: the same token budget per decision."""
-    from edge_spec_ros.cli import SIM_EVAL_MAX_NEW_TOKENS
+    from edge_spec_ros.commands.training import SIM_EVAL_MAX_NEW_TOKENS
 
     config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "go2_nav.yaml").read_text())
     assert SIM_EVAL_MAX_NEW_TOKENS == config["drafter"]["ros__parameters"]["max_new_tokens"]
