@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from edge_spec_ros.bench.answer_survey import SurveyRow, main, summary
+from edge_spec_ros.bench.answer_survey import SurveyRow, summary
+from edge_spec_ros.cli import main
 
 
 def test_summary_counts_per_kind():
@@ -17,7 +18,7 @@ def test_summary_counts_per_kind():
 
 
 def test_one_item_through_the_answer_path(capsys):
-    assert main(["--model", "embedded", "--items", "1", "--max-new-tokens", "4"]) == 0
+    assert main(["bench", "answer-survey", "--model", "embedded", "--items", "1", "--max-new-tokens", "4"]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     row = json.loads(line)
     assert row["id"] == "r01" and 0 < row["tokens"] <= 4 and row["memory_entries"] >= 1 and row["wall_s"] > 0

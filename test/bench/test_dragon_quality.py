@@ -20,10 +20,10 @@ from edge_spec_ros.bench.dragon_quality import (
     ItemResult,
     contains_answer,
     load_items,
-    main,
     summarise,
     write_item_world,
 )
+from edge_spec_ros.cli import main
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.rag.document_lm import build_side, chat_prompt_ids
 from edge_spec_ros.spec.aggregation import drdg_tw, side_weights, target_distribution
@@ -112,7 +112,8 @@ def test_scored_target_is_the_one_the_decoder_follows(shipped):
 
 
 def test_harness_on_the_tiny_shipped_pair(capsys):
-    assert main(["--model", "embedded", "--items", "2", "--max-new-tokens", "4", "--threads", "1"]) == 0
+    assert main(["bench", "dragon-quality", "--model", "embedded", "--items", "2", "--max-new-tokens", "4",
+                 "--threads", "1"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     per_item = [r for r in lines if "method" in r]
     assert [r["method"] for r in per_item] == list(METHODS) * 2
