@@ -57,7 +57,8 @@ def _ranged(kind: type, low: float, high: float) -> Callable[[str], Any]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is outside [{_number(low)}, {_number(high)}]")
+            bound = f"[{_number(low)}, {_number(high)}]" if high < UNBOUNDED else f"(>= {_number(low)})"
+            raise argparse.ArgumentTypeError(f"{value} is outside {bound}")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in its messages

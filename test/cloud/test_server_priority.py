@@ -65,8 +65,9 @@ def test_a_robot_in_motion_is_served_before_a_standing_one(server, text_prompt):
 
 
 def test_serve_passes_its_priority_lead_to_the_server():
-    """``serve --priority-lead-s`` reaches the server's configuration: a negative lead is refused there."""
+    """``serve --priority-lead-s`` is ServerConfig.priority_lead_s: a negative lead is refused by the field's
+    range before anything loads."""
     done = subprocess.run([sys.executable, "-m", "edge_spec_ros.cli", "serve", "--bind", "tcp://127.0.0.1:*",
                            "--device", "cpu", "--priority-lead-s", "-1"], capture_output=True, text=True,
                           timeout=REFUSAL_S)
-    assert done.returncode == 2 and "priority_lead_s must be finite and >= 0, got -1" in done.stderr + done.stdout
+    assert done.returncode == 2 and "--priority-lead-s: -1.0 is outside (>= 0)" in done.stderr
