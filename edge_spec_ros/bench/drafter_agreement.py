@@ -214,6 +214,47 @@ def markdown(reports: list[SourceReport], kinds: tuple[str, ...]) -> str:
     return "\n".join(rows)
 
 
+def _sources(args: argparse.Namespace, self_drafter: Drafter | None, v_macs: float):
+    """(the models, the model-free proposers, every draft source of the table: (name, MACs ratio, the model
+    (None: model-free only), the model-free proposer first (None: none)))."""
+    lookup = PromptLookup(max_ngram=args.max_ngram)
+    models: list[tuple[str, Drafter, float]] = []
+    if args.draft_layers:
+        models.append((f"self-{args.draft_layers}", self_drafter, token_macs(self_drafter.stack.model) / v_macs))
+    if args.distilled:
+        from edge_spec_ros.models.distilled_drafter import load_distilled
+
+        distilled = load_distilled(args.distilled)
+        models.append(("distilled", distilled, distilled.token_macs() / v_macs))
+    proposers = {"lookup": lookup}
+    if args.datastore:
+        from edge_spec_ros.edge.retrieval import Retrieval
+
+        proposers["retrieval→lookup"] = FirstProposal(Retrieval.load(args.datastore), lookup)
+    sources: list[tuple[str, float, Drafter | None, str | None]] = [(p, 0.0, None, p) for p in proposers]
+    for name, drafter, ratio in models:
+        sources += [(name, ratio, drafter, None)] + [(f"{p}→{name}", ratio, drafter, p) for p in proposers]
+    return models, proposers, sources
+
+
+def _write(args: argparse.Namespace, reports: list[SourceReport], kinds: tuple[str, ...], checks: dict,
+           verifier_token_s: float, answers: list) -> None:
+    """agreement.json and agreement.md in --out, and the table on stdout."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown(reports, kinds)
+    meta = {"replay_check_rounds(real, teacher-forced)": checks, "verifier": args.verifier, "gamma": args.gamma, "max_new_tokens": args.max_new_tokens,
+            "prompts_per_kind": args.prompts, "threads": args.threads, "verifier_ms_per_token":
+            round(1000 * verifier_token_s, 2), "answer_tokens": sum(map(len, answers)),
+            "load_average": Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None}
+    (out / "agreement.json").write_text(json.dumps({"meta": meta, "sources": [asdict(r) for r in reports]}, indent=2))
+    (out / "agreement.md").write_text(table + "\n")
+    print(json.dumps(meta))
+    print(table)
+    best = max(reports, key=lambda r: r.overall["tau"])
+    print(f"best: {best.name} τ {best.overall['tau']:.2f} (target {TARGET_TAU} at cost ≤ 0.25)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``edge-spec-ros bench drafter-agreement``."""
     parser.add_argument("--verifier", default="smollm2")
@@ -246,24 +287,7 @@ def command(args: argparse.Namespace) -> int:
     answers = reference_answers(verifier, prompts, config, args.verifier, Path(args.out) / ANSWERS_FILE)
     verifier_token_s = verifier_token_time(verifier, prompts, kinds, config)
 
-    lookup = PromptLookup(max_ngram=args.max_ngram)
-    models: list[tuple[str, Drafter, float]] = []
-    if args.draft_layers:
-        models.append((f"self-{args.draft_layers}", pair.drafter, token_macs(pair.drafter.stack.model) / v_macs))
-    if args.distilled:
-        from edge_spec_ros.models.distilled_drafter import load_distilled
-
-        distilled = load_distilled(args.distilled)
-        models.append(("distilled", distilled, distilled.token_macs() / v_macs))
-    proposers = {"lookup": lookup}
-    if args.datastore:
-        from edge_spec_ros.edge.retrieval import Retrieval
-
-        proposers["retrieval→lookup"] = FirstProposal(Retrieval.load(args.datastore), lookup)
-    # (name, MACs ratio, the model (None: model-free only), the model-free proposer first (None: none))
-    sources: list[tuple[str, float, Drafter | None, str | None]] = [(p, 0.0, None, p) for p in proposers]
-    for name, drafter, ratio in models:
-        sources += [(name, ratio, drafter, None)] + [(f"{p}→{name}", ratio, drafter, p) for p in proposers]
+    models, proposers, sources = _sources(args, pair.drafter if args.draft_layers else None, v_macs)
     hits = {name: [teacher_forced_hits(drafter, p.prompt, answer) for p, answer in zip(prompts, answers)]
             for name, drafter, _ in models}
     timed = [i for i, p in enumerate(prompts) if i == next(j for j, q in enumerate(prompts) if q.task == p.task)]
@@ -292,17 +316,5 @@ def command(args: argparse.Namespace) -> int:
         rep.overall = summary(total, timing, verifier_token_s)
         reports.append(rep)
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    table = markdown(reports, kinds)
-    meta = {"replay_check_rounds(real, teacher-forced)": checks, "verifier": args.verifier, "gamma": args.gamma, "max_new_tokens": args.max_new_tokens,
-            "prompts_per_kind": args.prompts, "threads": args.threads, "verifier_ms_per_token":
-            round(1000 * verifier_token_s, 2), "answer_tokens": sum(map(len, answers)),
-            "load_average": Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None}
-    (out / "agreement.json").write_text(json.dumps({"meta": meta, "sources": [asdict(r) for r in reports]}, indent=2))
-    (out / "agreement.md").write_text(table + "\n")
-    print(json.dumps(meta))
-    print(table)
-    best = max(reports, key=lambda r: r.overall["tau"])
-    print(f"best: {best.name} τ {best.overall['tau']:.2f} (target {TARGET_TAU} at cost ≤ 0.25)")
+    _write(args, reports, kinds, checks, verifier_token_s, answers)
     return 0

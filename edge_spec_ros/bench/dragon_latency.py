@@ -155,6 +155,50 @@ def baseline_rows(measured: dict[str, list], rtt_ms: float, bandwidth_bps: float
     return rows
 
 
+def _cell(args: argparse.Namespace, pair, world: tuple, endpoint: str, rtt_ms: float, payload: str, name: str,
+          reference: tuple | None) -> tuple[LatencyRow, tuple]:
+    """One configuration at one RTT and payload, ``--repeats`` decisions: its row (medians), and the tokens
+    every cell must give (the first decision's, printed once)."""
+    memory, store, prompt_ids, decode_text, fingerprint = world
+    one_way, bandwidth = rtt_ms / 2000.0, args.bandwidth_mbps * 1e6
+    max_queue, policy = CONFIGS[name]
+    config = DragonConfig(max_new_tokens=args.tokens, policy=policy, max_queue=max_queue,
+                          aggregator="cloud" if policy == "cloud" else "robot",
+                          timeout_s=60.0, payload=payload)
+    runs, logs = [], []
+    for rep in range(args.repeats):
+        seed = int(rtt_ms) * 100 + rep
+        if args.link == "zmq":
+            config = dataclasses.replace(config, down_delay_s=one_way * 0.9,
+                                         down_jitter_s=one_way * 0.2, down_bandwidth_bps=bandwidth)
+            link = ZmqDragonLink(endpoint, uplink=link_shape(rtt_ms / 1e3, bandwidth), seed=seed)
+        else:
+            link = LocalDragonLink(pair.verifier.stack, store, prompt_ids, decode_text,
+                                   one_way_s=one_way, jitter_s=one_way / 5.0, seed=seed,
+                                   tokenizer_fingerprint=fingerprint)
+        robot = RobotDragon(pair.drafter.stack, memory, prompt_ids, decode_text, config,
+                            tokenizer_fingerprint=fingerprint)
+        out = robot.decode(QUERY, link)
+        if reference is None:
+            reference = out.tokens
+            print(json.dumps({"text": decode_text(list(out.tokens)),
+                              "vocab": pair.verifier.stack.vocab_size}))
+        if out.tokens != reference:
+            raise AssertionError(f"{name} at {rtt_ms} ms gave other tokens: exactness broken")
+        times = robot.last_peer.commit_times
+        runs.append((out, (times[-1] - times[0]) / max(len(times) - 1, 1)))
+        logs.append(link.log.bytes)
+    n = len(reference)
+    out = runs[0][0]
+    row = LatencyRow(name, payload, rtt_ms, n, median(1e3 * r[1] for r in runs),
+                     median(1e3 * (r.prefill_s + r.first_token_s) for r, _ in runs),
+                     median(1e3 * (r.prefill_s + r.decode_s) for r, _ in runs),
+                     median(b["up"] for b in logs), median(b["down"] for b in logs),
+                     sum(out.trace.accept_robot) / n, sum(out.trace.accept_cloud) / n,
+                     sum(a != b for a, b in zip(out.trace.aggregator, out.trace.aggregator[1:])))
+    return row, reference
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``edge-spec-ros bench dragon-latency``."""
     parser.add_argument("--tokens", type=int, default=24)
@@ -200,45 +244,11 @@ def command(args: argparse.Namespace) -> int:
             endpoint = server.start()
         try:
             for rtt_ms in (float(x) for x in args.rtts_ms.split(",")):
-                one_way = rtt_ms / 2000.0
                 for payload in payloads:
                     for name in configs:
-                        max_queue, policy = CONFIGS[name]
                         progress(f"rtt {rtt_ms:g} ms, {name}, {payload} ({time.monotonic() - started:.0f} s so far)")
-                        config = DragonConfig(max_new_tokens=args.tokens, policy=policy, max_queue=max_queue,
-                                              aggregator="cloud" if policy == "cloud" else "robot",
-                                              timeout_s=60.0, payload=payload)
-                        runs, logs = [], []
-                        for rep in range(args.repeats):
-                            seed = int(rtt_ms) * 100 + rep
-                            if args.link == "zmq":
-                                config = dataclasses.replace(config, down_delay_s=one_way * 0.9,
-                                                             down_jitter_s=one_way * 0.2, down_bandwidth_bps=bandwidth)
-                                link = ZmqDragonLink(endpoint, uplink=link_shape(rtt_ms / 1e3, bandwidth), seed=seed)
-                            else:
-                                link = LocalDragonLink(pair.verifier.stack, store, prompt_ids, decode_text,
-                                                       one_way_s=one_way, jitter_s=one_way / 5.0, seed=seed,
-                                                       tokenizer_fingerprint=fingerprint)
-                            robot = RobotDragon(pair.drafter.stack, memory, prompt_ids, decode_text, config,
-                                                tokenizer_fingerprint=fingerprint)
-                            out = robot.decode(QUERY, link)
-                            if reference is None:
-                                reference = out.tokens
-                                print(json.dumps({"text": decode_text(list(out.tokens)),
-                                                  "vocab": pair.verifier.stack.vocab_size}))
-                            if out.tokens != reference:
-                                raise AssertionError(f"{name} at {rtt_ms} ms gave other tokens: exactness broken")
-                            times = robot.last_peer.commit_times
-                            runs.append((out, (times[-1] - times[0]) / max(len(times) - 1, 1)))
-                            logs.append(link.log.bytes)
-                        n = len(reference)
-                        out = runs[0][0]
-                        row = LatencyRow(name, payload, rtt_ms, n, median(1e3 * r[1] for r in runs),
-                                         median(1e3 * (r.prefill_s + r.first_token_s) for r, _ in runs),
-                                         median(1e3 * (r.prefill_s + r.decode_s) for r, _ in runs),
-                                         median(b["up"] for b in logs), median(b["down"] for b in logs),
-                                         sum(out.trace.accept_robot) / n, sum(out.trace.accept_cloud) / n,
-                                         sum(a != b for a, b in zip(out.trace.aggregator, out.trace.aggregator[1:])))
+                        row, reference = _cell(args, pair, (memory, store, prompt_ids, decode_text, fingerprint),
+                                               endpoint, rtt_ms, payload, name, reference)
                         print(json.dumps({**asdict(row), "link": args.link}), flush=True)
                 for row in baseline_rows(baselines, rtt_ms, bandwidth, reference, args.paper_vocab):
                     print(json.dumps({**asdict(row), "link": "emulated"}), flush=True)
