@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.edge.predraft import PreDrafter
+from edge_spec_ros.edge.registry import check_fresh_source
+from edge_spec_ros.edge.retrieval import Retrieval
 from edge_spec_ros.edge.round_link import RoundLink
 from edge_spec_ros.models.drafter import Draft, Drafter
 from edge_spec_ros.models.kv_cache import KVCache
@@ -269,9 +271,6 @@ def fresh_drafter(source: str, model: Drafter, datastore: str = "") -> Drafter:
     """The drafter of the fresh-draft source called ``source`` (``edge.registry.FRESH_SOURCES``) over
     the drafter model ``model``: ``model`` itself, ``LookupDrafter(model)``, or for ``retrieval`` the
     chain datastore (``edge.retrieval``, loaded from ``datastore``) → prompt lookup → ``model``."""
-    from edge_spec_ros.edge.registry import check_fresh_source
-    from edge_spec_ros.edge.retrieval import Retrieval
-
     name = check_fresh_source(source, datastore).name
     if name == "retrieval":
         return LookupDrafter(model, FirstProposal(Retrieval.load(datastore), PromptLookup()))

@@ -15,18 +15,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
+from edge_spec_ros.edge.config import EdgeConfig
 from edge_spec_ros.edge.gamma import AdaptiveGamma, FixedGamma, GammaPolicy
 from edge_spec_ros.edge.pipeline import BranchGate
 from edge_spec_ros.edge.predraft import PreDrafter
-from edge_spec_ros.edge.registry import get_mode
+from edge_spec_ros.edge.registry import Mode
 from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.spec.draft_length import DraftLengthController
 from edge_spec_ros.spec.sampling import PositionalRNG
-
-if TYPE_CHECKING:
-    from edge_spec_ros.edge.modes import EdgeConfig
 
 
 class LongLivedParts:
@@ -47,16 +44,16 @@ class LongLivedParts:
         return self.branch_gates.setdefault(mode, BranchGate())
 
     @contextmanager
-    def decision(self, config: EdgeConfig, drafter: Drafter, mode: str,
+    def decision(self, config: EdgeConfig, drafter: Drafter, mode: Mode,
                  rng: PositionalRNG) -> Iterator[tuple[GammaPolicy, PreDrafter | None]]:
         """The γ policy and (a mode with early exits) the pre-drafter, begun for one decision whose
         draws are ``rng``'s; the pre-drafter's decision ends with the block. Decisions wait for each
         other."""
         d = config.decode
         with self._decision:
-            policy = self._gamma_policy(config, mode)
+            policy = self._gamma_policy(config, mode.name)
             policy.begin(d.gamma)
-            predrafter = self._predrafter(config, drafter) if get_mode(mode).early_exits else None
+            predrafter = self._predrafter(config, drafter) if mode.early_exits else None
             if predrafter is not None:
                 predrafter.begin(rng, d.sampling, d.gamma, config.tp_s)
             try:

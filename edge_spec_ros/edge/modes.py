@@ -34,7 +34,10 @@ FSD (n/τ)(2T_c + rγT_p + (1 − r)T_r + T_q). SD and FSD emit exactly the same
 seed: a cached pre-draft is bit-identical to the draft SD would compute from the same prefix.
 
 Structure: ``EdgeDecoder._speculative`` is one short loop shaped like ``decoding.reference.speculative``;
-what varies between the modes is plugged in. γ per round: ``edge.gamma`` (fixed, or TK-SLT's ODLD/AS²).
+what varies between the modes is plugged in. γ per round: ``edge.gamma`` (fixed, or TK-SLT's ODLD/AS²,
+whose cloud-only fallback is ``edge.decision.CloudFallback``; the decision's state between rounds:
+``edge.decision.DecisionState``). The mode is resolved once, at ``decode``, and handed on as the
+registry's ``Mode``.
 The round's draft: the first of ``edge.draft_sources`` that has one (PicoSpec's pipelined block,
 FSD's pre-draft cache, a fresh draft). The wait for the verdict: ``edge.pipeline`` (a serial round, or
 PicoSpec's round that drafts ahead, chains and numbers its successor). The link's side of a round:
@@ -50,27 +53,29 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
 
 from edge_spec_ros.decoding.metrics import DecodeStats
-from edge_spec_ros.decoding.reference import DecodeConfig, DecodeResult, append_until_stop
-from edge_spec_ros.edge.client import VerifierAuthError, VerifierError, VerifierLost, VerifierTimeout
+from edge_spec_ros.decoding.reference import DecodeResult, append_until_stop
+from edge_spec_ros.edge.config import EdgeConfig
+from edge_spec_ros.edge.decision import CloudFallback, CloudTokens, DecisionState
 from edge_spec_ros.edge.draft_sources import DraftChain, FreshDraft, PreDraftCache
-from edge_spec_ros.edge.gamma import CloudWall, RoundTiming
+from edge_spec_ros.edge.gamma import RoundTiming
 from edge_spec_ros.edge.long_lived import LongLivedParts
-from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES, Pipeline, PipelinedRound, SerialRound
-from edge_spec_ros.edge.registry import MODES, REGISTRY, get_mode  # noqa: F401 - MODES re-exported
+from edge_spec_ros.edge.pipeline import Pipeline, PipelinedRound, SerialRound
+from edge_spec_ros.edge.predraft import PreDrafter
+from edge_spec_ros.edge.registry import MODES, REGISTRY, Mode, get_mode
 from edge_spec_ros.edge.round_link import RoundLink, verdict_tokens
 from edge_spec_ros.models.drafter import Draft, Drafter
 from edge_spec_ros.models.prompt import EncodedPrompt
-from edge_spec_ros.spec.queues import POLICIES
 from edge_spec_ros.spec.sampling import PositionalRNG
-from edge_spec_ros.spec.sparse import DraftDistribution
 from edge_spec_ros.wire.messages import ErrorCode, ExitResult, Generate, Open, Tokens
-from edge_spec_ros.wire.verifier_link import VerifierLink
+from edge_spec_ros.wire.verifier_link import (
+    VerifierAuthError, VerifierError, VerifierLink, VerifierLost, VerifierTimeout,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,64 +92,7 @@ PIPELINED_MODES = tuple(m.name for m in REGISTRY if m.pipelined)
 LOSSY_MODES = tuple(m.name for m in REGISTRY if not m.exact)
 
 
-@dataclass(frozen=True)
-class EdgeConfig:
-    """threads: N pre-draft workers (FSD); client_policy / server_policy: Q_p and Q_e order (Table 7);
-    tp_s: emulated draft-forward time (0: real compute only); the verification time is emulated by
-    the verifier's operator (``serve --emulate-tq-s``), never asked for by the robot."""
-
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
-    threads: int = 4
-    client_policy: str = "priority"
-    server_policy: str = "priority"
-    tp_s: float = 0.0
-    tkslt_k: int = 20  # TK-SLT's K
-    lowpay_k: int = 4  # the low-payload mode's K
-    lossy_p_k: int = 10  # PicoSpec's K for the pruned downlink of p_δ (LOSSY)
-    # γ per round by ODLD, cloud-only chunks by AS², probes back (edge.gamma). Off here, in the protocol's
-    # own configuration, so that a decoder built without it keeps the published fixed-γ schedules (the
-    # exactness tests compare SD and FSD round by round); on by default where the robot decodes (the
-    # drafter node's adaptive_gamma) and in the bench (BenchConfig)
-    adaptive_gamma: bool = False
-    # with adaptive_gamma: the measured wall times per token of both regimes decide once known (edge.gamma);
-    # False: TK-SLT's AS² on the cost model alone, as published
-    measured_fallback: bool = True
-    alpha_prior: float = 0.5  # the controller's α, b, c before the first measured round
-    b_prior: float = 0.05
-    c_prior: float = 0.05
-    max_gamma: int = 16
-    # PicoSpec: branch blocks per round for the likeliest other verdicts of the block being verified
-    # (edge.pipeline; 0: none); they change when the verifier works, never the tokens
-    branch_blocks: int = BRANCHES
-    reconnect_retries: int = 2  # a decision interrupted by a lost or restarted verifier is opened again
-
-    def draft_distribution(self, mode: str) -> DraftDistribution | None:
-        """The q the drafter samples from in ``mode`` (None: its full softmax)."""
-        k_field = get_mode(mode).sparse_q
-        return DraftDistribution(getattr(self, k_field)) if k_field else None
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.branch_blocks <= MAX_BRANCHES:
-            raise ValueError(f"branch_blocks must be 0..{MAX_BRANCHES}, got {self.branch_blocks}")
-        for policy in (self.client_policy, self.server_policy):
-            if policy not in POLICIES:
-                raise ValueError(f"queue policy {policy!r} is not one of {POLICIES}")
-
-
-@dataclass(frozen=True)
-class CloudTokens:
-    """A cloud-only chunk: its tokens, when its Generate left, when the first tokens arrived and how many."""
-
-    tokens: list[int]
-    sent_at: float
-    first_at: float
-    first_count: int
-
-    def wall(self, end: float) -> CloudWall:
-        """Its wall times as the γ policy measures them (``edge.gamma.CloudWall``)."""
-        return CloudWall(first_s=self.first_at - self.sent_at if self.first_count else 0.0,
-                         first_count=self.first_count, rest_s=end - self.first_at if self.first_count else 0.0,
-                         rest_count=len(self.tokens) - self.first_count)
+__all__ = ["EdgeConfig", "EdgeDecoder", "MODES", "SPLIT_MODES", "EXIT_MODES", "PIPELINED_MODES", "LOSSY_MODES"]
 
 
 class EdgeDecoder:
@@ -184,9 +132,10 @@ class EdgeDecoder:
         interrupted; nothing of a failed try has left the decoder. A decision interrupted by a link
         known dead (``VerifierLost``: the heartbeat, edge/client.py) fails at once and is not opened
         again: the robot stops, and its next decision opens once the link is alive again."""
+        spec = get_mode(mode)  # the one lookup of a decision's mode: the registry's object from here on
         for attempt in range(self.config.reconnect_retries + 1):
             try:
-                return self._decode_once(mode, prompt, image)
+                return self._decode_once(spec, prompt, image)
             except (VerifierAuthError, VerifierLost):
                 raise  # a refused key does not heal by retrying; a dead verifier is not waited for
             except VerifierError as exc:
@@ -198,12 +147,11 @@ class EdgeDecoder:
                 time.sleep(RETRY_BACKOFF_S * (attempt + 1))
         raise AssertionError("unreachable")
 
-    def _decode_once(self, mode: str, prompt: EncodedPrompt, image: bytes) -> DecodeResult:
-        spec = get_mode(mode)
+    def _decode_once(self, spec: Mode, prompt: EncodedPrompt, image: bytes) -> DecodeResult:
         if spec.speculative and self.drafter is None:
-            raise ValueError(f"mode {mode} needs a drafter")
+            raise ValueError(f"mode {spec.name} needs a drafter")
         c = self.config
-        stats = DecodeStats(mode.upper())
+        stats = DecodeStats(spec.name.upper())
         t0 = time.perf_counter()
         request = Open(input_ids=prompt.input_ids.numpy().astype(np.int32), image=image,
                        temperature=c.decode.sampling.temperature, seed=c.decode.seed, want_exits=spec.early_exits,
@@ -215,7 +163,7 @@ class EdgeDecoder:
             if not spec.speculative:
                 tokens = self._cloud_ar(sid, stats, t0, c.decode.max_new_tokens).tokens
             else:
-                tokens = self._speculative(sid, prompt, stats, t0, mode)
+                tokens = self._speculative(sid, prompt, stats, t0, spec)
         finally:
             self.client.end(sid)
         traffic = self.client.traffic.pop(sid)
@@ -258,80 +206,58 @@ class EdgeDecoder:
         return CloudTokens(done, sent, first_at, first_count)
 
     def _speculative(self, sid: bytes, prompt: EncodedPrompt, stats: DecodeStats, t0: float,
-                     mode: str) -> list[int]:
-        """Speculative decoding over the link, round by round as ``decoding.reference.speculative``:
-        γ from the policy (``edge.gamma``), a draft from the first source that has one
-        (``edge.draft_sources``), send it, the verdict (``edge.pipeline``: a pipelined round drafts
-        ahead meanwhile), commit its tokens, settle the next round's draft."""
-        spec, c, d = get_mode(mode), self.config, self.config.decode
+                     spec: Mode) -> list[int]:
+        """Speculative decoding over the link, round by round as ``decoding.reference.speculative``: γ
+        (``edge.gamma``; AS²'s cloud-only chunks meanwhile, ``CloudFallback``), a draft from the first
+        source that has one (``edge.draft_sources``), send it, the verdict (``edge.pipeline``: a
+        pipelined round drafts ahead meanwhile), commit its tokens, settle the next round's draft."""
+        c, d = self.config, self.config.decode
         rng = PositionalRNG(d.seed)
-        link = RoundLink(self.client, sid, mode, c.draft_distribution(mode))
-        with self._parts.decision(c, self.drafter, mode, rng) as (policy, predrafter):
-            def chain(number: int) -> tuple[DraftChain, partial]:
-                """The draft sources and the round type from round ``number`` on; built again after
-                cloud-only tokens, so that nothing settled before them (a pre-draft, a block drafted
-                ahead) outlives them."""
-                sources = DraftChain(FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, spec.pipelined, stats),
-                                     PreDraftCache(predrafter) if predrafter is not None else None, spec.pipelined,
-                                     stats)
-                pipeline = Pipeline(number + 1, self._parts.branch_gate(mode) if c.branch_blocks > 0 else None,
-                                    c.branch_blocks)
-                new_round = partial(PipelinedRound, link=link, on_exit=sources.on_exit, drafter=self.drafter,
-                                    sampling=d.sampling, rng=rng, tp_s=c.tp_s, pipeline=pipeline,
-                                    split=spec.split) if spec.pipelined \
-                    else partial(SerialRound, link=link, on_exit=sources.on_exit)
-                return sources, new_round
-
-            # the drafter's prefill waits for the first speculative round: a decision AS² hands to the
-            # cloud at once never pays for it
-            kv, seq, out = None, prompt.input_ids.tolist(), []
-            number, gamma, resampled = 0, d.gamma, -1
-            sources, new_round = chain(number)
-            mark = time.perf_counter()  # the last emission: a round's wall time per token counts from it
+        link = RoundLink(self.client, sid, spec, c.draft_distribution(spec))
+        with self._parts.decision(c, self.drafter, spec, rng) as (policy, predrafter):
+            state = DecisionState(prompt.input_ids.tolist(), d, stats, t0,
+                                  partial(self._round_parts, spec, link, rng, predrafter, stats))
+            fallback, gamma = CloudFallback(policy, partial(self._cloud_ar, sid, stats, t0)), d.gamma
             for _ in range(d.max_new_tokens + 1):
-                if not sources.in_flight:  # a block on the link already keeps the γ it was drafted with
-                    gamma = policy.gamma(d.max_new_tokens - len(out))
-                    while gamma is None:  # AS²: speculation does not pay, the cloud decodes a chunk
-                        stats.cloud_fallback = 1
-                        budget = d.max_new_tokens - len(out)
-                        chunk = policy.cloud_chunk()
-                        n = budget if chunk is None else min(chunk, budget)
-                        server_before = stats.server_s
-                        cloud = self._cloud_ar(sid, stats, t0, n, resampled)
-                        mark = time.perf_counter()  # the next speculative round's wall time counts from here
-                        tokens = tuple(cloud.tokens)
-                        policy.observe_cloud(len(tokens), stats.server_s - server_before,
-                                             cloud.wall(mark))
-                        resampled = -1
-                        seq.extend(tokens)
-                        if emit(out, tokens, d, stats, t0) or len(tokens) < n or n == budget:
-                            return out
-                        sources, new_round = chain(number)
-                        gamma = policy.gamma(d.max_new_tokens - len(out))  # a probe after enough cloud-only tokens
-                if kv is None:
-                    kv = self.drafter.start(prompt)
-                block = sources.draft(number, kv, seq, gamma, resampled)
-                sent = block.sent_at if block.sent_at is not None else link.send(number, block.draft, resampled)
-                kv, draft = block.kv, block.draft
-                sources.begin_round(number, seq, kv, gamma)
-                round_ = new_round(number)
-                final = round_.verdict(seq, kv, draft, gamma)
+                if not state.sources.in_flight:  # a block on the link already keeps the γ it was drafted with
+                    gamma = fallback.gamma(state)
+                    if gamma is None:  # the cloud's chunks finished the decision
+                        return state.out
+                if state.kv is None:  # a decision AS² hands to the cloud at once never pays the drafter's prefill
+                    state.kv = self.drafter.start(prompt)
+                block = state.sources.draft(state.number, state.kv, state.seq, gamma, state.resampled)
+                sent = block.sent_at if block.sent_at is not None else \
+                    link.send(state.number, block.draft, state.resampled)
+                state.kv, draft = block.kv, block.draft
+                state.sources.begin_round(state.number, state.seq, state.kv, gamma)
+                round_ = state.new_round(state.number)
+                final = round_.verdict(state.seq, state.kv, draft, gamma)
                 round_trip = time.perf_counter() - sent
                 record_round(stats, draft, final, round_trip)
                 tokens = verdict_tokens(final, draft, rng, self.drafter.stack.vocab_size)
                 now = time.perf_counter()
                 policy.observe(RoundTiming(final.accepted, draft.gamma, block.t_token_s, round_trip, final.compute_s,
-                                           link.sent_bytes(number), wall_s=now - mark, emitted=len(tokens)))
-                mark = now
-                resampled = tokens[-1] if final.resample else -1  # DSSD: the next block tells the cloud
-                seq.extend(tokens)
-                if emit(out, tokens, d, stats, t0):
-                    return out
+                                           link.sent_bytes(state.number), wall_s=now - state.mark, emitted=len(tokens)))
+                if state.commit(tokens, now, tokens[-1] if final.resample else -1):  # DSSD: the next block tells it
+                    return state.out
                 settled = round_.settle(draft, final, tokens)
                 stats.branches_held += settled.branch
-                sources.after_verdict(settled.ahead, tokens)
-                number = settled.next_number
+                state.sources.after_verdict(settled.ahead, tokens)
+                state.number = settled.next_number
         raise VerifierError(0, "decode did not finish within its token budget")  # unreachable
+
+    def _round_parts(self, spec: Mode, link: RoundLink, rng: PositionalRNG, predrafter: PreDrafter | None,
+                     stats: DecodeStats, number: int) -> tuple[DraftChain, partial]:
+        """The draft sources and the round type of a decision in ``spec`` from round ``number`` on."""
+        c, d = self.config, self.config.decode
+        sources = DraftChain(FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, spec.pipelined, stats),
+                             PreDraftCache(predrafter) if predrafter is not None else None, spec.pipelined, stats)
+        if not spec.pipelined:
+            return sources, partial(SerialRound, link=link, on_exit=sources.on_exit)
+        pipeline = Pipeline(number + 1, self._parts.branch_gate(spec.name) if c.branch_blocks > 0 else None,
+                            c.branch_blocks)
+        return sources, partial(PipelinedRound, link=link, on_exit=sources.on_exit, drafter=self.drafter,
+                                sampling=d.sampling, rng=rng, tp_s=c.tp_s, pipeline=pipeline, split=spec.split)
 
 
 def record_round(stats: DecodeStats, draft: Draft, final: ExitResult, round_trip_s: float) -> None:
@@ -346,13 +272,3 @@ def record_round(stats: DecodeStats, draft: Draft, final: ExitResult, round_trip
     if final.resample:  # DSSD: the robot resampled the rejected position
         stats.resamples += 1
         stats.tv_sum += final.p_tv
-
-
-def emit(out: list[int], tokens: tuple[int, ...], config: DecodeConfig, stats: DecodeStats, t0: float) -> bool:
-    """Append a verdict's tokens to the output (to a stop token or the budget); True when done."""
-    first = not out
-    done = append_until_stop(out, tokens, config)
-    if first:
-        stats.ttft_s = time.perf_counter() - t0
-        stats.first_tokens = len(out)
-    return done

@@ -18,26 +18,25 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from edge_spec_ros.edge.client import VerifierError, VerifierTimeout
-from edge_spec_ros.edge.registry import get_mode
+from edge_spec_ros.edge.registry import Mode
 from edge_spec_ros.models.drafter import Draft
 from edge_spec_ros.spec.sampling import PositionalRNG
 from edge_spec_ros.spec.sparse import DraftDistribution, densify, to_sparse
 from edge_spec_ros.spec.verify import SplitVerdict, split_verify_device
 from edge_spec_ros.wire.messages import DraftBlock, ExitResult
-from edge_spec_ros.wire.verifier_link import VerifierLink
+from edge_spec_ros.wire.verifier_link import VerifierError, VerifierLink, VerifierTimeout
 
 OnExit = Callable[[ExitResult], None]  # an early exit of the round awaited
 
 
-def draft_block(round_: int, draft: Draft, mode: str, distribution: DraftDistribution | None,
+def draft_block(round_: int, draft: Draft, mode: Mode, distribution: DraftDistribution | None,
                 resampled: int) -> DraftBlock:
     """What ``mode`` sends of a draft: the ids always, and q whole, sparse, or its drafted values only."""
     tokens = np.asarray(draft.tokens, dtype=np.int32)  # (γ,)
     block = DraftBlock(round=round_, position=draft.position, tokens=tokens, resampled=resampled)
     if draft.q is None:  # greedy: nothing to send about q
         return block
-    if get_mode(mode).split:
+    if mode.split:
         values = draft.q[torch.arange(draft.gamma), torch.from_numpy(tokens).long()]  # (γ,) q_i(x_i)
         return replace(block, q_draft=values.float().numpy())
     if distribution is not None and distribution.sparse:
@@ -73,7 +72,7 @@ class RoundLink:
 
     client: VerifierLink
     sid: bytes
-    mode: str
+    mode: Mode
     distribution: DraftDistribution | None
     _bytes: dict[int, int] = field(default_factory=dict, init=False, repr=False)
 
