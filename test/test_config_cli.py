@@ -89,3 +89,21 @@ def test_a_lazy_sub_command_adds_its_options_only_when_used():
     assert parser.parse_args(["lazy", "--depth", "2"]).depth == 2 and calls == [1]
     text = commands_markdown(parser, "# Commands")
     assert "## `p lazy`" in text and "| `--depth` DEPTH | how deep [1, 8] (default 3) |" in text
+
+
+@dataclass(frozen=True)
+class Repeated:
+    path: str = field(metadata=doc("a file"))
+    topics: tuple[str, ...] = field(default=(), metadata={**doc("a topic (repeatable)"), "repeat": True,
+                                                            "metavar": "TOPIC"})
+
+
+def test_a_field_without_default_is_required_and_a_repeated_option_collects_its_values(capsys):
+    parser = argparse.ArgumentParser(prog="p")
+    add_config(parser, Repeated, flags={"path": ("--path", "--file")})
+    with pytest.raises(SystemExit):
+        parser.parse_args([])
+    assert "--path" in capsys.readouterr().err
+    assert config_from(Repeated, parser.parse_args(["--file", "x"])) == Repeated("x")
+    assert config_from(Repeated, parser.parse_args(["--path", "x", "--topics", "/a", "--topics", "/b"])) == \
+        Repeated("x", ("/a", "/b"))

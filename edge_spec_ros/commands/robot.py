@@ -28,34 +28,20 @@ def add_robot(sub) -> None:
                    populate=motion_options).set_defaults(func=cmd_sim_motion_bench)
 
 
+# bringup's spellings of BringupConfig's fields, and its defaults where they are not the config's
+BRINGUP_FLAGS = {"params_file": "--params", "timeout_s": ("--timeout", "--duration"), "bag_topics": "--bag-topic",
+                 "bag_remap": "--bag-remap", "bag_clock_hz": "--bag-clock"}
+BRINGUP_DEFAULTS = {"params_file": "config/go2_nav.yaml", "trajectory": "artifacts/sim_trajectory.png"}
+
+
 def bringup_options(bringup: argparse.ArgumentParser) -> None:
-    bringup.add_argument("--params", default="config/go2_nav.yaml", help="the nodes' YAML parameters")
-    bringup.add_argument("--serve", action="store_true", help="also start a local verifier (embedded model)")
-    bringup.add_argument("--instruction", default="", help="publish this instruction once the stack is up")
-    bringup.add_argument("--timeout", "--duration", type=float, default=900.0,
-                         help="safety net: stop after this long (wall clock, s); episodes end by their "
-                              "decision budget (the drafter's max_decisions)")
-    bringup.add_argument("--camera-source", help="override the camera source")
-    bringup.add_argument("--bag", help="replay this bag instead of running the camera")
-    bringup.add_argument("--bag-topic", action="append", metavar="TOPIC",
-                         help="with --bag: replay only this recorded topic (repeatable; default: all)")
-    bringup.add_argument("--bag-remap", action="append", metavar="FROM:=TO",
-                         help="with --bag: publish the recorded topic FROM as TO (repeatable), e.g. "
-                              "/camera/color/image_raw/compressed:=/camera/image_raw/compressed")
-    bringup.add_argument("--bag-clock", type=float, default=0.0, metavar="HZ",
-                         help="with --bag: publish /clock from bag time at HZ (for nodes with use_sim_time)")
-    bringup.add_argument("--bag-rate", type=float, default=1.0,
-                         help="with --bag: playback speed (0: as fast as possible)")
-    bringup.add_argument("--sim", action="store_true", help="the simulated room instead of the camera")
-    bringup.add_argument("--documents", metavar="DIR",
-                         help="with --serve: the started verifier's DRAGON document folder (serve --documents DIR; "
-                              "*.txt, *.md), which the drafter asks in mode dragon")
-    bringup.add_argument("--dragon-model", metavar="SOURCE",
-                         help="mode dragon's answering model on both sides: the drafter's dragon_model and, with "
-                              "--serve --documents, the started verifier's --dragon-model (e.g. smollm2; default: "
-                              "the YAML's drafter dragon_model)")
-    bringup.add_argument("--trajectory", default="artifacts/sim_trajectory.png",
-                         help="with --sim: top-down picture of the robot's path")
+    from edge_spec_ros.extras import require_ros
+
+    require_ros("edge-spec-ros bringup")
+    from edge_spec_ros.bringup import BringupConfig
+    from edge_spec_ros.config_cli import add_config
+
+    add_config(bringup, BringupConfig, flags=BRINGUP_FLAGS, defaults=BRINGUP_DEFAULTS)
 
 
 def record_options(rec: argparse.ArgumentParser) -> None:
@@ -84,20 +70,16 @@ def motion_options(motion: argparse.ArgumentParser) -> None:
 
 def cmd_bringup(args: argparse.Namespace) -> int:
     from edge_spec_ros.bringup import BringupConfig, run
+    from edge_spec_ros.config_cli import config_from
 
-    if not Path(args.params).is_file():
-        raise SystemExit(f"no parameters file at {args.params}")
+    if not Path(args.params_file).is_file():
+        raise SystemExit(f"no parameters file at {args.params_file}")
     if args.documents and not args.serve:
         raise SystemExit("--documents is the folder of the verifier that --serve starts: add --serve, or give "
                          "the folder to the verifier the drafter talks to (serve --documents DIR)")
     if args.documents and not Path(args.documents).is_dir():
         raise SystemExit(f"--documents {args.documents} is not a folder")
-    monitor = run(BringupConfig(params_file=args.params, serve=args.serve, instruction=args.instruction,
-                                timeout_s=args.timeout, camera_source=args.camera_source or "", bag=args.bag or "",
-                                bag_topics=tuple(args.bag_topic or ()), bag_remap=tuple(args.bag_remap or ()),
-                                bag_clock_hz=args.bag_clock, bag_rate=args.bag_rate,
-                                sim=args.sim, trajectory=args.trajectory if args.sim else "",
-                                documents=args.documents or "", dragon_model=args.dragon_model or ""))
+    monitor = run(config_from(BringupConfig, args, trajectory=args.trajectory if args.sim else ""))
     print(f"{len(monitor.decisions)} decisions, {len(monitor.actions)} actions, {len(monitor.twists)} cmd_vel messages")
     if args.sim:
         print(f"simulated robot {'reached' if monitor.goal_reached else 'did NOT reach'} the target")
