@@ -98,7 +98,8 @@ def summary(rows: Sequence[SurveyRow]) -> list[dict]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``edge-spec-ros bench answer-survey``."""
     parser.add_argument("--model", default="smollm2", help="model source (models/pairs.py) on both sides")
-    parser.add_argument("--data", default=str(DATA))
+    parser.add_argument("--data", default=str(DATA),
+                        help="the question set (default: the package's bench/data/dragon_qa.json)")
     parser.add_argument("--items", type=int, default=0, help="the first N items (0: all)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--policy", default="dragon", help="aggregator placement: dragon | robot | cloud")

@@ -226,7 +226,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``edge-spec-ros bench dragon-quality``."""
     parser.add_argument("--model", default="smollm2", help="model source (models/pairs.py): its verifier on both "
                                                            "sides; 'embedded': the shipped pair (drafter on the robot)")
-    parser.add_argument("--data", default=str(DATA))
+    parser.add_argument("--data", default=str(DATA),
+                        help="the question set (default: the package's bench/data/dragon_qa.json)")
     parser.add_argument("--items", type=int, default=0, help="the first N items (0: all)")
     parser.add_argument("--max-new-tokens", type=int, default=12)
     parser.add_argument("--relevance-scale", type=float, default=1.0)
