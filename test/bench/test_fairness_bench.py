@@ -1,5 +1,5 @@
 """The fairness benchmark runs end to end against a real verifier process and reports what it promises
-(its figures are measured by ``python -m edge_spec_ros.bench.fairness``, not asserted here: shared cores)."""
+(its figures are measured by ``edge-spec-ros bench fairness``, not asserted here: shared cores)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The fleet benchmark with robots in motion: half the robots open their decisions with priority 1,
 every decision still equals its solo run, and the latency of each group is reported (the figures are
-measured by ``python -m edge_spec_ros.bench.fleet --moving 0.5``, not asserted here: shared cores)."""
+measured by ``edge-spec-ros bench fleet --moving 0.5``, not asserted here: shared cores)."""
 
 from __future__ import annotations
 
