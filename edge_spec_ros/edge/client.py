@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import zmq
@@ -87,10 +88,14 @@ class LostMarker:
 
 
 class VerifierClient:
-    """Thread-safe: any thread may send; each session's replies go to that session's queue."""
+    """Thread-safe: any thread may send; each session's replies go to that session's queue.
 
-    def __init__(self, config: ClientConfig) -> None:
+    ``on_replies``: called on the I/O thread after each frame set received (a ROS bridge publishes the
+    replies at once, ``take``-ing them without a hand-off to another thread); it must not block."""
+
+    def __init__(self, config: ClientConfig, on_replies: Callable[[], None] | None = None) -> None:
         self.config = config
+        self._on_replies = on_replies
         self.priority = config.priority  # of the next decisions opened (a robot that starts moving raises it)
         self.counters: Counter[str] = Counter()
         self._ctx = zmq.Context()
@@ -300,7 +305,27 @@ class VerifierClient:
         return msg
 
     # --- I/O thread --------------------------------------------------------------------------
+    def take(self, sid: bytes) -> list[Message]:
+        """The session's replies received so far, without waiting (errors included, not raised; the
+        link's death is told by ``on_link_change``, not here)."""
+        with self._lock:
+            box = self._inbox.get(sid)
+        out = []
+        while box is not None:
+            try:
+                msg = box.get_nowait()
+            except queue.Empty:
+                break
+            if not isinstance(msg, LostMarker):
+                out.append(msg)
+        return out
+
     def _on_frames(self, frames: list[bytes]) -> None:
+        self._receive(frames)
+        if self._on_replies is not None:
+            self._on_replies()
+
+    def _receive(self, frames: list[bytes]) -> None:
         try:
             env = decode(frames)
         except WireError as exc:

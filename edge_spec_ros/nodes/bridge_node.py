@@ -31,7 +31,6 @@ decision in progress fails at once); cleanup closes the receiver and the client.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -39,7 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from edge_spec_ros.edge.client import (
-    HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, ClientConfig, LostMarker, VerifierAuthError, VerifierClient,
+    HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, ClientConfig, VerifierAuthError, VerifierClient,
     VerifierError, VerifierLost,
 )
 from edge_spec_ros.msg import BridgeStatus, DecisionRequest
@@ -119,40 +118,12 @@ class _Session:
         self.on_verifier = True  # its Open went to the verifier (not answered LINK_LOST by the bridge itself)
 
 
-class _BridgeClient(VerifierClient):
-    """The bridge's ZeroMQ client: after each frame set its I/O thread calls ``on_replies``, which
-    publishes the replies on ROS at once (no hand-off to another thread on the way down)."""
-
-    def __init__(self, config: ClientConfig, on_replies) -> None:
-        self._on_replies = on_replies
-        super().__init__(config)
-
-    def _on_frames(self, frames: list[bytes]) -> None:
-        super()._on_frames(frames)
-        self._on_replies()
-
-    def take(self, sid: bytes) -> list:
-        """The session's replies received so far, without waiting (errors included, not raised; the
-        link's death is told by ``on_link_change``, not here)."""
-        with self._lock:
-            box = self._inbox.get(sid)
-        out = []
-        while box is not None:
-            try:
-                msg = box.get_nowait()
-            except queue.Empty:
-                break
-            if not isinstance(msg, LostMarker):
-                out.append(msg)
-        return out
-
-
 class BridgeNode(ManagedNode):
     def __init__(self) -> None:
         super().__init__("bridge")
         self.config = declare_config(self, BridgeConfig)
         self.sessions: dict[int, _Session] = {}
-        self.client: _BridgeClient | None = None  # configure() .. cleanup()
+        self.client: VerifierClient | None = None  # configure() .. cleanup()
         self._receiver: Receiver | None = None
         self.results = self.create_publisher(ExitResultMsg, "edge_spec/exit_result", RELIABLE)
         self.status = self.create_publisher(BridgeStatus, "edge_spec/bridge_status", RELIABLE)
@@ -164,7 +135,7 @@ class BridgeNode(ManagedNode):
         c = self.config
         shape = LinkShape(c.emulate_delay_s, c.emulate_jitter_s, c.emulate_bandwidth_bps, c.emulate_loss)
         curve = client_keys(c.curve_secret_file, c.curve_server_key_file) if c.curve_secret_file else None
-        self.client = _BridgeClient(ClientConfig(
+        self.client = VerifierClient(ClientConfig(
             endpoint=c.verifier_endpoint, open_timeout_s=c.open_timeout_s, reply_timeout_s=c.reply_timeout_s,
             uplink=None if shape.ideal else shape, downlink=None if shape.ideal else shape, curve=curve,
             heartbeat_interval_s=c.heartbeat_interval_s, heartbeat_timeout_s=c.heartbeat_timeout_s),

@@ -86,14 +86,6 @@ class ExclusiveDecoder:
         return getattr(self.inner, name)
 
 
-class _DescribeLink(RosVerifierLink):
-    """The drafter's kind of link, numbering its sessions from ``FIRST_SESSION``."""
-
-    def __init__(self, node: Node, open_timeout_s: float, reply_timeout_s: float) -> None:
-        super().__init__(node, open_timeout_s, reply_timeout_s)
-        self._next = FIRST_SESSION
-
-
 @dataclass(frozen=True)
 class _Job:
     prompt: str
@@ -119,7 +111,7 @@ class DescribeService:
             raise TypeError("DescribeService needs the drafter's decoder wrapped in ExclusiveDecoder")
         self.node = node
         c = node.config
-        self.link = _DescribeLink(node, c.open_timeout_s, c.reply_timeout_s)
+        self.link = RosVerifierLink(node, c.open_timeout_s, c.reply_timeout_s, first_decision=FIRST_SESSION)
         self._group = MutuallyExclusiveCallbackGroup()
         self._wake = node.create_guard_condition(lambda: None, callback_group=self._group)
         self._thread: threading.Thread | None = None

@@ -213,14 +213,17 @@ def decision_of(sid: bytes) -> int:
 
 
 class RosVerifierLink:
-    def __init__(self, node: Node, open_timeout_s: float, reply_timeout_s: float) -> None:
+    """``first_decision``: the decision id (the session id on the verifier) of the first ``open``; the
+    next ones count up from it."""
+
+    def __init__(self, node: Node, open_timeout_s: float, reply_timeout_s: float, first_decision: int = 1) -> None:
         self.node = node
         self.open_timeout_s = open_timeout_s
         self.reply_timeout_s = reply_timeout_s
         self.traffic: dict[bytes, Traffic] = {}
         self._inbox: dict[int, queue.Queue] = {}
         self._lock = threading.Lock()
-        self._next = 1
+        self._next = first_decision
         self._closed = False
         self._opened: set[int] = set()  # decisions whose OPENED has been delivered (a repeat's is dropped)
         self.open_retry_s = OPEN_RETRY_S
