@@ -37,7 +37,6 @@ from edge_spec_ros.wire.messages import (
 
 PROTOCOL_LIMITS = Limits(max_gamma=MAX_GAMMA)  # what a session refuses without a server's own limits
 
-
 PREFILL_CHUNK_TOKENS = 256  # prompt positions per prefill slice (serve --prefill-chunk-tokens); shorter
 # prompts are one slice, computed exactly as an unsliced prefill
 PREFILL_CHUNK_CELLS = 256 * 1024  # query-key pairs per prefill slice (serve --prefill-chunk-cells): slices of
@@ -148,9 +147,9 @@ class VerifySession:
         Admission is cheap and runs on the caller's thread in arrival order (the server's I/O thread):
         the session's own Open comes first, and once; every field of a draft block or a Generate is
         checked against the session's ``limits`` (``RequestError``, nothing changes); a draft block
-        must be for the next round, else ``RequestError`` (OUT_OF_ORDER) and nothing changes; a whole block uses its round up even when
-        its verification then fails, a partial block (PicoSpec) does not. Other refusals at admission
-        are BAD_REQUEST.
+        must be for the next round, else ``RequestError`` (OUT_OF_ORDER) and nothing changes; a whole
+        block uses its round up even when its verification then fails, a partial block (PicoSpec)
+        does not. Other refusals at admission are BAD_REQUEST.
 
         The returned iterator is the request's work, to be run to its end in admission order, one
         request at a time (a worker): Open — decode the image, prefill, emit ``Opened``, yielding after
