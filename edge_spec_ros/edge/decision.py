@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig, append_until_stop
+from edge_spec_ros.edge.draft_sources import DraftChain
 from edge_spec_ros.edge.gamma import CloudWall, GammaPolicy
+from edge_spec_ros.edge.pipeline import PipelinedRound, SerialRound
 from edge_spec_ros.models.kv_cache import KVCache
 
 
@@ -38,7 +40,8 @@ class CloudTokens:
                          rest_count=len(self.tokens) - self.first_count)
 
 
-RoundParts = Callable[[int], tuple]  # round number -> (draft sources, round type) from that round on
+NewRound = Callable[[int], SerialRound | PipelinedRound]  # round number -> that round
+RoundParts = Callable[[int], tuple[DraftChain, NewRound]]  # round number -> draft sources and round type from it on
 
 
 @dataclass
@@ -57,13 +60,14 @@ class DecisionState:
     number: int = 0
     resampled: int = -1  # DSSD: the token the robot resampled last round, which the next block tells the cloud
     mark: float = field(default_factory=time.perf_counter)  # the last emission: a round's wall time counts from it
-    sources: object = field(init=False)
-    new_round: Callable = field(init=False)
+    sources: DraftChain = field(init=False)
+    new_round: NewRound = field(init=False)
 
     def __post_init__(self) -> None:
         self.restart()
 
     def restart(self) -> None:
+        """The draft sources and the round type built again from the current round on."""
         self.sources, self.new_round = self.parts(self.number)
 
     @property

@@ -61,7 +61,7 @@ import numpy as np
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeResult, append_until_stop
 from edge_spec_ros.edge.config import EdgeConfig
-from edge_spec_ros.edge.decision import CloudFallback, CloudTokens, DecisionState
+from edge_spec_ros.edge.decision import CloudFallback, CloudTokens, DecisionState, NewRound
 from edge_spec_ros.edge.draft_sources import DraftChain, FreshDraft, PreDraftCache
 from edge_spec_ros.edge.gamma import RoundTiming
 from edge_spec_ros.edge.long_lived import LongLivedParts
@@ -247,7 +247,7 @@ class EdgeDecoder:
         raise VerifierError(0, "decode did not finish within its token budget")  # unreachable
 
     def _round_parts(self, spec: Mode, link: RoundLink, rng: PositionalRNG, predrafter: PreDrafter | None,
-                     stats: DecodeStats, number: int) -> tuple[DraftChain, partial]:
+                     stats: DecodeStats, number: int) -> tuple[DraftChain, NewRound]:
         """The draft sources and the round type of a decision in ``spec`` from round ``number`` on."""
         c, d = self.config, self.config.decode
         sources = DraftChain(FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, spec.pipelined, stats),
