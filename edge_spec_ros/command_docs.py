@@ -14,10 +14,10 @@ from edge_spec_ros.config_cli import commands_markdown
 INTRO = """# Commands
 
 Generated from the command line's parser (`python -m edge_spec_ros.command_docs > docs/commands.md`; a test
-keeps this file equal to the code). The options of `serve`, `bench`, `bringup`, `train-exits` and
-`train-sim-pair` are their config dataclasses' fields (`ServerConfig` and `Limits`, `BenchConfig`,
-`BringupConfig`, `ExitTrainingConfig`, `SimPairConfig`): description, range and default come from the fields'
-metadata (`edge_spec_ros/config_cli.py`).
+keeps this file equal to the code). The options of `serve`, `bench`, `bringup`, `train-exits`,
+`train-sim-pair` and `distill-drafter` are their config dataclasses' fields (`ServerConfig` and `Limits`,
+`BenchConfig`, `BringupConfig`, `ExitTrainingConfig`, `SimPairConfig`, `DistillConfig`): description, range
+and default come from the fields' metadata (`edge_spec_ros/config_cli.py`).
 Each command needs its install (`pip install edge_spec_ros[robot]`, `[cloud]` or `[all]`: README); the
 robot's nodes' ROS parameters are in [parameters.md](parameters.md).
 

@@ -1,6 +1,6 @@
 """The training and simulation commands: ``train-exits``, ``distill-drafter``, ``sim-episodes``,
 ``train-sim-pair`` and ``sim-eval``; the training runs' options are their configs' fields
-(``ExitTrainingConfig``, ``SimPairConfig``, ``DistillConfig`` through ``training/drafter_distill.py``)."""
+(``ExitTrainingConfig``, ``SimPairConfig``, ``DistillConfig`` through ``training/drafter_distill.add_arguments``)."""
 
 from __future__ import annotations
 

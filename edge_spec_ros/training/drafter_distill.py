@@ -33,11 +33,12 @@ import json
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from edge_spec_ros.config_cli import add_config, config_from, doc
 from edge_spec_ros.models.distilled_drafter import (
     DEFAULT_HEAD_ROWS,
     DEFAULT_LAYERS,
@@ -61,14 +62,21 @@ AUTOCAST = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # training ma
 
 @dataclass(frozen=True)
 class DistillConfig:
-    layers: int = DEFAULT_LAYERS
-    head_rows: int = DEFAULT_HEAD_ROWS
-    steps: int = 3000
-    lr: float = 2e-4
-    seed: int = 0
-    checkpoint_every: int = 40
-    batch_size: int = 1  # samples per step (windows of similar length: ``step_batch``)
-    autocast: str = "float32"  # "bfloat16": mixed precision (float32 weights and optimiser, bf16 matmuls)
+    """One distillation run: ``distill-drafter``'s training options are these fields (config_cli.add_config)."""
+
+    layers: int = field(default=DEFAULT_LAYERS, metadata=doc("the verifier's first layers the drafter keeps",
+                                                             1, 1000))
+    head_rows: int = field(default=DEFAULT_HEAD_ROWS, metadata=doc("rows of the pruned LM head", 1, 10**7))
+    steps: int = field(default=3000, metadata=doc("training steps", 0, 10**9))
+    lr: float = field(default=2e-4, metadata=doc("learning rate", 0.0, 10.0))
+    seed: int = field(default=0, metadata=doc("data and initialisation seed"))
+    checkpoint_every: int = field(default=40, metadata=doc(
+        "steps between checkpoints (a run resumes from the last)", 1, 10**9))
+    batch_size: int = field(default=1, metadata=doc(
+        "samples per training step (of similar length, right-padded: step_batch)", 1, 100_000))
+    autocast: str = field(default="float32", metadata={**doc(
+        "matmul precision of training; bfloat16 is several times faster on CPUs with AMX or AVX512-BF16 "
+        "(float32 weights and optimiser either way)"), "choices": tuple(sorted(AUTOCAST))})
 
 
 @dataclass(frozen=True)
@@ -309,16 +317,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream", default=None,
                         help="also train on a train_tokens.json of `train-exits --text tasks` (hard labels)")
     parser.add_argument("--out", default="artifacts/drafter/distilled")
-    parser.add_argument("--layers", type=int, default=DEFAULT_LAYERS)
-    parser.add_argument("--head-rows", type=int, default=DEFAULT_HEAD_ROWS)
-    parser.add_argument("--steps", type=int, default=DistillConfig.steps)
-    parser.add_argument("--lr", type=float, default=DistillConfig.lr)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=DistillConfig.batch_size,
-                        help="samples per training step (of similar length, right-padded)")
-    parser.add_argument("--autocast", choices=sorted(AUTOCAST), default=DistillConfig.autocast,
-                        help="matmul precision of training; bfloat16 is several times faster on CPUs with "
-                             "AMX or AVX512-BF16 (float32 weights and optimiser either way)")
+    add_config(parser, DistillConfig)
     parser.add_argument("--answer-tokens", type=int, default=ANSWER_TOKENS)
     parser.add_argument("--top-k", type=int, default=TOP_K, help="verifier logits kept per answer token")
     parser.add_argument("--sampled-answers", type=int, default=0,
@@ -371,8 +370,7 @@ def run(args: argparse.Namespace, prompts_of: Callable[[object, str], list[list[
         samples += split_stream(stream, train_prompts, ANSWER_TOKENS, stop)
     if args.generate_only:
         return
-    config = DistillConfig(args.layers, args.head_rows, args.steps, args.lr, args.seed,
-                           batch_size=args.batch_size, autocast=args.autocast)
+    config = config_from(DistillConfig, args)
     log_every = 20
 
     def progress(step: int, loss: float) -> None:
