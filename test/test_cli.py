@@ -45,6 +45,7 @@ def config_fields(cls) -> set[str]:
     (("train-sim-pair",), "edge_spec_ros.training.sim_pair", "SimPairConfig", {"synthetic_fraction", "near_fraction"}),
     (("bringup",), "edge_spec_ros.bringup", "BringupConfig", set()),
     (("distill-drafter",), "edge_spec_ros.training.drafter_distill", "DistillConfig", set()),
+    (("bench", "fleet"), "edge_spec_ros.bench.fleet", "FleetConfig", set()),
 ])
 def test_a_commands_options_are_its_configs_fields_with_their_descriptions(command, module, name, not_options):
     import importlib

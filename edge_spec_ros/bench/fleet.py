@@ -37,11 +37,12 @@ import re
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from edge_spec_ros.config_cli import add_config, config_from, doc
 from edge_spec_ros.extras import require
 
 DEFAULT_ROBOTS = (1, 2, 4, 8, 16, 32)
@@ -59,21 +60,25 @@ class FleetConfig:
     seed: sampling (0: greedy); server_threads: torch threads of the verifier;
     moving: share of the robots in motion (their decisions opened with priority 1)."""
 
-    robots: tuple[int, ...] = DEFAULT_ROBOTS
-    decisions: int = 4
-    time_limit_s: float = 120.0
-    profile: str = "loopback"
-    modes: tuple[str, ...] = DEFAULT_MODES
-    prompts: int = 3
-    max_new_tokens: int = 24
-    gamma: int = 4
-    settings: tuple[str, ...] = ("off",)
-    procs: int = 4
-    threads: int = 1
-    temperature: float = 0.0
-    seed: int = 0
-    server_threads: int = 1
-    moving: float = 0.0
+    robots: tuple[int, ...] = field(default=DEFAULT_ROBOTS, metadata=doc("N values"))
+    decisions: int = field(default=4, metadata=doc("M decisions per robot", 1, 10**6))
+    time_limit_s: float = field(default=120.0, metadata=doc("seconds per point after which no decision starts",
+                                                            0.0, 1e9))
+    profile: str = field(default="loopback", metadata={**doc("link profile (bench/profiles.py)"),
+                                                       "choices": ("loopback", "wifi", "go2-paper")})
+    modes: tuple[str, ...] = field(default=DEFAULT_MODES, metadata=doc("modes rotated over decisions"))
+    prompts: int = field(default=3, metadata=doc("distinct (image, instruction) decisions", 1, 10_000))
+    max_new_tokens: int = field(default=24, metadata=doc("tokens per decision", 1, 100_000))
+    gamma: int = field(default=4, metadata=doc("draft length γ", 1, 64))
+    settings: tuple[str, ...] = field(default=("off",), metadata=doc(
+        "server settings side by side: off or batchK (K sessions per forward); e.g. off,batch8"))
+    procs: int = field(default=4, metadata=doc("robot worker processes", 1, 1024))
+    threads: int = field(default=1, metadata=doc("FSD pre-draft threads per robot", 1, 1024))
+    temperature: float = field(default=0.0, metadata=doc("sampling temperature (0: greedy)", 0.0, 100.0))
+    seed: int = field(default=0, metadata=doc("sampling seed"))
+    server_threads: int = field(default=1, metadata=doc("torch threads of the verifier", 1, 1024))
+    moving: float = field(default=0.0, metadata=doc(
+        "share of the robots in motion (their decisions opened with priority 1)", 0.0, 1.0))
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.moving <= 1.0:
@@ -473,37 +478,9 @@ def plot(report: dict, path: str | Path) -> Path:
     return path
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--robots", type=_ints, default=DEFAULT_ROBOTS, help="N values (default 1,2,4,8,16,32)")
-    parser.add_argument("--decisions", type=int, default=FleetConfig.decisions, help="M decisions per robot")
-    parser.add_argument("--time-limit", type=float, default=FleetConfig.time_limit_s,
-                        help="seconds per point after which no decision starts")
-    parser.add_argument("--profile", default="loopback", choices=["loopback", "wifi", "go2-paper"])
-    parser.add_argument("--modes", default=",".join(DEFAULT_MODES), help="modes rotated over decisions")
-    parser.add_argument("--prompts", type=int, default=FleetConfig.prompts)
-    parser.add_argument("--max-new-tokens", type=int, default=FleetConfig.max_new_tokens)
-    parser.add_argument("--gamma", type=int, default=FleetConfig.gamma)
-    parser.add_argument("--settings", default="off", help="server settings side by side: off or batchK (K "
-                        "sessions per forward); e.g. off,batch8")
-    parser.add_argument("--procs", type=int, default=FleetConfig.procs, help="robot worker processes")
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--server-threads", type=int, default=1, help="torch threads of the verifier")
-    parser.add_argument("--moving", type=float, default=0.0,
-                        help="share of the robots in motion (their decisions opened with priority 1), 0 to 1")
-
-
-def config_from(args: argparse.Namespace) -> FleetConfig:
-    return FleetConfig(robots=tuple(args.robots), decisions=args.decisions, time_limit_s=args.time_limit,
-                       profile=args.profile, modes=tuple(m for m in args.modes.split(",") if m),
-                       prompts=args.prompts, max_new_tokens=args.max_new_tokens, gamma=args.gamma,
-                       settings=tuple(s for s in args.settings.split(",") if s), procs=args.procs,
-                       temperature=args.temperature, seed=args.seed, server_threads=args.server_threads,
-                       moving=args.moving)
+    """FleetConfig's fields as options (``--time-limit`` keeps its spelling)."""
+    add_config(parser, FleetConfig, flags={"time_limit_s": "--time-limit"})
 
 
 def run(config: FleetConfig, out_dir: str | Path) -> tuple[dict, Path, Path]:
@@ -535,7 +512,7 @@ def command(args: argparse.Namespace) -> int:
             print(f"| {row['sessions']} | {row['solo_ms']:.1f} | {row['batched_ms']:.1f} | "
                   f"{row['solo_ms'] / row['batched_ms']:.2f}× |")
         return 0
-    report, json_path, png_path = run(config_from(args), args.out)
+    report, json_path, png_path = run(config_from(FleetConfig, args), args.out)
     print(table(report))
     print(f"wrote {json_path} and {png_path}")
     return 0 if report["exact"] else 1

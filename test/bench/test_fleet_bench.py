@@ -54,5 +54,5 @@ def test_bench_fleet_is_a_sub_command_of_bench():
     from edge_spec_ros.cli import build_parser
 
     args = build_parser().parse_args(["bench", "fleet", "--robots", "1,2", "--settings", "off,batch8"])
-    assert (args.bench, args.robots, args.settings) == ("fleet", (1, 2), "off,batch8")
+    assert (args.bench, args.robots, args.settings) == ("fleet", (1, 2), ("off", "batch8"))
     assert build_parser().parse_args(["bench"]).bench is None  # the AR/SD/FSD bench itself
