@@ -46,6 +46,7 @@ def config_fields(cls) -> set[str]:
     (("bringup",), "edge_spec_ros.bringup", "BringupConfig", set()),
     (("distill-drafter",), "edge_spec_ros.training.drafter_distill", "DistillConfig", set()),
     (("bench", "fleet"), "edge_spec_ros.bench.fleet", "FleetConfig", set()),
+    (("bench", "gpu-timing"), "edge_spec_ros.bench.gpu_timing", "TimingConfig", set()),
 ])
 def test_a_commands_options_are_its_configs_fields_with_their_descriptions(command, module, name, not_options):
     import importlib

@@ -35,7 +35,7 @@ import torch
 
 from edge_spec_ros.bench.report import machine_stamp, pair_stamp
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
-from edge_spec_ros.config_cli import UsageError
+from edge_spec_ros.config_cli import UsageError, add_config, config_from, doc
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 
@@ -49,14 +49,14 @@ class TimingConfig:
     adapters: exit-adapter directory for the verifier; dtype, device: of checkpoint weights; gamma:
     draft length γ; repeats: measured rounds (after ``warmup``)."""
 
-    verifier: str = "embedded"
-    drafter: str = ""
-    adapters: str = ""
-    dtype: str = "float32"
-    device: str = "cpu"
-    gamma: int = 4
-    repeats: int = 10
-    warmup: int = 2
+    verifier: str = field(default="embedded", metadata=doc("verifier source (load_pair)"))
+    drafter: str = field(default="", metadata=doc("drafter source (empty: the verifier's own)"))
+    adapters: str = field(default="", metadata=doc("exit-adapter directory for the verifier"))
+    dtype: str = field(default="float32", metadata=doc("checkpoint weights: float32, bfloat16, float16"))
+    device: str = field(default="cpu", metadata=doc("cpu, cuda, cuda:1, ..."))
+    gamma: int = field(default=4, metadata=doc("draft length γ", 1, 64))
+    repeats: int = field(default=10, metadata=doc("measured rounds", 1, 10**6))
+    warmup: int = field(default=2, metadata=doc("rounds before the measured ones", 0, 10**6))
 
     def __post_init__(self) -> None:
         if self.gamma < 1 or self.repeats < 1 or self.warmup < 0:
@@ -132,21 +132,12 @@ def measure(config: TimingConfig, progress: Callable[[str], None] = lambda s: No
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``edge-spec-ros bench gpu-timing``."""
-    defaults = TimingConfig()
-    parser.add_argument("--verifier", default=defaults.verifier, help="verifier source (load_pair)")
-    parser.add_argument("--drafter", default=defaults.drafter, help="drafter source (default: the verifier's own)")
-    parser.add_argument("--adapters", default=defaults.adapters, help="exit-adapter directory for the verifier")
-    parser.add_argument("--dtype", default=defaults.dtype, help="checkpoint weights: float32, bfloat16, float16")
-    parser.add_argument("--device", default=defaults.device, help="cpu, cuda, cuda:1, ...")
-    parser.add_argument("--gamma", type=int, default=defaults.gamma)
-    parser.add_argument("--repeats", type=int, default=defaults.repeats)
-    parser.add_argument("--warmup", type=int, default=defaults.warmup)
+    add_config(parser, TimingConfig)
     parser.add_argument("--out", default="", help="write the figures as JSON here")
 
 
 def command(args: argparse.Namespace) -> int:
-    config = TimingConfig(args.verifier, args.drafter, args.adapters, args.dtype, args.device, args.gamma,
-                          args.repeats, args.warmup)
+    config = config_from(TimingConfig, args)
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {config.device}: no CUDA device is visible to torch {torch.__version__}")
     timings, stamp = measure(config, lambda s: print(s, file=sys.stderr, flush=True))
