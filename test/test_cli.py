@@ -42,7 +42,7 @@ def config_fields(cls) -> set[str]:
     (("serve",), "edge_spec_ros.cloud.server", "ServerConfig", {"curve"}),
     (("bench",), "edge_spec_ros.bench.runner", "BenchConfig", set()),
     (("train-exits",), "edge_spec_ros.training.exits", "ExitTrainingConfig", set()),
-    (("train-sim-pair",), "edge_spec_ros.training.sim_pair", "SimPairConfig", {"synthetic_fraction", "near_fraction"}),
+    (("train-sim-pair",), "edge_spec_ros.training.sim_pair", "SimPairConfig", set()),
     (("bringup",), "edge_spec_ros.bringup", "BringupConfig", set()),
     (("distill-drafter",), "edge_spec_ros.training.drafter_distill", "DistillConfig", set()),
     (("bench", "fleet"), "edge_spec_ros.bench.fleet", "FleetConfig", set()),

@@ -94,8 +94,7 @@ def sim_pair_options(pair: argparse.ArgumentParser) -> None:
     from edge_spec_ros.training.sim_pair import SimPairConfig
 
     pair.add_argument("--out", default="edge_spec_ros/assets/sim_pair", help="output directory")
-    # the expert mix's synthetic and near samples are not offered (they did not pay: docs/sim_training.md)
-    add_config(pair, SimPairConfig, skip=("synthetic_fraction", "near_fraction"))
+    add_config(pair, SimPairConfig)
     pair.add_argument("--threads", type=int, default=0, help=THREADS_HELP)
 
 

@@ -93,10 +93,13 @@ class SimPairConfig:
     far_max_bearing_deg: float = field(default=FAR_MAX_BEARING_DEG, metadata=doc(
         "the far samples' target bearing, uniform within +-this (10 or less: the target ahead, every label a walk "
         "at it; 30: anywhere in view)", 0.0, 90.0))
-    synthetic_fraction: float = 0.0  # of the expert-mix samples (every phase's, not the held-out ones): the camera
-    # node's synthetic frame with the search reply (``sim/samples.synthetic_sample``); 0: the mix the shipped pair saw
-    near_fraction: float = 0.0  # of the expert-mix samples (every phase's, not the held-out ones): the target in
-    # view, 0.3-1.0 m from its surface (``sim/samples.near_target_pose``); 0: the mix the shipped pair saw
+    synthetic_fraction: float = field(default=0.0, metadata=doc(
+        "of the expert-mix samples (every phase's, not the held-out ones): the camera node's synthetic frame (not a "
+        "room) with the expert's search reply, turn left 45 degrees (sim/samples.synthetic_sample; 0: none)",
+        0.0, 1.0))
+    near_fraction: float = field(default=0.0, metadata=doc(
+        "of the expert-mix samples (every phase's, not the held-out ones): the target in view, 0.3-1.0 m from its "
+        "surface, where the expert says a short walk or stop (sim/samples.near_target_pose; 0: none)", 0.0, 1.0))
     drafter_steps: int = field(default=1000, metadata=doc("the drafter's training steps", 0, 10**9))
     exit_steps: int = field(default=300, metadata=doc("the exit adapters' training steps", 0, 10**9))
     batch_size: int = field(default=32, metadata=doc("samples per step", 1, 1_000_000))
