@@ -34,8 +34,8 @@ TRAINING = {  # command -> (help line, description)
                        "train the simulated room's verifier, the drafter distilled from it and the exit adapters "
                        "(resumable; make sim-pair is the command that made the shipped pair); --init-from fine-tunes "
                        "a pair (--average-with: starting from the mean of its verifier and these pairs'); the fraction "
-                       "options (0 by default: the shipped pair's data) add far targets to the mix "
-                       "(docs/closed_loop.md)"),
+                       "options (0 by default: the base stage's data) add far targets, the camera node's synthetic "
+                       "frame and close-range states to the mix (docs/closed_loop.md)"),
     "sim-eval": ("closed loop: the model drives the simulated robot",
                  "the closed loop without ROS: success rate over seeded rooms, trajectory pictures (make sim-eval); "
                  "decodes with the robot's token budget (config/go2_nav.yaml)"),
