@@ -8,14 +8,20 @@ Publishes   edge_spec/decision (Decision: the decoded reasoning + action), edge_
 Talks to the verifier through bridge_node (edge_spec/decision_request, edge_spec/draft,
 edge_spec/exit_result, edge_spec/bridge_status).
 
-Models load once, in the constructor, before the node spins. An instruction starts a cycle: decide
+A managed node (nodes/managed.py): configure loads the models, connects the verifier link and
+serves ``describe``; activate starts deciding on instructions (an instruction that arrives while the
+node is not active is ignored, with a warning); deactivate ends the cycle in progress (a decision
+being decoded is not published) and decides nothing more; cleanup ends the decision thread, the
+pre-draft threads and the link, and drops the models. An instruction starts a cycle: decide
 on a camera frame, wait until the action node reports the motion over (NavAction DONE or CANCELLED),
 decide again on a frame taken at least ``settle_s`` after the robot stopped (frame and action stamps
 compared on the node's clock: simulated time under use_sim_time), until the action is "stop" (or
 invalid), ``max_decisions`` is reached, or another instruction arrives. An empty instruction,
 "cancel" or "stop" ends the cycle. By default no decision is made without a camera frame
-(``decide_without_image``). Waits are bounded by named safety timeouts; ``close()`` ends the cycle
-and joins its thread.
+(``decide_without_image``). Waits are bounded by named safety timeouts.
+/diagnostics: ``drafter: decisions``: the mode, the cycle in progress, the last decision's latency
+(wall clock of its decode) and the mean, τ, how the last cycle ended; WARN after a failed decision
+(until the next one succeeds), ERROR when configure failed (the reason).
 """
 
 from __future__ import annotations
@@ -25,7 +31,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from rclpy.node import Node
 from std_msgs.msg import String
 
 from edge_spec_ros.cpu import cpu_budget, set_torch_threads
@@ -46,7 +51,9 @@ from edge_spec_ros.nodes.convert import stats_to_msg
 from edge_spec_ros.nodes.describe_service import DescribeService, ExclusiveDecoder
 from edge_spec_ros.nodes.dragon_answer import DragonAnswerer, DragonNodeConfig
 from edge_spec_ros.nodes.image_input import ImageInput, ImageInputConfig
+from edge_spec_ros.nodes.diagnostics import ERROR, OK, WARN, Diagnostics, Report
 from edge_spec_ros.nodes.lifecycle import main_for
+from edge_spec_ros.nodes.managed import ManagedConfig, ManagedNode
 from edge_spec_ros.nodes.matched import matched_line
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE, RosVerifierLink
@@ -114,17 +121,44 @@ class DrafterNodeConfig:
         check_fresh_source(self.draft_source, self.datastore)
 
 
-PARAMETER_CONFIGS = (DrafterNodeConfig, ImageInputConfig, DragonNodeConfig)
+PARAMETER_CONFIGS = (DrafterNodeConfig, ImageInputConfig, DragonNodeConfig, ManagedConfig)
 
 
 def _stamp_ns(stamp) -> int:
     return stamp.sec * 1_000_000_000 + stamp.nanosec
 
 
-class DrafterNode(Node):
+class DrafterNode(ManagedNode):
     def __init__(self) -> None:
         super().__init__("drafter")
-        self.config = c = declare_config(self, DrafterNodeConfig)
+        self.config = declare_config(self, DrafterNodeConfig)
+        self.dragon_config = declare_config(self, DragonNodeConfig)
+        self.link: RosVerifierLink | None = None  # configure() .. cleanup()
+        self.decoder: ExclusiveDecoder | None = None
+        self.describe: DescribeService | None = None
+        self.answerer: DragonAnswerer | None = None
+        self.encoder: PromptEncoder | None = None
+        self.decisions = self.create_publisher(Decision, "edge_spec/decision", RELIABLE)
+        self.stats = self.create_publisher(DecodeStatsMsg, "edge_spec/stats", RELIABLE)
+        subscribe_matched(self, String, "instruction", self.on_instruction, RELIABLE,
+                          on_matched=self.on_instruction_matched)
+        self.images = ImageInput(self, declare_config(self, ImageInputConfig))
+        self.create_subscription(NavActionMsg, "edge_spec/action", self.on_action, RELIABLE)
+        self._cv = threading.Condition()  # guards everything below
+        self._ends: dict[int, NavActionMsg] = {}  # decision -> how its motion ended
+        self._started: set[int] = set()
+        self._instructions: queue.Queue[str | None] = queue.Queue()
+        self._generation = 0  # bumped by every instruction: a running cycle stops when it changes
+        self._closing = False
+        self._worker: threading.Thread | None = None
+        self.health = _Health()
+        self.diagnostics = Diagnostics(self)
+        self.diagnostics.add("decisions", self.report)
+
+    # --- lifecycle (nodes/managed.py) ------------------------------------------------------------
+    def configure(self) -> None:
+        """Load the models, connect the link, serve ``describe``, start the decision thread."""
+        c = self.config
         threads = set_torch_threads(c.torch_threads)
         predraft = c.predraft_threads or cpu_budget().predraft_threads
         self.get_logger().info(f"loading drafter {c.drafter_model} ({threads} torch threads, {predraft} pre-draft "
@@ -140,30 +174,50 @@ class DrafterNode(Node):
             decode=decode, threads=predraft, client_policy=c.client_queue_policy,
             server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s, adaptive_gamma=c.adaptive_gamma,
             branch_blocks=c.branch_blocks)))
-        self.decisions = self.create_publisher(Decision, "edge_spec/decision", RELIABLE)
-        self.stats = self.create_publisher(DecodeStatsMsg, "edge_spec/stats", RELIABLE)
-        subscribe_matched(self, String, "instruction", self.on_instruction, RELIABLE,
-                          on_matched=self.on_instruction_matched)
-        self.images = ImageInput(self, declare_config(self, ImageInputConfig))
         self.describe = DescribeService(self)  # `describe`: image (or latest frame) + prompt -> text; moves nothing
-        dragon = declare_config(self, DragonNodeConfig)
         # mode dragon: an instruction is a question answered from the memory and the cloud's documents
-        self.answerer = DragonAnswerer(self, pair, self.encoder, dragon, max_new_tokens=c.max_new_tokens,
+        self.answerer = DragonAnswerer(self, pair, self.encoder, self.dragon_config, max_new_tokens=c.max_new_tokens,
                                        temperature=c.temperature, seed=c.seed, lock=self.decoder.lock) \
             if find_mode(c.mode).answers else None
-        self.create_subscription(NavActionMsg, "edge_spec/action", self.on_action, RELIABLE)
-        self._cv = threading.Condition()  # guards everything below
-        self._ends: dict[int, NavActionMsg] = {}  # decision -> how its motion ended
-        self._started: set[int] = set()
-        self._instructions: queue.Queue[str | None] = queue.Queue()
-        self._generation = 0  # bumped by every instruction: a running cycle stops when it changes
-        self._closing = False
+        with self._cv:
+            self._closing = False
+        self._instructions = queue.Queue()
         self._worker = threading.Thread(target=self._run, name="decisions", daemon=True)
         self._worker.start()
         self.get_logger().info(f"drafter ready: mode {c.mode}, γ={c.gamma}")
 
+    def deactivate(self) -> None:
+        """End the cycle in progress (a decision being decoded is void) and decide nothing more."""
+        with self._cv:
+            self._generation += 1
+            self._cv.notify_all()
+
+    def cleanup(self) -> None:
+        """End the decision cycle and join its thread (a decode in progress ends at its next reply), then
+        the decoder's pre-draft threads, the Describe service and the link; drop the models."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        self._instructions.put(None)
+        if self.describe is not None:
+            self.describe.close()
+            self.destroy_service(self.describe.service)
+        if self.link is not None:
+            self.link.close()
+        if self._worker is not None:
+            self._worker.join(timeout=WORKER_JOIN_S)
+            if self._worker.is_alive():
+                self.get_logger().warning(f"the decision thread did not end within {WORKER_JOIN_S:g} s")
+        if self.decoder is not None:
+            self.decoder.close()  # the pre-draft threads live as long as the decoder: joined before the node goes
+        self._worker = self.link = self.decoder = self.describe = self.answerer = self.encoder = None
+
     # --- callbacks: convert and hand over -----------------------------------------------------
     def on_instruction(self, msg: String) -> None:
+        if not self.active:
+            self.get_logger().warning(f"instruction {msg.data.strip()!r} ignored: the drafter is "
+                                      f"{self.lifecycle_state}")
+            return
         with self._cv:
             self._generation += 1
             self._cv.notify_all()
@@ -179,7 +233,8 @@ class DrafterNode(Node):
 
     def on_action(self, msg: NavActionMsg) -> None:
         moving = msg.status == NavActionMsg.STARTED  # the action node runs one motion at a time
-        self.link.priority = self.config.motion_priority if moving else 0
+        if self.link is not None:
+            self.link.priority = self.config.motion_priority if moving else 0
         with self._cv:
             if moving:
                 self._started.add(msg.decision)
@@ -197,6 +252,7 @@ class DrafterNode(Node):
                 return
             with self._cv:
                 generation = self._generation
+            self.health.cycle = instruction
 
             def decide(text: str, not_before_ns: int | None) -> MotionEnd | None:
                 try:
@@ -211,6 +267,7 @@ class DrafterNode(Node):
                                     lambda: self._current(generation))
             else:
                 result = run_cycle(instruction, cycle, decide, lambda: self._current(generation))
+            self.health.cycle, self.health.last_cycle = "", f"{result.decisions} decision(s): {result.reason}"
             self.get_logger().info(f"instruction cycle ended after {result.decisions} decisions: {result.reason}")
 
     def _current(self, generation: int) -> bool:
@@ -238,6 +295,7 @@ class DrafterNode(Node):
         except VerifierError as exc:
             self.get_logger().error(f"decision {decision} failed: {exc}")
             text, result = "", None
+            self.health.failed = f"decision {decision} failed: {exc}"
         if not self._current(generation):
             return None  # a new instruction or a stop arrived while decoding: this one is void
         out = Decision()
@@ -250,6 +308,7 @@ class DrafterNode(Node):
         if result is None:
             return None
         s = result.stats
+        self.health.note(decision, s.wall_s, s.tau)
         self.get_logger().info(f"decision {decision} [{c.mode}] {text!r} τ={s.tau:.2f} "
                                f"r={s.miss_rate:.0%} {s.wall_s * 1e3:.0f} ms")
         return self._motion_end(decision, generation)
@@ -275,18 +334,40 @@ class DrafterNode(Node):
             self._started.discard(decision)
             return self._ends.pop(decision)
 
-    def close(self) -> None:
-        """End the decision cycle and join its thread (a decode in progress ends at its next reply), then
-        the decoder's pre-draft threads."""
-        with self._cv:
-            self._closing = True
-            self._cv.notify_all()
-        self._instructions.put(None)
-        self.link.close()
-        self._worker.join(timeout=WORKER_JOIN_S)
-        if self._worker.is_alive():
-            self.get_logger().warning(f"the decision thread did not end within {WORKER_JOIN_S:g} s")
-        self.decoder.close()  # the pre-draft threads live as long as the decoder: joined before the node goes
+    # --- /diagnostics ---------------------------------------------------------------------------------
+    def report(self) -> Report:
+        h, c = self.health, self.config
+        values = {"lifecycle": self.lifecycle_state, "mode": c.mode, "cycle": h.cycle, "decisions": h.decisions,
+                  "last_decision": h.last_decision or "",
+                  "last_latency_s": f"{h.last_latency_s:.3f}" if h.decisions else "",
+                  "mean_latency_s": f"{h.total_latency_s / h.decisions:.3f}" if h.decisions else "",
+                  "tau": f"{h.tau:.3f}" if h.decisions else "", "last_cycle": h.last_cycle,
+                  "last_failure": h.failed or self.last_failure}
+        if self.last_failure and not self.active:
+            return Report(ERROR, self.last_failure, values)
+        state = f"deciding: {h.cycle!r}" if h.cycle else "idle" if self.active else self.lifecycle_state
+        if h.failed:
+            return Report(WARN, f"{state}; {h.failed}", values)
+        return Report(OK, f"{state} (mode {c.mode})" if self.active else state, values)
+
+
+@dataclass
+class _Health:
+    """What the drafter's /diagnostics report (written by the decision thread, read by the timer)."""
+
+    cycle: str = ""  # the instruction of the cycle in progress
+    last_cycle: str = ""  # how the last cycle ended
+    decisions: int = 0
+    last_decision: int = 0
+    last_latency_s: float = 0.0
+    total_latency_s: float = 0.0
+    tau: float = 0.0
+    failed: str = ""  # the last decision failed, and why ("" : it did not)
+
+    def note(self, decision: int, latency_s: float, tau: float) -> None:
+        self.decisions += 1
+        self.last_decision, self.last_latency_s, self.tau, self.failed = decision, latency_s, tau, ""
+        self.total_latency_s += latency_s
 
 
 def main(args: list[str] | None = None) -> int:

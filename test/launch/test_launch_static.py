@@ -186,7 +186,7 @@ def test_every_executable_is_a_console_script_and_installed():
 
 def test_every_launch_parameter_is_declared_by_its_node():
     every_argument = {"camera_source": "0", "verifier_endpoint": "tcp://10.0.0.5:5555", "mode": "sd",
-                      "use_sim_time": "true", "memory_dir": "/data/memory"}
+                      "use_sim_time": "true", "memory_dir": "/data/memory", "autostart": "false"}
     for extra in ({}, {"use_sim": "true"}):
         for node in launch(**every_argument, **extra)[0].values():
             undeclared = set(overrides(node)) - declared(node["executable"])
