@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 import zmq
 
-from edge_spec_ros.edge.client import ClientConfig, VerifierClient, VerifierLost
+from edge_spec_ros.edge.client import ClientConfig, VerifierClient
+from edge_spec_ros.wire.verifier_link import VerifierAuthError, VerifierLost
 from edge_spec_ros.server_process import verifier_server
 from edge_spec_ros.wire.codec import decode, encode
 from edge_spec_ros.wire.messages import Envelope, Error, ErrorCode, Generate, Open, Tokens
@@ -98,12 +99,12 @@ class SilentRouter:
         self.ctx.term()
 
 
-def assert_dead_and_refusing(client: VerifierClient) -> None:
+def assert_dead_and_refusing(client: VerifierClient, error: type | tuple = VerifierLost) -> None:
     wait_until(lambda: client.link_state().dead, WAIT_S, "the link to be known dead")
     state = client.link_state()
     assert state.reason and state.since_heard_s is None  # never heard
     started = time.monotonic()
-    with pytest.raises(VerifierLost):
+    with pytest.raises(error):
         client.open(Open(input_ids=np.arange(3, dtype=np.int32)))
     assert time.monotonic() - started < 1.0
 
@@ -149,7 +150,9 @@ def test_a_listener_that_accepts_and_drops_is_dead():
     dropper.start()
     try:
         with client_at(f"tcp://127.0.0.1:{listener.getsockname()[1]}") as client:
-            assert_dead_and_refusing(client)
+            # a reset during ZeroMQ's greeting is reported as a handshake failed "with no detail", as a
+            # CURVE verifier refusing a plain robot is: ZeroMQ cannot tell the two apart
+            assert_dead_and_refusing(client, (VerifierLost, VerifierAuthError))
     finally:
         stop.set()
         dropper.join()
