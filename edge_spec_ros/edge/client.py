@@ -151,11 +151,6 @@ class VerifierClient:
                                                               "was closed (the verifier process ended?)"))
             elif event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self.handshake_failure = None
-            elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and self.config.curve is None:
-                # without CURVE nothing is authenticated: a peer that closes the connection during the
-                # greeting (errno ECONNRESET) is a lost link, not a refused key
-                self._link_event(lambda hb, now: hb.lost(now, f"the connection to {self.config.endpoint} was "
-                                                              f"closed during the handshake (errno {event['value']})"))
             elif event["event"] in HANDSHAKE_EVENTS:
                 self.counters["handshake_failures"] += 1
                 detail = f" (errno {event['value']})" if event["event"] != zmq.EVENT_HANDSHAKE_FAILED_AUTH \
