@@ -116,8 +116,14 @@ def sim_eval_options(sim_eval: argparse.ArgumentParser) -> None:
     sim_eval.add_argument("--out", default="artifacts/sim_eval")
 
 
+def _tqdm():
+    """tqdm's progress bar, a development tool (the ``all`` extra), not the robot's."""
+    from edge_spec_ros.extras import require
+    return require("tqdm", "all", "the training commands' progress bars").tqdm
+
+
 def cmd_train_exits(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    tqdm = _tqdm()
 
     from edge_spec_ros.models.adapters import ExitAdapters
     from edge_spec_ros.models.corpus import corpus
@@ -160,7 +166,7 @@ def cmd_train_exits(args: argparse.Namespace) -> int:
 def task_text_batches(verifier, tokenizer, config, args: argparse.Namespace):
     """Training batches from the verifier's greedy answers to the text task set's training split
     (generated once, kept in --out), held-out batches from its answers to the bench split."""
-    from tqdm import tqdm
+    tqdm = _tqdm()
 
     from edge_spec_ros.bench.tasks import task_prompts, text_encoder
     from edge_spec_ros.training.self_distill import (
@@ -227,7 +233,7 @@ def cmd_sim_episodes(args: argparse.Namespace) -> int:
 
 
 def cmd_train_sim_pair(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    tqdm = _tqdm()
 
     from edge_spec_ros.config_cli import config_from
     from edge_spec_ros.training.sim_pair import SimPairConfig, train_sim_pair
@@ -237,7 +243,7 @@ def cmd_train_sim_pair(args: argparse.Namespace) -> int:
         config = config_from(SimPairConfig, args)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    bars: dict[str, tqdm] = {}
+    bars: dict = {}
 
     def progress(phase: str, step: int, total: int, loss: float) -> None:
         bar = bars.get(phase) or bars.setdefault(phase, tqdm(total=total, desc=phase, initial=step - 1,
