@@ -27,24 +27,12 @@ from edge_spec_ros.wire.verifier_link import VerifierAuthError, VerifierLost
 from edge_spec_ros.server_process import verifier_server
 from edge_spec_ros.wire.codec import decode, encode
 from edge_spec_ros.wire.messages import Envelope, Error, ErrorCode, Generate, Open, Tokens
+from waiting import free_port, wait_until
 
 SLOW_TQ_S = "5.0"  # a slow verifier: every forward takes 5 s
 LONG_TIMEOUT_S = 30.0  # the waits' own timeouts: a loss must be known long before them
 LOST_WITHIN_S = 5.0  # a generous functional bound: the heartbeat's is 0.5 + 1.5 s
 WAIT_S = 60.0  # conditions on a loaded 2-core machine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def client_at(endpoint: str) -> VerifierClient:

@@ -9,7 +9,6 @@ a replica lost behind a live front.)"""
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 
@@ -23,6 +22,7 @@ from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.edge.registry import MODES
 from edge_spec_ros.models.embedded import embedded_pair
 from edge_spec_ros.models.prompt import decode_image, encode_image
+from waiting import free_port, wait_until
 
 TQ_S = "0.3"  # emulated verification time: a decision lasts long enough to be cut in the middle
 KILL_AFTER_S = 0.8
@@ -45,19 +45,6 @@ def decision(pair):
         "find the silver bottle", decode_image(jpg))
     config = DecodeConfig(max_new_tokens=24, gamma=3, stop_tokens=(pair.tokenizer.eos_token_id,))
     return prompt, jpg, config, autoregressive(pair.verifier, prompt, config).tokens
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("mode", FAST_MODES)

@@ -8,7 +8,6 @@ itself and the next decision opens."""
 from __future__ import annotations
 
 import os
-import socket
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -19,6 +18,7 @@ from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as Draft
 from edge_spec_ros.nodes.ros_link import RELIABLE
 from edge_spec_ros.server_process import verifier_server
 from edge_spec_ros.wire.verifier_link import VerifierLost
+from waiting import free_port
 
 DISCOVERY_S = 60.0  # discovery and matching on a loaded 2-core machine
 OPEN_S = 60.0
@@ -64,12 +64,6 @@ def test_a_malformed_draft_is_refused_and_the_bridge_goes_on(ros, server_endpoin
         wait_for(lambda: any(s.decision == 2 and s.state == BridgeStatus.OPENED for s in status), OPEN_S,
                  "the next decision to open")
         assert proc.poll() is None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_a_sigkilled_verifier_is_lost_at_once_and_the_bridge_recovers_by_itself(ros, text_prompt, tmp_path):

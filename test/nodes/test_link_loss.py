@@ -14,7 +14,6 @@ noticed and the robot stood about 92 s before its cycle ended."""
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 
@@ -27,17 +26,12 @@ from edge_spec_ros.action import Navigate
 from edge_spec_ros.msg import BridgeStatus, NavAction as NavActionMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
 from edge_spec_ros.server_process import verifier_server
+from waiting import free_port
 
 TQ_S = "0.2"  # emulated verification: a decision lasts long enough to be cut in the middle
 LOST_WITHIN_S = 10.0  # from the SIGKILL to the goal's FAILED result (the heartbeat: at once)
 UP_S = 90.0
 DECIDE_S = 90.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_lost_verifier_ends_the_decision_and_the_motion_with_the_reason(ros, tmp_path):
