@@ -200,125 +200,204 @@ class _CpuTimer:
         return _Phase()
 
 
-def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
-                   progress: Callable[[str, int, int, float], None] = lambda phase, step, total, loss: None) -> dict:
-    """Run (or resume) every phase; returns the training report (also written to ``out``)."""
-    out, work = Path(out_dir), Path(out_dir) / ".train"
-    work.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(config.seed)  # the exit adapters' initialisation
-    tokenizer = load_tokenizer()
-    encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=config.max_pixels))
-    compare = LABELS[config.labels]
-    data = config.data_config(seed=config.seed, compare=compare)
-    held_out = SimDataConfig(seed=config.seed + HELD_OUT_SEED_OFFSET, compare=compare)
-    init = Path(config.init_from) if config.init_from else None
-    report_path = work / "report.json"  # the report so far: survives an interruption
-    report: dict = json.loads(report_path.read_text()) if report_path.is_file() else {}
-    report["config"] = asdict(config)
-    cpu = _CpuTimer(report)
+@dataclass
+class _Training:
+    """What the phases of one ``train_sim_pair`` run share: where it writes, the stage's options, the
+    prompt encoder, the expert mix and held-out data, and the report so far (with its CPU timer)."""
 
-    def samples_batch(samples: list[SimSample]):
-        return collate(samples, encoder, tokenizer)
+    out: Path
+    work: Path  # checkpoints, states and the report so far: out/.train
+    config: SimPairConfig
+    tokenizer: object
+    encoder: PromptEncoder
+    compare: bool
+    data: SimDataConfig  # the expert mix every phase trains on
+    held_out: SimDataConfig
+    init: Path | None  # the pair a fine-tuning stage starts from
+    report: dict
+    cpu: _CpuTimer
+    progress: Callable[[str, int, int, float], None]
 
-    def batch(step: int, source: SimDataConfig = data, offset: int = 0):
-        n = config.batch_size
-        return samples_batch([sim_sample(source, offset + step * n + i) for i in range(n)])
+    @classmethod
+    def start(cls, out_dir: str | Path, config: SimPairConfig,
+              progress: Callable[[str, int, int, float], None]) -> _Training:
+        out, work = Path(out_dir), Path(out_dir) / ".train"
+        work.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(config.seed)  # the exit adapters' initialisation
+        tokenizer = load_tokenizer()
+        encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=config.max_pixels))
+        compare = LABELS[config.labels]
+        data = config.data_config(seed=config.seed, compare=compare)
+        held_out = SimDataConfig(seed=config.seed + HELD_OUT_SEED_OFFSET, compare=compare)
+        init = Path(config.init_from) if config.init_from else None
+        report_path = work / "report.json"  # the report so far: survives an interruption
+        report: dict = json.loads(report_path.read_text()) if report_path.is_file() else {}
+        report["config"] = asdict(config)
+        return cls(out, work, config, tokenizer, encoder, compare, data, held_out, init, report, _CpuTimer(report),
+                   progress)
 
-    def lm(steps: int, lr: float) -> LMTrainingConfig:
-        return LMTrainingConfig(steps=steps, batch_size=config.batch_size, lr=lr)
+    def samples_batch(self, samples: list[SimSample]):
+        return collate(samples, self.encoder, self.tokenizer)
 
-    def save_report() -> None:
-        write_json(report_path, report)
+    def batch(self, step: int, source: SimDataConfig | None = None):
+        """Batch ``step`` of ``source`` (default: the expert mix)."""
+        n = self.config.batch_size
+        return self.samples_batch([sim_sample(self.data if source is None else source, step * n + i) for i in range(n)])
 
+    def lm(self, steps: int, lr: float) -> LMTrainingConfig:
+        return LMTrainingConfig(steps=steps, batch_size=self.config.batch_size, lr=lr)
+
+    def steps(self, phase: str, total: int) -> Callable[[int, float], None]:
+        """The progress callback of a phase of ``total`` steps."""
+        return lambda step, loss: self.progress(phase, step, total, loss)
+
+    def save_report(self) -> None:
+        write_json(self.work / "report.json", self.report)
+
+
+@dataclass(frozen=True)
+class _DaggerBatches:
+    """DAgger round ``r``'s batches: ``dagger_fraction`` of each drawn from the visited states ``pool``
+    (``far`` of them with the target far), the rest expert-mix samples of the round's own indices."""
+
+    run: _Training
+    pool: list
+    far: list
+    r: int
+
+    def __call__(self, step: int):
+        config, n = self.run.config, self.run.config.batch_size
+        k = round(config.dagger_fraction * n)
+        own = [dagger_sample(self.pool, config.seed * 100 + self.r, step * n + i, self.run.data.jpeg_quality,
+                             self.run.compare, config.dagger_final_fraction, self.far, config.dagger_far_fraction)
+               for i in range(k)]
+        mix = [sim_sample(self.run.data, self.r * DAGGER_OFFSET + step * n + i) for i in range(n - k)]
+        return self.run.samples_batch(own + mix)
+
+
+def _validate(run: _Training, model, stage: str, states: list | None = None) -> None:
+    """Closed-loop validation success after ``stage`` (once: a resumed run keeps the recorded figure)."""
+    stages = run.report.setdefault("validation_success_pct", {})
+    if stage in stages:
+        return
+    with run.cpu("validation"):
+        stages[stage] = validation_success(model, run.encoder, run.config.validation_rooms)
+    if states is not None:
+        run.report.setdefault("dagger_states", {})[stage] = len(states)
+    run.save_report()
+
+
+def _initial_verifier(run: _Training):
+    """M_q before training: --init-from's verifier (averaged with --average-with's), else a new one."""
+    if run.init is None:
+        return build_tiny_qwen2vl(SIM_VERIFIER_SPEC, run.tokenizer, seed=run.config.seed)
+    model = load_qwen2vl(str(run.init / "verifier"))
+    if run.config.average_with:
+        average_weights(model, [load_qwen2vl(str(Path(p) / "verifier")) for p in run.config.average_with])
+    return model
+
+
+def _round_states(run: _Training, model, r: int, name: str) -> list:
+    """The states the verifier visits in DAgger round ``r``'s training rooms (stored: a resumed run reads them)."""
+    states = load_states(run.work / name)
+    if states is None:
+        with run.cpu(f"{name} rollouts"):
+            states = rollout_states(
+                lambda verb: ModelPolicy(EarlyExitVerifier(model), run.encoder, instruction=f"{verb} {{target}}"),
+                run.config.seed * 100 + r, run.config.dagger_rooms, MAX_DECISIONS,
+                lambda done, total: run.progress(f"{name} rollouts", done, total, float("nan")))
+        save_states(states, run.work / name)
+    return states
+
+
+def _dagger_round(run: _Training, model, r: int, visited: list) -> None:
+    """DAgger round ``r``: roll out, aggregate the visited states into ``visited``, fine-tune, validate."""
+    config, name = run.config, f"dagger{r}"
+    states = _round_states(run, model, r, name)
+    visited += states  # DAgger aggregates every round's states
+    pool = list(visited)
+    far = far_states(pool, config.far_min_m) if config.dagger_far_fraction > 0 else []
+    if far:
+        run.report.setdefault("dagger_far_states", {})[name] = len(far)
+    with run.cpu(name):
+        train_lm(model, _DaggerBatches(run, pool, far, r), run.lm(config.dagger_steps, config.dagger_lr),
+                 run.work / name, None, run.steps(name, config.dagger_steps))
+    _validate(run, model, name, states)
+
+
+def _train_verifier(run: _Training) -> None:
+    """Phases 1 and 2: M_q on the expert mix, then the DAgger rounds; saved to out/verifier."""
+    config, model = run.config, _initial_verifier(run)
+    with run.cpu("verifier"):
+        train_lm(model, run.batch, run.lm(config.verifier_steps, config.lr), run.work / "verifier", None,
+                 run.steps("verifier", config.verifier_steps))
+    _validate(run, model, "verifier")
+    visited: list = []
+    for r in range(1, config.dagger_rounds + 1):
+        _dagger_round(run, model, r, visited)
+    save_model(model, run.out / "verifier", run.tokenizer)
+
+
+def _train_drafter(run: _Training) -> None:
+    """Phase 3: M_p distilled from the final verifier; saved to out/drafter."""
+    teacher = load_qwen2vl(str(run.out / "verifier"))  # distil from what ships: the float16 weights
+    if run.init is not None:
+        model = load_qwen2vl(str(run.init / "drafter"))
+    else:
+        model = build_tiny_qwen2vl(SIM_DRAFTER_SPEC, run.tokenizer, seed=run.config.seed + 1)
+    with run.cpu("drafter"):
+        train_lm(model, run.batch, run.lm(run.config.drafter_steps, run.config.lr), run.work / "drafter", teacher,
+                 run.steps("drafter", run.config.drafter_steps))
+    save_model(model, run.out / "drafter", run.tokenizer)
+
+
+def _score_held_out(run: _Training) -> dict:
+    """Load what ships (the float16 weights) and score it on held-out samples; the loaded models."""
     models = {}
-    if not (out / "verifier" / "config.json").is_file():
-        if init is not None:
-            model = load_qwen2vl(str(init / "verifier"))
-            if config.average_with:
-                average_weights(model, [load_qwen2vl(str(Path(p) / "verifier")) for p in config.average_with])
-        else:
-            model = build_tiny_qwen2vl(SIM_VERIFIER_SPEC, tokenizer, seed=config.seed)
-        with cpu("verifier"):
-            train_lm(model, batch, lm(config.verifier_steps, config.lr), work / "verifier", None,
-                     lambda s, loss: progress("verifier", s, config.verifier_steps, loss))
-        stages = report.setdefault("validation_success_pct", {})
-        if "verifier" not in stages:
-            with cpu("validation"):
-                stages["verifier"] = validation_success(model, encoder, config.validation_rooms)
-            save_report()
-        visited = []
-        for r in range(1, config.dagger_rounds + 1):
-            name = f"dagger{r}"
-            states = load_states(work / name)
-            if states is None:
-                with cpu(f"{name} rollouts"):
-                    states = rollout_states(
-                        lambda verb: ModelPolicy(EarlyExitVerifier(model), encoder, instruction=f"{verb} {{target}}"),
-                        config.seed * 100 + r, config.dagger_rooms, MAX_DECISIONS,
-                        lambda done, total, n=name: progress(f"{n} rollouts", done, total, float("nan")))
-                save_states(states, work / name)
-            visited += states  # DAgger aggregates every round's states
-            pool = list(visited)
-            far = far_states(pool, config.far_min_m) if config.dagger_far_fraction > 0 else []
-            if far:
-                report.setdefault("dagger_far_states", {})[name] = len(far)
-            k = round(config.dagger_fraction * config.batch_size)
-
-            def dagger_batch(step: int, pool=pool, far=far, r=r):
-                n = config.batch_size
-                own = [dagger_sample(pool, config.seed * 100 + r, step * n + i, data.jpeg_quality, compare,
-                                     config.dagger_final_fraction, far, config.dagger_far_fraction)
-                       for i in range(k)]
-                mix = [sim_sample(data, r * DAGGER_OFFSET + step * n + i) for i in range(n - k)]
-                return samples_batch(own + mix)
-
-            with cpu(name):
-                train_lm(model, dagger_batch, lm(config.dagger_steps, config.dagger_lr), work / name, None,
-                         lambda s, loss, n=name: progress(n, s, config.dagger_steps, loss))
-            if name not in stages:
-                with cpu("validation"):
-                    stages[name] = validation_success(model, encoder, config.validation_rooms)
-                report.setdefault("dagger_states", {})[name] = len(states)
-                save_report()
-        save_model(model, out / "verifier", tokenizer)
-    if not (out / "drafter" / "config.json").is_file():
-        teacher = load_qwen2vl(str(out / "verifier"))  # distil from what ships: the float16 weights
-        if init is not None:
-            model = load_qwen2vl(str(init / "drafter"))
-        else:
-            model = build_tiny_qwen2vl(SIM_DRAFTER_SPEC, tokenizer, seed=config.seed + 1)
-        with cpu("drafter"):
-            train_lm(model, batch, lm(config.drafter_steps, config.lr), work / "drafter", teacher,
-                     lambda s, loss: progress("drafter", s, config.drafter_steps, loss))
-        save_model(model, out / "drafter", tokenizer)
-    (out / PROMPT_FILE).write_text(json.dumps({"max_pixels": config.max_pixels}) + "\n")
     for name in ("verifier", "drafter"):
-        models[name] = load_qwen2vl(str(out / name))  # evaluate what ships: the float16 weights
-        if name not in report or report[name].get("eval_samples") != config.eval_samples:
-            with cpu("held-out"):
-                score = held_out_score(models[name], encoder, held_out, config.eval_samples)
-            report[name] = {"parameters": sum(p.numel() for p in models[name].parameters()),
-                            "eval_samples": config.eval_samples, **asdict(score)}
-            save_report()
-        log.info("%s: held-out text match %.1f%%, action match %.1f%%", name, report[name]["text_match_pct"],
-                 report[name]["action_match_pct"])
+        models[name] = load_qwen2vl(str(run.out / name))
+        if name not in run.report or run.report[name].get("eval_samples") != run.config.eval_samples:
+            with run.cpu("held-out"):
+                score = held_out_score(models[name], run.encoder, run.held_out, run.config.eval_samples)
+            run.report[name] = {"parameters": sum(p.numel() for p in models[name].parameters()),
+                                "eval_samples": run.config.eval_samples, **asdict(score)}
+            run.save_report()
+        log.info("%s: held-out text match %.1f%%, action match %.1f%%", name, run.report[name]["text_match_pct"],
+                 run.report[name]["action_match_pct"])
+    return models
 
-    verifier = models["verifier"]
+
+def _exit_adapters(run: _Training, verifier) -> ExitAdapters:
+    """Phase 4: the verifier's exit adapters, trained (from --init-from's, if it has them) unless out has them."""
+    config, exits = run.config, run.out / "exits"
     L = verifier.config.text_config.num_hidden_layers
     adapters = ExitAdapters(verifier.config.text_config.hidden_size, list(range(1, L)), config.exit_bottleneck)
     exits_cfg = ExitTrainingConfig(steps=config.exit_steps, batch_size=config.batch_size, lr=3e-3, seed=config.seed)
-    if (out / "exits" / "exit_adapters.json").is_file():
-        adapters = ExitAdapters.load(out / "exits")
-    else:
-        if init is not None and (init / "exits" / "exit_adapters.json").is_file():
-            adapters = ExitAdapters.load(init / "exits")
-        with cpu("exits"):
-            train_exits(verifier, adapters, lambda k: batch(k).token_batch(), exits_cfg, work / "exits",
-                        lambda s, loss: progress("exits", s, config.exit_steps, loss))
-        adapters.save(out / "exits")
-    exit_report = evaluate_exits(verifier, adapters, [batch(i, held_out).token_batch() for i in range(4)])
-    write_report(exit_report, out / "exits")
-    report["exits"] = asdict(exit_report)
-    save_report()
-    write_json(out / "training_report.json", report)
-    return report
+    if (exits / "exit_adapters.json").is_file():
+        return ExitAdapters.load(exits)
+    if run.init is not None and (run.init / "exits" / "exit_adapters.json").is_file():
+        adapters = ExitAdapters.load(run.init / "exits")
+    with run.cpu("exits"):
+        train_exits(verifier, adapters, lambda k: run.batch(k).token_batch(), exits_cfg, run.work / "exits",
+                    run.steps("exits", config.exit_steps))
+    adapters.save(exits)
+    return adapters
+
+
+def train_sim_pair(out_dir: str | Path, config: SimPairConfig = SimPairConfig(),
+                   progress: Callable[[str, int, int, float], None] = lambda phase, step, total, loss: None) -> dict:
+    """Run (or resume) every phase; returns the training report (also written to ``out``)."""
+    run = _Training.start(out_dir, config, progress)
+    if not (run.out / "verifier" / "config.json").is_file():
+        _train_verifier(run)
+    if not (run.out / "drafter" / "config.json").is_file():
+        _train_drafter(run)
+    (run.out / PROMPT_FILE).write_text(json.dumps({"max_pixels": config.max_pixels}) + "\n")
+    verifier = _score_held_out(run)["verifier"]
+    adapters = _exit_adapters(run, verifier)
+    exit_report = evaluate_exits(verifier, adapters, [run.batch(i, run.held_out).token_batch() for i in range(4)])
+    write_report(exit_report, run.out / "exits")
+    run.report["exits"] = asdict(exit_report)
+    run.save_report()
+    write_json(run.out / "training_report.json", run.report)
+    return run.report
