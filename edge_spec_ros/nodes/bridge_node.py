@@ -27,6 +27,9 @@ is inactive is answered ERROR (``INACTIVE_CODE``) at once; deactivate ends every
 decision in progress fails at once); cleanup closes the receiver and the client. /diagnostics
 (``bridge: verifier link``, nodes/diagnostics.py naming) is published in every state: STALE
 "unconfigured" before configure.
+
+Messages are converted by nodes/wire_ros.py; a verifier's reply that a ROS message cannot hold (a
+layer over uint16, say) reaches the drafter as an ERROR (``ErrorCode.INTERNAL``) of its decision.
 """
 
 from __future__ import annotations
@@ -34,8 +37,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field, replace
-
-import numpy as np
 
 from edge_spec_ros.edge.client import (
     HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, ClientConfig, VerifierAuthError, VerifierClient,
@@ -48,11 +49,12 @@ from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.managed import ManagedConfig, ManagedNode
 from edge_spec_ros.nodes.matched import matched_line
 from edge_spec_ros.nodes.params import declare_config, doc
-from edge_spec_ros.nodes.ros_link import MATCH_WAIT_S, RELIABLE, Receiver, f32, i32, session_id, unmatched
+from edge_spec_ros.nodes.ros_link import MATCH_WAIT_S, RELIABLE, Receiver, unmatched
+from edge_spec_ros.nodes.wire_ros import LinkLost, from_ros, session_id, to_ros
 from edge_spec_ros.wire.curve import client_keys
 from edge_spec_ros.wire.emulator import LinkShape
 from edge_spec_ros.wire.heartbeat import LinkState
-from edge_spec_ros.wire.messages import DraftBlock, Error, ExitResult, Generate, Open, Tokens
+from edge_spec_ros.wire.messages import Close, Error, ErrorCode, ExitResult, Opened, Tokens
 
 POLL_S = 0.1  # how often a session's watcher looks at the link (and for shutdown)
 NO_DECISION = 0  # the decision id of a link-wide status (the drafter's decisions start at 1)
@@ -109,7 +111,7 @@ class _Session:
         self.decision = decision
         self.sid = sid
         self.stamp = stamp  # the OPEN's header stamp: a repeat of it (same decision, same stamp) is no new session
-        self.answer: dict | None = None  # the status that answered the OPEN (OPENED or ERROR), for a repeat
+        self.answer: Opened | Error | LinkLost | None = None  # the status that answered the OPEN, for a repeat
         self.closed = threading.Event()
         self.waiting_since: float | None = None  # a request is outstanding since then (or since its last reply)
         self.sent_at: float | None = None  # the outstanding request or draft left then (for the round trip)
@@ -174,7 +176,7 @@ class BridgeNode(ManagedNode):
         for session in sessions:
             session.closed.set()
             if why:
-                self._publish_status(session.decision, BridgeStatus.ERROR, why, code=INACTIVE_CODE)
+                self._publish_status(session.decision, Error(INACTIVE_CODE, why))
             if session.on_verifier and self.client is not None:
                 self.client.end(session.sid)
         for session in sessions:
@@ -190,12 +192,12 @@ class BridgeNode(ManagedNode):
         return log
 
     def on_request(self, msg: DecisionRequest) -> None:
-        if msg.command != DecisionRequest.CLOSE and not self.active:
+        request = from_ros(msg)
+        if not isinstance(request, Close) and not self.active:
             self.get_logger().warning(f"decision {msg.decision} refused: the bridge is {self.lifecycle_state}")
-            self._publish_status(msg.decision, BridgeStatus.ERROR, f"the bridge is {self.lifecycle_state}",
-                                 code=INACTIVE_CODE)
+            self._publish_status(msg.decision, Error(INACTIVE_CODE, f"the bridge is {self.lifecycle_state}"))
             return
-        if msg.command == DecisionRequest.CLOSE:
+        if isinstance(request, Close):
             session = self.sessions.pop(msg.decision, None)
             if session is not None:
                 session.closed.set()
@@ -207,7 +209,7 @@ class BridgeNode(ManagedNode):
         if current is not None and current.stamp == stamp:  # the link repeats an OPEN it heard no answer to
             answer = current.answer
             if answer is not None:  # answered: the answer may have been lost, say it again
-                self._publish_status(msg.decision, **answer)
+                self._publish_status(msg.decision, answer)
             return  # else the verifier's answer is on its way
         # the drafter's first draft, or the answer to this OPEN, sent before this side has matched the
         # drafter's reader or writer is lost: wait for the match (at once once matched; the drafter has
@@ -222,13 +224,9 @@ class BridgeNode(ManagedNode):
         if link.dead:  # the verifier is known gone: the decision fails now, nothing is sent
             session.on_verifier = False
             session.answer = self._lost_answer(link)
-            self._publish_status(msg.decision, **session.answer)
+            self._publish_status(msg.decision, session.answer)
             return
         self.client.register(sid)
-        request = Open(input_ids=np.asarray(msg.input_ids, dtype=np.int32), image=bytes(msg.image),
-                       temperature=msg.temperature, seed=msg.seed, want_exits=msg.want_exits,
-                       queue_policy=msg.queue_policy or "priority", p_top_k=msg.p_top_k, priority=msg.priority,
-                       pipelined=msg.pipelined)
         session.waiting_since = session.sent_at = time.monotonic()
         self.client.send(sid, self.client.with_priority(self.client.with_downlink(request)))
         session.thread = threading.Thread(target=self._watch, args=(session,), name=f"bridge-{msg.decision}",
@@ -240,26 +238,14 @@ class BridgeNode(ManagedNode):
             self._forward_draft(msg)
         except (ValueError, TypeError) as exc:  # a malformed message: dropped, the bridge keeps going
             self.get_logger().warning(f"malformed edge_spec/draft for decision {msg.decision} dropped: {exc}")
-            self._publish_status(msg.decision, BridgeStatus.ERROR, f"malformed draft: {exc}", code=3)
+            self._publish_status(msg.decision, Error(3, f"malformed draft: {exc}"))
 
     def _forward_draft(self, msg: DraftBlockMsg) -> None:
         session = self.sessions.get(msg.decision)
         if session is None:
-            self._publish_status(msg.decision, BridgeStatus.ERROR, "draft for a decision that is not open", code=3)
+            self._publish_status(msg.decision, Error(3, "draft for a decision that is not open"))
             return
-        if len(msg.tokens) == 0:
-            out = Generate(max_new_tokens=msg.max_new_tokens, stop_tokens=tuple(msg.stop_tokens),
-                           resampled=msg.resampled)
-        else:
-            gamma = len(msg.tokens)
-            q = np.asarray(msg.q, dtype=np.float32).reshape(gamma, msg.vocab_size) if len(msg.q) else None
-            sparse = len(msg.q_ids) > 0
-            out = DraftBlock(
-                round=msg.round, position=msg.position, tokens=np.asarray(msg.tokens, dtype=np.int32), q=q,
-                q_ids=np.asarray(msg.q_ids, dtype=np.int32).reshape(gamma, -1) if sparse else None,
-                q_values=np.asarray(msg.q_values, dtype=np.float32).reshape(gamma, -1) if sparse else None,
-                q_draft=np.asarray(msg.q_draft, dtype=np.float32) if len(msg.q_draft) else None,
-                resampled=msg.resampled, chained=msg.chained, partial=msg.partial)
+        out = from_ros(msg)
         now = time.monotonic()
         if session.waiting_since is None:
             session.waiting_since = now
@@ -277,31 +263,37 @@ class BridgeNode(ManagedNode):
                 self._publish_reply(session, msg)
 
     def _publish_reply(self, session: _Session, msg) -> None:
+        try:
+            self._relay(session, msg)
+        except (ValueError, TypeError) as exc:  # wire_ros: a value the ROS message cannot hold
+            self.get_logger().error(f"decision {session.decision}: the verifier's {type(msg).__name__} "
+                                    f"cannot travel through ROS: {exc}")
+            self._relay(session, Error(int(ErrorCode.INTERNAL), f"the verifier's {type(msg).__name__} cannot "
+                                                                 f"travel through ROS: {exc}"))
+
+    def _relay(self, session: _Session, msg) -> None:
+        """Publish one verifier reply of ``session`` (converted before anything of the session changes)."""
         if isinstance(msg, ExitResult):
             self._publish_exit(session.decision, msg)
             if msg.is_final:
                 session.waiting_since = session.sent_at = None
         elif isinstance(msg, Tokens):
-            self._publish_exit(session.decision, ExitResult(round=0, layer=0, accepted=0, tokens=msg.tokens,
-                                                            confidence=1.0, is_final=msg.is_final,
-                                                            compute_s=msg.compute_s))
+            self._publish_exit(session.decision, msg)
             # the watchdog restarts at every token; the round trip runs from the request to its last token
             session.waiting_since = None if msg.is_final else time.monotonic()
             if msg.is_final:
                 session.sent_at = None
         elif isinstance(msg, Error):
-            answer = dict(state=BridgeStatus.ERROR, message=str(VerifierError(msg.code, msg.message)), code=msg.code)
+            answer = Error(msg.code, str(VerifierError(msg.code, msg.message)))
+            self._publish_status(session.decision, answer)
             if session.answer is None:
                 session.answer = answer
-            self._publish_status(session.decision, **answer)
             session.waiting_since = session.sent_at = None
         else:  # Opened
+            self._publish_status(session.decision, msg)
             session.timeout_s = self.config.reply_timeout_s
             session.waiting_since = session.sent_at = None
-            answer = dict(state=BridgeStatus.OPENED, message="", num_layers=msg.num_layers,
-                          exit_layers=list(msg.exit_layers))
-            session.answer = answer
-            self._publish_status(session.decision, **answer)
+            session.answer = msg
 
     def _watch(self, session: _Session) -> None:
         """Report a silent verifier (LINK_LOST) or a failed handshake (ERROR) of one decision."""
@@ -309,25 +301,24 @@ class BridgeNode(ManagedNode):
             handshake = self.client.handshake_failure
             if handshake is not None:
                 exc = VerifierAuthError(f"cannot talk to the verifier at {self.config.verifier_endpoint}: {handshake}")
-                self._publish_status(session.decision, BridgeStatus.ERROR, str(exc), code=exc.code)
+                self._publish_status(session.decision, Error(exc.code, str(exc)))
                 session.waiting_since = None
                 continue
             waited = session.waiting_since
             if waited is not None and time.monotonic() - waited > session.timeout_s:
-                self._publish_status(session.decision, BridgeStatus.LINK_LOST,
-                                     f"no reply from {self.config.verifier_endpoint} within {session.timeout_s:.1f} s")
+                self._publish_status(session.decision, LinkLost(
+                    f"no reply from {self.config.verifier_endpoint} within {session.timeout_s:.1f} s"))
                 self.get_logger().error(f"decision {session.decision}: verifier silent for {session.timeout_s:.1f} s")
                 session.waiting_since = None
 
-    def _lost_answer(self, link: LinkState) -> dict:
+    def _lost_answer(self, link: LinkState) -> Error | LinkLost:
         """The status of a decision on a dead link (a refused handshake, which also closes the
         connection, is told as the ERROR it is)."""
         handshake = self.client.handshake_failure
         if handshake is not None:
             exc = VerifierAuthError(f"cannot talk to the verifier at {self.config.verifier_endpoint}: {handshake}")
-            return dict(state=BridgeStatus.ERROR, message=str(exc), code=exc.code)
-        return dict(state=BridgeStatus.LINK_LOST, message=f"verifier at {self.config.verifier_endpoint} lost: "
-                                                          f"{link.reason}", code=VerifierLost.CODE)
+            return Error(exc.code, str(exc))
+        return LinkLost(f"verifier at {self.config.verifier_endpoint} lost: {link.reason}", VerifierLost.CODE)
 
     def _on_link(self, link: LinkState) -> None:
         """The client's heartbeat saw the link die or come back (on the client's threads). Dead: every
@@ -335,40 +326,27 @@ class BridgeNode(ManagedNode):
         in progress (the same status for decision 0); either way /diagnostics tells it at once."""
         if link.dead:
             answer = self._lost_answer(link)
-            self.get_logger().error(answer["message"])
+            self.get_logger().error(answer.message)
             for session in list(self.sessions.values()):
                 if session.on_verifier and not session.closed.is_set():
                     session.waiting_since = session.sent_at = None
                     if session.answer is None:  # a repeat of an OPEN not yet answered hears the same
                         session.answer = answer
-                    self._publish_status(session.decision, **answer)
-            self._publish_status(NO_DECISION, **answer)
+                    self._publish_status(session.decision, answer)
+            self._publish_status(NO_DECISION, answer)
         elif link.alive:
             self.get_logger().info(f"verifier at {self.config.verifier_endpoint} answers the heartbeat"
                                    + (f" (round trip {link.rtt_s * 1e3:.1f} ms)" if link.rtt_s is not None else ""))
         self.diagnostics.publish()
 
-    def _publish_exit(self, decision: int, r: ExitResult) -> None:
+    def _publish_exit(self, decision: int, r: ExitResult | Tokens) -> None:
+        out = to_ros(decision, r, self.get_clock().now().to_msg())
         self._note_reply(decision, r)
-        out = ExitResultMsg()
-        out.header.stamp = self.get_clock().now().to_msg()
-        out.decision, out.round, out.layer, out.accepted = decision, r.round, r.layer, r.accepted
-        out.tokens = i32(r.tokens)
-        out.confidence, out.is_final, out.compute_s = float(r.confidence), bool(r.is_final), float(r.compute_s)
-        out.resample, out.p_tv, out.stale = r.resample, float(r.p_tv), r.stale
-        if r.p is not None:
-            out.p = f32(r.p)
-        if r.p_ids is not None:
-            out.p_ids = i32(r.p_ids)
         self.results.publish(out)
 
-    def _publish_status(self, decision: int, state: int, message: str, code: int = 0, num_layers: int = 0,
-                        exit_layers: list[int] | None = None) -> None:
-        self._note_status(state, message, code)
-        out = BridgeStatus()
-        out.header.stamp = self.get_clock().now().to_msg()
-        out.decision, out.state, out.code, out.message = decision, state, code, message
-        out.num_layers, out.exit_layers = num_layers, exit_layers or []
+    def _publish_status(self, decision: int, reply: Opened | Error | LinkLost) -> None:
+        out = to_ros(decision, reply, self.get_clock().now().to_msg())
+        self._note_status(out.state, out.message, out.code)
         self.status.publish(out)
 
     # --- /diagnostics: the verifier link's health ---------------------------------------------------
@@ -382,7 +360,7 @@ class BridgeNode(ManagedNode):
                                        period_s=self.config.diagnostics_period_s)
         self.diagnostics.add("verifier link", self.link_report)
 
-    def _note_reply(self, decision: int, r: ExitResult) -> None:
+    def _note_reply(self, decision: int, r: ExitResult | Tokens) -> None:
         session = self.sessions.get(decision)
         sent = session.sent_at if session is not None else None
         with self._health_lock:

@@ -2,7 +2,8 @@
 
 It implements the verifier-link protocol (``wire.verifier_link.VerifierLink``) as the ZeroMQ client
 does, so ``edge.modes.EdgeDecoder`` runs unchanged whether the robot talks to ZeroMQ directly or
-through the bridge. Wire messages are mirrored by the package's interfaces (msg/). The bridge's
+through the bridge. Wire messages travel as the package's interfaces (msg/), converted by
+nodes/wire_ros.py. The bridge's
 heartbeat (nodes/bridge_node.py) tells a lost verifier as LINK_LOST with code ``VerifierLost.CODE``:
 the wait in progress (open or receive) raises ``VerifierLost`` at once, and the decoder does not open
 the decision again.
@@ -10,16 +11,14 @@ the decision again.
 
 from __future__ import annotations
 
-import array
 import itertools
 import queue
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-import numpy as np
 import rclpy
 from rclpy.exceptions import InvalidHandle
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
@@ -28,10 +27,9 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy
 
 from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftBlockMsg, ExitResult as ExitResultMsg
 from edge_spec_ros.nodes.compat import publisher_count
+from edge_spec_ros.nodes.wire_ros import LinkLost, decision_of, from_ros, session_id, to_ros
 from edge_spec_ros.wire.codec import encoded_size
-from edge_spec_ros.wire.messages import (
-    Close, DraftBlock, Error, ErrorCode, ExitResult, Generate, Message, Open, Opened, Tokens,
-)
+from edge_spec_ros.wire.messages import Close, DraftBlock, Error, ErrorCode, Generate, Message, Open, Opened
 from edge_spec_ros.wire.verifier_link import Traffic, VerifierError, VerifierLost, VerifierTimeout
 
 # Drafts and results must not be dropped or reordered.
@@ -180,18 +178,6 @@ class Receiver:
                 self.owner.get_logger().error(f"receiver thread {threading.current_thread().name} ended: {exc!r}")
 
 
-def f32(values) -> array.array:
-    """A float32[] field's value: rclpy keeps an ``array.array`` as is, but copies any other sequence
-    (numpy included) element by element in Python (about 1 ms per 8,000 values; 80 ms for a γ×V
-    q at Qwen2's vocabulary)."""
-    return array.array("f", np.ascontiguousarray(values, dtype=np.float32).tobytes())
-
-
-def i32(values) -> array.array:
-    """An int32[] field's value (see ``f32``)."""
-    return array.array("i", np.ascontiguousarray(values, dtype=np.int32).tobytes())
-
-
 def unmatched(ends: dict[str, Callable[[], int]], timeout_s: float) -> list[str]:
     """Wait up to ``timeout_s`` until every end (a publisher's ``get_subscription_count`` or a
     subscription's ``get_publisher_count``) counts at least one match on its side; return the names of
@@ -202,14 +188,6 @@ def unmatched(ends: dict[str, Callable[[], int]], timeout_s: float) -> list[str]
         if not missing or time.monotonic() >= deadline:
             return missing
         time.sleep(MATCH_POLL_S)
-
-
-def session_id(decision: int) -> bytes:
-    return decision.to_bytes(16, "big")
-
-
-def decision_of(sid: bytes) -> int:
-    return int.from_bytes(sid, "big")
 
 
 class RosVerifierLink:
@@ -271,19 +249,12 @@ class RosVerifierLink:
         if missing:
             self.node.get_logger().warning(f"opening decision {decision} although the bridge is not matched "
                                            f"yet by: {', '.join(missing)} (is bridge_node running?)")
-        msg = DecisionRequest()
-        msg.header.stamp = self.node.get_clock().now().to_msg()
-        msg.decision = decision
-        msg.command = DecisionRequest.OPEN
-        msg.input_ids = i32(request.input_ids)
-        msg.image = request.image
-        msg.temperature = float(request.temperature)
-        msg.seed = int(request.seed)
-        msg.want_exits = bool(request.want_exits)
-        msg.queue_policy = request.queue_policy
-        msg.p_top_k = int(request.p_top_k)
-        msg.priority = int(request.priority or self.priority)
-        msg.pipelined = bool(request.pipelined)
+        try:  # a value the message cannot hold (wire_ros.RangeError) fails the open before anything is sent
+            msg = to_ros(decision, replace(request, priority=request.priority or self.priority), self._stamp())
+        except (ValueError, TypeError):
+            with self._lock:
+                self._inbox.pop(decision, None)
+            raise
         self._requests.publish(msg)
         self._count(sid, request)
         deadline = time.monotonic() + self.open_timeout_s
@@ -303,29 +274,9 @@ class RosVerifierLink:
         return sid, reply
 
     def send(self, sid: bytes, message: Message) -> None:
-        msg = DraftBlockMsg()
-        msg.header.stamp = self.node.get_clock().now().to_msg()
-        msg.decision = decision_of(sid)
-        if isinstance(message, DraftBlock):
-            msg.round = message.round
-            msg.position = message.position
-            msg.tokens = i32(message.tokens)
-            msg.resampled, msg.chained, msg.partial = message.resampled, message.chained, message.partial
-            if message.q is not None:
-                msg.q = f32(message.q)
-                msg.vocab_size = int(message.q.shape[1])
-            if message.q_ids is not None:
-                msg.q_ids = i32(message.q_ids)
-                msg.q_values = f32(message.q_values)
-            if message.q_draft is not None:
-                msg.q_draft = f32(message.q_draft)
-        elif isinstance(message, Generate):
-            msg.max_new_tokens = message.max_new_tokens
-            msg.stop_tokens = list(message.stop_tokens)
-            msg.resampled = message.resampled
-        else:
+        if not isinstance(message, (DraftBlock, Generate)):
             raise TypeError(f"the bridge link carries drafts and generation requests, not {type(message).__name__}")
-        self._drafts.publish(msg)
+        self._drafts.publish(to_ros(decision_of(sid), message, self._stamp()))
         self._count(sid, message)  # after publishing: the bridge relays while this counts
 
     def receive(self, sid: bytes, timeout_s: float | None = None) -> Message:
@@ -369,15 +320,14 @@ class RosVerifierLink:
         return msg
 
     def end(self, sid: bytes) -> None:
-        msg = DecisionRequest()
-        msg.header.stamp = self.node.get_clock().now().to_msg()
-        msg.decision = decision_of(sid)
-        msg.command = DecisionRequest.CLOSE
-        self._requests.publish(msg)
+        self._requests.publish(to_ros(decision_of(sid), Close(), self._stamp()))
         self._count(sid, Close())
         with self._lock:
             self._inbox.pop(decision_of(sid), None)
             self._opened.discard(decision_of(sid))
+
+    def _stamp(self):
+        return self.node.get_clock().now().to_msg()
 
     def _count(self, sid: bytes, message: Message, up: bool = True) -> None:
         """Count the bytes the bridge puts on the wire for ``message``."""
@@ -392,28 +342,20 @@ class RosVerifierLink:
             box.put(message)
 
     def _on_exit(self, msg: ExitResultMsg) -> None:
-        tokens = np.asarray(msg.tokens, dtype=np.int32)
-        if msg.layer == 0:
-            out: Message = Tokens(tokens=tokens, is_final=msg.is_final, compute_s=msg.compute_s)
-        else:
-            out = ExitResult(round=msg.round, layer=msg.layer, accepted=msg.accepted, tokens=tokens,
-                             confidence=msg.confidence, is_final=msg.is_final, compute_s=msg.compute_s,
-                             resample=msg.resample, p=np.asarray(msg.p, dtype=np.float32) if len(msg.p) else None,
-                             p_ids=np.asarray(msg.p_ids, dtype=np.int32) if len(msg.p_ids) else None,
-                             p_tv=msg.p_tv, stale=msg.stale)
-        self._deliver(msg.decision, out)
+        self._deliver(msg.decision, from_ros(msg))
 
     def _on_status(self, msg: BridgeStatus) -> None:
-        if msg.state == BridgeStatus.OPENED:
+        reply = from_ros(msg)
+        if isinstance(reply, Opened):
             with self._lock:  # a repeated OPEN may be answered twice: the first answer counts
                 first = msg.decision not in self._opened and msg.decision in self._inbox
                 self._opened.add(msg.decision)
             if first:
-                self._deliver(msg.decision, Opened(msg.num_layers, tuple(msg.exit_layers), 0.0))
-        elif msg.state == BridgeStatus.ERROR:
-            self._deliver(msg.decision, Error(msg.code, msg.message))
-        elif msg.state == BridgeStatus.LINK_LOST and msg.code == VerifierLost.CODE:
+                self._deliver(msg.decision, reply)
+        elif isinstance(reply, LinkLost) and reply.code == VerifierLost.CODE:
             # the bridge's heartbeat: the verifier is gone; the wait ends now, and is not tried again
-            self._deliver(msg.decision, Error(VerifierLost.CODE, msg.message))
-        elif msg.state == BridgeStatus.LINK_LOST:  # no reply within the bridge's timeout: may be tried again
-            self._deliver(msg.decision, Error(-1, f"link to the verifier lost: {msg.message}"))
+            self._deliver(msg.decision, Error(VerifierLost.CODE, reply.message))
+        elif isinstance(reply, LinkLost):  # no reply within the bridge's timeout: may be tried again
+            self._deliver(msg.decision, Error(-1, f"link to the verifier lost: {reply.message}"))
+        else:
+            self._deliver(msg.decision, reply)

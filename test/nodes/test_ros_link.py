@@ -20,7 +20,8 @@ from rclpy.executors import SingleThreadedExecutor
 
 from rosharness import wait_for
 from edge_spec_ros.msg import BridgeStatus, DecisionRequest, DraftBlock as DraftBlockMsg, ExitResult as ExitResultMsg
-from edge_spec_ros.nodes.ros_link import RELIABLE, Receiver, RosVerifierLink, i32
+from edge_spec_ros.nodes.ros_link import RELIABLE, Receiver, RosVerifierLink
+from edge_spec_ros.nodes.wire_ros import i32
 from edge_spec_ros.wire.messages import ExitResult, Open, Tokens
 from edge_spec_ros.wire.verifier_link import VerifierError, VerifierLost, VerifierTimeout
 
