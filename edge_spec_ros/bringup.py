@@ -218,95 +218,148 @@ def serve_args(config: BringupConfig, threads: int) -> tuple[str, ...]:
     return args
 
 
+def _bag_args(config: BringupConfig) -> list[str]:
+    """The bag replay node's parameters from ``--bag`` and its options."""
+    args = ["-p", f"bag_replay:bag:={config.bag}"]
+    if config.bag_rate != 1.0:
+        args += ["-p", f"bag_replay:rate:={float(config.bag_rate)!r}"]
+    if config.bag_clock_hz:
+        args += ["-p", f"bag_replay:clock_hz:={float(config.bag_clock_hz)!r}"]
+    if config.bag_topics:  # YAML lists of quoted strings (a remap rule holds ':=')
+        args += ["-p", "bag_replay:topics:=[" + ", ".join(f"'{t}'" for t in config.bag_topics) + "]"]
+    if config.bag_remap:
+        args += ["-p", "bag_replay:remap:=[" + ", ".join(f"'{r}'" for r in config.bag_remap) + "]"]
+    return args
+
+
+def ros_args(config: BringupConfig, endpoint: str | None, cmd_vel_type: str) -> list[str]:
+    """The process's ROS arguments: the YAML, then the overrides the options (and the started verifier's
+    ``endpoint``) make."""
+    args = ["--ros-args", "--params-file", config.params_file]
+    if endpoint:  # the bridge's verifier, and the drafter's in mode dragon
+        args += ["-p", f"bridge:verifier_endpoint:={endpoint}", "-p", f"drafter:verifier_endpoint:={endpoint}"]
+    if config.dragon_model:
+        args += ["-p", f"drafter:dragon_model:={config.dragon_model}"]
+    if config.camera_source:
+        args += ["-p", f"camera:source:={config.camera_source}"]
+    if config.bag:
+        args += _bag_args(config)
+    if config.sim:
+        args += ["-p", "use_sim_time:=true", "-p", "action:odom_topic:=odom", "-p", "sim:lockstep:=true",
+                 "-p", f"sim:cmd_vel_type:={cmd_vel_type}"]
+    return args
+
+
+@dataclass
+class _Stack:
+    """The nodes one bringup composes, and what closing them and drawing the episode need."""
+
+    monitor: Monitor
+    nodes: list[Node] = field(default_factory=list)  # closed in this order (the drafter first)
+    executor: SingleThreadedExecutor | None = None
+    forwarding: object = None  # the library's log lines to /rosout (nodes/rosout.py)
+    start: World | None = None  # with --sim: the room as the episode began
+    listeners: int = 2  # of the instruction topic: the drafter and action nodes (and the memory node)
+
+
+def _input_node(config: BringupConfig) -> Node:
+    """What the robot sees: a bag's replay, the simulated room or the camera."""
+    if config.bag:
+        from edge_spec_ros.nodes.bag_replay_node import BagReplayNode
+
+        return BagReplayNode()
+    if config.sim:
+        from edge_spec_ros.nodes.sim_node import SimNode
+
+        return SimNode()
+    from edge_spec_ros.nodes.camera_node import CameraNode
+
+    return CameraNode()
+
+
+def _compose(config: BringupConfig, stack: _Stack) -> None:
+    """Create the nodes into ``stack`` (each kept as soon as it exists, to be closed), add them and the
+    monitor to one executor and bring the managed ones up."""
+    from edge_spec_ros.nodes.action_node import ActionNode
+    from edge_spec_ros.nodes.bridge_node import BridgeNode
+    from edge_spec_ros.nodes.drafter_node import DrafterNode
+    from edge_spec_ros.nodes.managed import bring_up
+    from edge_spec_ros.nodes.rosout import forward_library_logs
+
+    # the drafter first: it closes (and joins its decision thread) before the others go
+    stack.nodes += [DrafterNode(), BridgeNode(), ActionNode()]
+    stack.forwarding = forward_library_logs(stack.nodes[0])  # the library's log lines: /rosout via the drafter
+    if config.memory:
+        from edge_spec_ros.nodes.memory_node import MemoryNode
+
+        stack.nodes.append(MemoryNode())
+        stack.listeners += stack.nodes[-1].config.record_instructions
+    stack.nodes.append(_input_node(config))
+    if config.sim:
+        world = stack.nodes[-1].world
+        stack.start = World(world.objects, world.pose, world.config)
+    stack.executor = SingleThreadedExecutor()
+    for node in (*stack.nodes, stack.monitor):
+        stack.executor.add_node(node)
+    bring_up(stack.nodes)  # the managed nodes (nodes/managed.py): configure and activate (autostart)
+
+
+def _spin_episode(config: BringupConfig, stack: _Stack, stop, print_fn) -> None:
+    """Publish the instruction once its listeners are there, then spin until the episode ends."""
+    from edge_spec_ros.nodes.lifecycle import spin_until
+
+    executor, monitor = stack.executor, stack.monitor
+    if config.instruction:
+        deadline = time.monotonic() + DISCOVERY_TIMEOUT_S
+        spin_until(executor, lambda: monitor.instruction.get_subscription_count() >= stack.listeners
+                   or time.monotonic() > deadline or stop.event.is_set())
+        print_fn(f"[instruction] {config.instruction!r}")
+        monitor.instruction.publish(String(data=config.instruction))
+    end = time.monotonic() + config.timeout_s
+    spin_until(executor, lambda: stop.event.is_set() or time.monotonic() > end
+               or (config.until_stop and monitor.done.is_set()))
+    if time.monotonic() > end:
+        print_fn(f"[bringup] safety timeout: {config.timeout_s:g} s without the end of the episode")
+
+
+def _run_stack(config: BringupConfig, args: list[str], cmd_vel_type: str, print_fn) -> _Stack:
+    """Initialise ROS with ``args``, compose and run the stack for one episode, close it."""
+    from edge_spec_ros.nodes.lifecycle import close_all, init
+    from edge_spec_ros.nodes.rosout import stop_forwarding
+
+    stop = init(args)
+    stack = _Stack(Monitor(print_fn, _max_decisions(config.params_file), cmd_vel_type))
+    try:
+        _compose(config, stack)
+        _spin_episode(config, stack, stop, print_fn)
+    finally:
+        close_all([*stack.nodes, stack.monitor], stack.executor)
+        if stack.forwarding is not None:
+            stop_forwarding(stack.forwarding)
+        stop.restore()
+    return stack
+
+
+def _draw_trajectory(config: BringupConfig, stack: _Stack, print_fn) -> None:
+    """The top-down picture of the simulated robot's path: its pose at each decision and at the end."""
+    sim, monitor = stack.nodes[-1], stack.monitor
+    episode = Episode(sim.target, steps=[(None, d.text) for d in monitor.decisions],
+                      poses=[*monitor.decision_poses, sim.world.pose], reached=sim.reached)
+    path = plot_trajectory(stack.start, episode, config.trajectory)
+    print_fn(f"[sim] trajectory picture: {path}")
+
+
 def run(config: BringupConfig, print_fn=print) -> Monitor:
     """Run the stack until the instruction cycle ends (or ``timeout_s`` passes, or a signal)."""
     from edge_spec_ros.server_process import verifier_process
     from edge_spec_ros.cpu import cpu_budget, set_torch_threads
-    from edge_spec_ros.nodes.lifecycle import close_all, init, spin_until
-    from edge_spec_ros.nodes.managed import bring_up
-    from edge_spec_ros.nodes.rosout import forward_library_logs, stop_forwarding
 
     budget = cpu_budget()
     set_torch_threads(budget.torch_threads)
     server = verifier_process(*serve_args(config, budget.torch_threads)) if config.serve else nullcontext(None)
     with server as endpoint:
-        args = ["--ros-args", "--params-file", config.params_file]
-        if endpoint:  # the bridge's verifier, and the drafter's in mode dragon
-            args += ["-p", f"bridge:verifier_endpoint:={endpoint}", "-p", f"drafter:verifier_endpoint:={endpoint}"]
-        if config.dragon_model:
-            args += ["-p", f"drafter:dragon_model:={config.dragon_model}"]
-        if config.camera_source:
-            args += ["-p", f"camera:source:={config.camera_source}"]
-        if config.bag:
-            args += ["-p", f"bag_replay:bag:={config.bag}"]
-            if config.bag_rate != 1.0:
-                args += ["-p", f"bag_replay:rate:={float(config.bag_rate)!r}"]
-            if config.bag_clock_hz:
-                args += ["-p", f"bag_replay:clock_hz:={float(config.bag_clock_hz)!r}"]
-            if config.bag_topics:  # YAML lists of quoted strings (a remap rule holds ':=')
-                args += ["-p", "bag_replay:topics:=[" + ", ".join(f"'{t}'" for t in config.bag_topics) + "]"]
-            if config.bag_remap:
-                args += ["-p", "bag_replay:remap:=[" + ", ".join(f"'{r}'" for r in config.bag_remap) + "]"]
         cmd_vel_type = yaml_cmd_vel_type(config.params_file)
-        if config.sim:
-            args += ["-p", "use_sim_time:=true", "-p", "action:odom_topic:=odom", "-p", "sim:lockstep:=true",
-                     "-p", f"sim:cmd_vel_type:={cmd_vel_type}"]
-        stop = init(args)
-        from edge_spec_ros.nodes.action_node import ActionNode
-        from edge_spec_ros.nodes.bridge_node import BridgeNode
-        from edge_spec_ros.nodes.drafter_node import DrafterNode
-
-        nodes: list[Node] = []
-        executor = None
-        forwarding = None
-        monitor = Monitor(print_fn, _max_decisions(config.params_file), cmd_vel_type)
-        try:
-            # the drafter first: it closes (and joins its decision thread) before the others go
-            nodes += [DrafterNode(), BridgeNode(), ActionNode()]
-            forwarding = forward_library_logs(nodes[0])  # the library's log lines: /rosout via the drafter
-            listeners = 2  # of the instruction topic: the drafter and action nodes (and the memory node)
-            if config.memory:
-                from edge_spec_ros.nodes.memory_node import MemoryNode
-
-                nodes.append(MemoryNode())
-                listeners += nodes[-1].config.record_instructions
-            if config.bag:
-                from edge_spec_ros.nodes.bag_replay_node import BagReplayNode
-
-                nodes.append(BagReplayNode())
-            elif config.sim:
-                from edge_spec_ros.nodes.sim_node import SimNode
-
-                nodes.append(SimNode())
-                start = World(nodes[-1].world.objects, nodes[-1].world.pose, nodes[-1].world.config)
-            else:
-                from edge_spec_ros.nodes.camera_node import CameraNode
-
-                nodes.append(CameraNode())
-            executor = SingleThreadedExecutor()
-            for node in (*nodes, monitor):
-                executor.add_node(node)
-            bring_up(nodes)  # the managed nodes (nodes/managed.py): configure and activate (autostart)
-            if config.instruction:
-                deadline = time.monotonic() + DISCOVERY_TIMEOUT_S
-                spin_until(executor, lambda: monitor.instruction.get_subscription_count() >= listeners
-                           or time.monotonic() > deadline or stop.event.is_set())
-                print_fn(f"[instruction] {config.instruction!r}")
-                monitor.instruction.publish(String(data=config.instruction))
-            end = time.monotonic() + config.timeout_s
-            spin_until(executor, lambda: stop.event.is_set() or time.monotonic() > end
-                       or (config.until_stop and monitor.done.is_set()))
-            if time.monotonic() > end:
-                print_fn(f"[bringup] safety timeout: {config.timeout_s:g} s without the end of the episode")
-        finally:
-            close_all([*nodes, monitor], executor)
-            if forwarding is not None:
-                stop_forwarding(forwarding)
-            stop.restore()
+        stack = _run_stack(config, ros_args(config, endpoint, cmd_vel_type), cmd_vel_type, print_fn)
         if config.sim and config.trajectory:
-            sim = nodes[-1]
-            episode = Episode(sim.target, steps=[(None, d.text) for d in monitor.decisions],
-                              poses=[*monitor.decision_poses, sim.world.pose], reached=sim.reached)
-            path = plot_trajectory(start, episode, config.trajectory)
-            print_fn(f"[sim] trajectory picture: {path}")
-    return monitor
+            _draw_trajectory(config, stack, print_fn)
+    return stack.monitor
