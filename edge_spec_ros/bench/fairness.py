@@ -36,7 +36,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -165,24 +165,38 @@ def _load() -> float:
     return os.getloadavg()[0]
 
 
-def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog_prompt_tokens: int = 16384,
-             hog_generate_tokens: int = 1000, max_new_tokens: int = 24, block: int = BLOCK,
-             hog_warm_s: float = HOG_WARM_S, progress: Callable[[str], None] = lambda line: None) -> dict:
+@dataclass(frozen=True)
+class _Plan:
+    """What every setting measures: the robot's decisions, in blocks, beside hogs of these sizes."""
+
+    decisions: int
+    mode: str
+    hog_prompt_tokens: int
+    hog_generate_tokens: int
+    block: int
+    hog_warm_s: float
+    progress: Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class _Workload:
+    """The robot's decision (its prompt, image and the verifier's greedy reply) and the hogs' prompts."""
+
+    pair: object
+    config: object  # the decoding's DecodeConfig
+    prompt: object
+    jpg: bytes
+    expected: list[int]
+    long_ids: np.ndarray
+    short_ids: np.ndarray
+
+
+def _workload(hog_prompt_tokens: int, max_new_tokens: int) -> _Workload:
     from edge_spec_ros.camera.synthetic import synthetic_camera_image
     from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
-    from edge_spec_ros.edge.client import ClientConfig, VerifierClient
-    from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
     from edge_spec_ros.models.pairs import load_pair
     from edge_spec_ros.models.prompt import decode_image, encode_image
-    from edge_spec_ros.server_process import verifier_server
 
-    import torch
-
-    # The robot's drafter on one thread, as on a robot's own computer: with torch's default (one thread
-    # per core) its operations wait at a barrier for a thread the scheduler has given to the verifier's
-    # hog, and the robot measures this machine's core count rather than the verifier's sharing.
-    torch.set_num_threads(ROBOT_THREADS)
-    block = max(1, min(block, decisions))
     pair = load_pair("embedded")
     encoder = pair.prompt_encoder()
     config = DecodeConfig(max_new_tokens=max_new_tokens, stop_tokens=(pair.tokenizer.eos_token_id,))
@@ -191,71 +205,140 @@ def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog
     expected = autoregressive(pair.verifier, prompt, config).tokens
     text = pair.tokenizer("the robot walks past the red chair and looks for the silver bottle. ")["input_ids"]
     long_ids = np.resize(np.asarray(text, dtype=np.int32), hog_prompt_tokens)  # text only, no image tokens
-    short_ids = long_ids[:64]
+    return _Workload(pair, config, prompt, jpg, expected, long_ids, long_ids[:64])
+
+
+@dataclass(frozen=True)
+class _Robot:
+    """The robot's decisions in one setting: timed, and each compared with the verifier's greedy reply
+    (a mismatch recorded in ``report``)."""
+
+    decoder: object  # the EdgeDecoder on the setting's server
+    work: _Workload
+    mode: str
+    setting: Setting
+    report: dict
+
+    def __call__(self, label: str, n: int) -> list[float]:
+        latencies = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            tokens = self.decoder.decode(self.mode, self.work.prompt, self.work.jpg).tokens
+            latencies.append(time.perf_counter() - t0)
+            if tokens != self.work.expected:
+                self.report["exact"] = False
+                self.report["mismatches"].append({"setting": self.setting.label, "measurement": label,
+                                                  "tokens": tokens, "expected": self.work.expected})
+        return latencies
+
+
+@dataclass
+class _Blocks:
+    """One hog's measurement: the robot's blocks alone and beside it, the load average at each alone block."""
+
+    alone: list[list[float]]
+    loads: list[float]
+    beside: list[list[float]] = field(default_factory=list)
+    hog_requests: int = 0  # the hog's completed requests
+
+    def flat(self, blocks: list[list[float]]) -> list[float]:
+        return [x for b in blocks for x in b]
+
+    def row(self) -> dict:
+        """Medians, p95s and their ratios beside / alone; each beside block against the alone blocks
+        just before and after it."""
+        alone, beside = self.flat(self.alone), self.flat(self.beside)
+        block_ratios = [statistics.median(b) / statistics.median(self.alone[i] + self.alone[i + 1])
+                        for i, b in enumerate(self.beside)]
+        return {"median_ms": statistics.median(beside) * 1e3, "p95_ms": _percentile(beside, 95) * 1e3,
+                "alone_median_ms": statistics.median(alone) * 1e3, "alone_p95_ms": _percentile(alone, 95) * 1e3,
+                "slowdown_median": statistics.median(beside) / statistics.median(alone),
+                "slowdown_p95": _percentile(beside, 95) / _percentile(alone, 95),
+                "block_ratios": block_ratios,
+                "beside_ms": [x * 1e3 for x in beside], "alone_ms": [x * 1e3 for x in alone],
+                "load_average": self.loads,
+                "hog_requests_completed": self.hog_requests}
+
+
+def _alternate(robot: _Robot, hog: Hog, name: str, plan: _Plan, blocks: _Blocks) -> None:
+    """Blocks beside the hog (resumed, warmed up) and alone (paused), until ``plan.decisions`` beside it."""
+    while sum(map(len, blocks.beside)) < plan.decisions:
+        hog.resume()
+        time.sleep(plan.hog_warm_s)  # the hog's request is under way
+        blocks.beside.append(robot(f"beside {name}", plan.block))
+        hog.pause()
+        blocks.alone.append(robot(f"alone, {name}", plan.block))
+        blocks.loads.append(_load())
+
+
+def _beside_hog(robot: _Robot, endpoint: str, name: str, ids: np.ndarray, tokens: int, plan: _Plan) -> _Blocks:
+    """Start hog ``name``, measure the robot alone and beside it, stop the hog (its errors into the report)."""
+    hog = Hog(name, endpoint, ids, tokens)
+    blocks = _Blocks([robot(f"alone, {name}", plan.block)], [_load()])
+    try:
+        _alternate(robot, hog, name, plan, blocks)
+    finally:
+        robot.report["hog_errors"] += [f"{robot.setting.label}, {e}" for e in hog.stop()]
+    blocks.hog_requests = hog.done.value
+    return blocks
+
+
+def _hog_line(label: str, name: str, entry: dict) -> str:
+    ratios, loads = entry["block_ratios"], entry["load_average"]
+    return (f"{label}, beside {name}: median {entry['median_ms']:.0f} ms, alone "
+            f"{entry['alone_median_ms']:.0f} ms: {entry['slowdown_median']:.2f}× "
+            f"(p95 {entry['slowdown_p95']:.2f}×; blocks "
+            f"{', '.join(f'{r:.2f}' for r in ratios)}; load {min(loads):.1f}-{max(loads):.1f})")
+
+
+def _server_args(setting: Setting, plan: _Plan) -> list[str]:
+    return ["--threads", "1", "--workers", str(setting.workers),
+            "--prefill-chunk-tokens", str(setting.prefill_chunk_tokens),
+            "--prefill-chunk-cells", str(setting.prefill_chunk_cells),
+            "--max-prompt-tokens", str(plan.hog_prompt_tokens), "--max-new-tokens", str(plan.hog_generate_tokens)]
+
+
+def _measure_setting(setting: Setting, work: _Workload, plan: _Plan, report: dict) -> dict:
+    """One server setting: its own server, the robot beside each hog in turn; the setting's row."""
+    from edge_spec_ros.edge.client import ClientConfig, VerifierClient
+    from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
+    from edge_spec_ros.server_process import verifier_server
+
+    row: dict = {"setting": setting.label, "prefill_chunk_tokens": setting.prefill_chunk_tokens,
+                 "prefill_chunk_cells": setting.prefill_chunk_cells, "workers": setting.workers}
+    with verifier_server(*_server_args(setting, plan)) as server, \
+            VerifierClient(ClientConfig(endpoint=server.endpoint, reply_timeout_s=REPLY_S)) as client, \
+            EdgeDecoder(client, work.pair.drafter, EdgeConfig(decode=work.config, threads=1)) as decoder:
+        robot = _Robot(decoder, work, plan.mode, setting, report)
+        robot("warm-up", plan.block)
+        alone_all: list[float] = []
+        for name, ids, tokens in (("long_prompts", work.long_ids, 0),
+                                  ("long_generations", work.short_ids, plan.hog_generate_tokens)):
+            blocks = _beside_hog(robot, server.endpoint, name, ids, tokens, plan)
+            alone_all += blocks.flat(blocks.alone)
+            row[name] = blocks.row()
+            plan.progress(_hog_line(setting.label, name, row[name]))
+        row["alone_ms"] = {"median": statistics.median(alone_all) * 1e3, "p95": _percentile(alone_all, 95) * 1e3}
+    return row
+
+
+def fairness(settings: list[Setting], decisions: int = 10, mode: str = "sd", hog_prompt_tokens: int = 16384,
+             hog_generate_tokens: int = 1000, max_new_tokens: int = 24, block: int = BLOCK,
+             hog_warm_s: float = HOG_WARM_S, progress: Callable[[str], None] = lambda line: None) -> dict:
+    import torch
+
+    # The robot's drafter on one thread, as on a robot's own computer: with torch's default (one thread
+    # per core) its operations wait at a barrier for a thread the scheduler has given to the verifier's
+    # hog, and the robot measures this machine's core count rather than the verifier's sharing.
+    torch.set_num_threads(ROBOT_THREADS)
+    block = max(1, min(block, decisions))
+    plan = _Plan(decisions, mode, hog_prompt_tokens, hog_generate_tokens, block, hog_warm_s, progress)
+    work = _workload(hog_prompt_tokens, max_new_tokens)
     report: dict = {"mode": mode, "decisions": decisions, "block": block, "hog_warm_s": hog_warm_s,
                     "hog_prompt_tokens": hog_prompt_tokens, "hog_generate_tokens": hog_generate_tokens,
                     "settings": [], "exact": True, "hog_errors": [], "mismatches": []}
-
     for setting in settings:
-        args = ["--threads", "1", "--workers", str(setting.workers),
-                "--prefill-chunk-tokens", str(setting.prefill_chunk_tokens),
-                "--prefill-chunk-cells", str(setting.prefill_chunk_cells),
-                "--max-prompt-tokens", str(hog_prompt_tokens), "--max-new-tokens", str(hog_generate_tokens)]
-        row: dict = {"setting": setting.label, "prefill_chunk_tokens": setting.prefill_chunk_tokens,
-                     "prefill_chunk_cells": setting.prefill_chunk_cells, "workers": setting.workers}
-        with verifier_server(*args) as server, \
-                VerifierClient(ClientConfig(endpoint=server.endpoint, reply_timeout_s=REPLY_S)) as client, \
-                EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config, threads=1)) as decoder:
-
-            def robot(label: str, n: int) -> list[float]:
-                latencies = []
-                for _ in range(n):
-                    t0 = time.perf_counter()
-                    tokens = decoder.decode(mode, prompt, jpg).tokens
-                    latencies.append(time.perf_counter() - t0)
-                    if tokens != expected:
-                        report["exact"] = False
-                        report["mismatches"].append({"setting": setting.label, "measurement": label,
-                                                     "tokens": tokens, "expected": expected})
-                return latencies
-
-            robot("warm-up", block)
-            alone_all: list[float] = []
-            for name, ids, tokens in (("long_prompts", long_ids, 0),
-                                      ("long_generations", short_ids, hog_generate_tokens)):
-                hog = Hog(name, server.endpoint, ids, tokens)
-                alone_blocks, beside_blocks, loads = [robot(f"alone, {name}", block)], [], [_load()]
-                try:
-                    while sum(map(len, beside_blocks)) < decisions:
-                        hog.resume()
-                        time.sleep(hog_warm_s)  # the hog's request is under way
-                        beside_blocks.append(robot(f"beside {name}", block))
-                        hog.pause()
-                        alone_blocks.append(robot(f"alone, {name}", block))
-                        loads.append(_load())
-                finally:
-                    report["hog_errors"] += [f"{setting.label}, {e}" for e in hog.stop()]
-                alone = [x for b in alone_blocks for x in b]
-                beside = [x for b in beside_blocks for x in b]
-                alone_all += alone
-                # each beside block against the alone blocks just before and after it
-                block_ratios = [statistics.median(b) / statistics.median(alone_blocks[i] + alone_blocks[i + 1])
-                                for i, b in enumerate(beside_blocks)]
-                row[name] = {"median_ms": statistics.median(beside) * 1e3, "p95_ms": _percentile(beside, 95) * 1e3,
-                             "alone_median_ms": statistics.median(alone) * 1e3,
-                             "alone_p95_ms": _percentile(alone, 95) * 1e3,
-                             "slowdown_median": statistics.median(beside) / statistics.median(alone),
-                             "slowdown_p95": _percentile(beside, 95) / _percentile(alone, 95),
-                             "block_ratios": block_ratios,
-                             "beside_ms": [x * 1e3 for x in beside], "alone_ms": [x * 1e3 for x in alone],
-                             "load_average": loads,
-                             "hog_requests_completed": hog.done.value}
-                progress(f"{setting.label}, beside {name}: median {row[name]['median_ms']:.0f} ms, alone "
-                         f"{row[name]['alone_median_ms']:.0f} ms: {row[name]['slowdown_median']:.2f}× "
-                         f"(p95 {row[name]['slowdown_p95']:.2f}×; blocks "
-                         f"{', '.join(f'{r:.2f}' for r in block_ratios)}; load {min(loads):.1f}-{max(loads):.1f})")
-            row["alone_ms"] = {"median": statistics.median(alone_all) * 1e3, "p95": _percentile(alone_all, 95) * 1e3}
-        report["settings"].append(row)
+        report["settings"].append(_measure_setting(setting, work, plan, report))
     return report
 
 
