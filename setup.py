@@ -54,7 +54,7 @@ setup(
     packages=find_packages(include=[package_name, f"{package_name}.*"]),
     package_data={package_name: ["assets/tokenizer/*.json", "assets/sim_pair/*.json", "assets/sim_pair/*/*.json",
                                  "assets/sim_pair/*/*.jinja", "assets/sim_pair/*/*.safetensors",
-                                 "assets/sim_pair/*/*.png", "bench/data/*.json"]},
+                                 "assets/sim_pair/*/*.png", "dragon/bench/data/*.json"]},
     python_requires=">=3.10",
     zip_safe=False,
     maintainer="edge_spec_ros maintainers",

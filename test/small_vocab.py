@@ -51,7 +51,7 @@ def chi_square_pvalue(samples: list[tuple[int, int]], expected_p: np.ndarray) ->
 def aggregated_two_token_joint(robot, cloud, prompt: list[int], v: int) -> np.ndarray:
     """Exact P(x_1, x_2) of DRAGON's aggregated target p_t = η_l p_l + η_r p_r over two tokens, (V·V,):
     ``robot`` and ``cloud`` map a token prefix to a side's local aggregate (``probs``, ``log_h``)."""
-    from edge_spec_ros.spec.aggregation import side_weights, target_distribution
+    from edge_spec_ros.dragon.aggregation import side_weights, target_distribution
 
     out = np.zeros(v * v)
     a_l, a_r = robot(prompt), cloud(prompt)

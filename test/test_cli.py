@@ -70,16 +70,16 @@ def test_a_value_out_of_a_fields_range_is_refused_before_anything_loads(capsys):
 
 
 def test_every_benchmark_is_a_sub_command_of_bench_and_none_has_its_own_entry_point():
-    from edge_spec_ros.commands.bench import BENCHES
+    from edge_spec_ros.commands.bench import BENCHES, _module_path
 
-    modules = {p.stem for p in (ROOT / "edge_spec_ros" / "bench").glob("*.py")}
-    entry_points = {p.stem for p in (ROOT / "edge_spec_ros" / "bench").glob("*.py")
-                    if '__name__ == "__main__"' in p.read_text()}
+    files = [p for folder in ("bench", "dragon/bench") for p in (ROOT / "edge_spec_ros" / folder).glob("*.py")]
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in files}
+    entry_points = {p.stem for p in files if '__name__ == "__main__"' in p.read_text()}
     assert not entry_points
     for name, (module, _) in BENCHES.items():
-        assert module in modules
+        assert _module_path(module) in modules
         assert build_parser().parse_args(["bench", name]).bench == name  # its options build and parse
-    runs = re.compile(r"python -m edge_spec_ros\.(bench|cloud)\.")
+    runs = re.compile(r"python -m edge_spec_ros\.(bench|cloud|dragon)\.")
     for path in [ROOT / "README.md", ROOT / "Makefile", *(ROOT / "docs").glob("*.md")]:
         assert not runs.search(path.read_text()), path
 

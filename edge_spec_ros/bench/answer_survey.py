@@ -1,5 +1,5 @@
-"""What mode dragon's answers look like: the question set of ``bench/dragon_quality.py`` asked through
-the robot's answer path (``edge/dragon.RobotDragon`` over a ``ZmqDragonLink`` to a ``VerifierServer``
+"""What mode dragon's answers look like: the question set of ``dragon/bench/quality.py`` asked through
+the robot's answer path (``dragon/robot.RobotDragon`` over a ``ZmqDragonLink`` to a ``VerifierServer``
 with the item's documents, as ``nodes/dragon_answer.DragonAnswerer`` and ``serve --documents DIR
 --dragon-model SOURCE`` run it), greedy, ending at eos or ``<|im_end|>``.
 
@@ -26,11 +26,12 @@ from pathlib import Path
 
 import torch
 
-from edge_spec_ros.bench.dragon_quality import DATA, NEEDS, contains_answer, load_items, write_item_world
 from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
-from edge_spec_ros.edge.dragon import DragonConfig, RobotDragon, ZmqDragonLink
+from edge_spec_ros.dragon.bench.quality import DATA, NEEDS, contains_answer, load_items, write_item_world
+from edge_spec_ros.dragon.document_lm import chat_prompt_ids, stop_token_ids
+from edge_spec_ros.dragon.robot import DragonConfig, RobotDragon, ZmqDragonLink
+from edge_spec_ros.dragon.session import DragonService, dragon_sessions
 from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
-from edge_spec_ros.rag.document_lm import chat_prompt_ids, stop_token_ids
 
 OPEN_TIMEOUT_S = 120.0
 
@@ -62,8 +63,9 @@ def survey(model: str, data: str | Path = DATA, items: int = 0, max_new_tokens: 
     for item in qa[:items] if items else qa:
         with tempfile.TemporaryDirectory(prefix="dragon-survey-") as tmp:
             memory, _ = write_item_world(item, Path(tmp))
+            service = DragonService(cloud_pair.verifier.stack, cloud_pair.prompt_encoder(), Path(tmp) / "docs")
             server = VerifierServer(cloud_pair.verifier, cloud_pair.prompt_encoder(), ServerConfig(
-                bind="tcp://127.0.0.1:*", documents=str(Path(tmp) / "docs"), idle_exit_s=OPEN_TIMEOUT_S))
+                bind="tcp://127.0.0.1:*", idle_exit_s=OPEN_TIMEOUT_S), dragon_sessions(service))
             endpoint = server.start()
             try:
                 robot = RobotDragon(robot_pair.drafter.stack, memory, chat_prompt_ids(encoder),
@@ -99,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``edge-spec-ros bench answer-survey``."""
     parser.add_argument("--model", default="smollm2", help="model source (models/pairs.py) on both sides")
     parser.add_argument("--data", default=str(DATA),
-                        help="the question set (default: the package's bench/data/dragon_qa.json)")
+                        help="the question set (default: the package's dragon/bench/data/dragon_qa.json)")
     parser.add_argument("--items", type=int, default=0, help="the first N items (0: all)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--policy", default="dragon", help="aggregator placement: dragon | robot | cloud")

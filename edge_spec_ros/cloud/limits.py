@@ -73,7 +73,7 @@ class Limits:
 
     def decode_limits(self, vocab: int) -> DecodeLimits:
         """Per-field byte caps for the codec, checked before any decompression. DRAGON's ``probs``
-        (wire/dragon.py: one side's p^s_t, (V,) float32, or its (1,) value at a token) is at most one
+        (dragon/wire.py: one side's p^s_t, (V,) float32, or its (1,) value at a token) is at most one
         distribution over the session's vocabulary."""
         block = self.max_gamma * vocab * 4  # a dense (γ, V) float32 q
         fields = {"input_ids": self.max_prompt_tokens * 4, "image": self.max_image_bytes,

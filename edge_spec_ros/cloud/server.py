@@ -20,6 +20,12 @@ its running work at the next token or emulated layer.
 Results go to a per-session outbox ordered by the session's queue policy (FSD Algorithm 2, SENDER;
 Table 7): the final exit is sent before any early exit still waiting, and early exits of a round
 whose final result has left are dropped, since the robot no longer needs them.
+
+Other kinds of decision are hosted the same way (``SessionKind``): whoever builds the server gives it
+a table of kinds keyed by the message type that opens one (``serve`` gives DRAGON's, keyed by
+``DragonOpen``: edge_spec_ros/dragon/session.py); each kind's session state has the same
+``handle(message, emit)`` shape as ``VerifySession``, and shares the session limits, the workers and
+the fair queue with the verifier's decisions. This module knows no kind but verification.
 """
 
 from __future__ import annotations
@@ -31,8 +37,9 @@ import math
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import zmq
 import zmq.auth
@@ -42,15 +49,13 @@ from edge_spec_ros.cloud.limits import (
     DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits, RequestError, check_open,
 )
 from edge_spec_ros.cloud.batching import batchable, verify_batch
-from edge_spec_ros.cloud.dragon import DragonService, DragonSession, dragon_caps
 from edge_spec_ros.cloud.session import (
     EXIT_SHORTLIST, PREFILL_CHUNK_CELLS, PREFILL_CHUNK_TOKENS, Cancelled, ComputeProfile, VerifySession,
 )
 from edge_spec_ros.config_cli import doc
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
-from edge_spec_ros.wire.codec import SESSION_BYTES, WireError, decode, encode
-from edge_spec_ros.wire.dragon import DragonDist, DragonDistRequest, DragonDraft, DragonOpen, DragonTarget
+from edge_spec_ros.wire.codec import SESSION_BYTES, DecodeLimits, WireError, decode, encode
 from edge_spec_ros.wire.emulator import LinkShape
 from edge_spec_ros.wire.link import CurveKeys, IOThread
 from edge_spec_ros.wire.messages import (
@@ -66,7 +71,7 @@ PRIORITY_LEAD_S = 1.0  # per priority level (Open.priority): more compute a sess
 # ahead of lower-priority sessions (a robot in motion, priority 1, goes ahead of a robot standing still)
 WORKER_JOIN_S = 0.2  # how long stop() waits for the workers (a forward pass in flight is not interrupted)
 RECEIVE_HWM = 100  # frame sets ZeroMQ buffers per connection before it stops reading that peer
-DRAGON_STEPS = (DragonDraft, DragonTarget, DragonDistRequest, DragonDist)  # a DRAGON decision's traffic
+VERIFY_STEPS = (DraftBlock, Generate)  # a verified decision's requests after its Open (Close aside)
 
 
 @dataclass(frozen=True)
@@ -83,10 +88,8 @@ class ServerConfig:
     scheduler's credit; ``FairQueue``); emulate_tq_s: emulated verification time per
     forward for benchmarks (0: real compute only; a request cannot ask for it); priority_lead_s: the
     compute a session may use ahead of sessions one priority level lower (``Open.priority``; the
-    fairness bound of ``FairQueue``); documents: the cloud's
-    document folder for DRAGON decisions (cloud/dragon.py; empty: DRAGON is refused); max_batch: the
-    most sessions whose pending verification rounds one forward of the verifier takes (1: one round per
-    forward; cloud/batching.py)."""
+    fairness bound of ``FairQueue``); max_batch: the most sessions whose pending verification rounds
+    one forward of the verifier takes (1: one round per forward; cloud/batching.py)."""
 
     bind: str = field(default="tcp://127.0.0.1:5555", metadata=doc(
         "ZeroMQ endpoint; tcp://0.0.0.0:5555 to accept robots from the network"))
@@ -117,9 +120,6 @@ class ServerConfig:
     priority_lead_s: float = field(default=PRIORITY_LEAD_S, metadata=doc(
         "compute a session may use ahead of sessions one priority level lower (Open.priority: a robot in motion "
         "is level 1); the bound of any session's wait behind higher ones (s; 0: priorities off)", 0.0, 1e9))
-    documents: str = field(default="", metadata=doc(
-        "DRAGON: the cloud's document folder (*.txt, *.md; one document per paragraph); without it DRAGON "
-        "decisions are refused"))
     max_batch: int = field(default=1, metadata=doc(
         "sessions whose pending rounds one verifier forward takes (1: one round per forward; docs/fleet.md)",
         1, 4096))
@@ -143,17 +143,42 @@ class ServerConfig:
 Job = Iterator[None]  # a request's work (``VerifySession.handle``): it yields where it may be paused
 
 
+class SessionState(Protocol):
+    """A decision's request state machine (``VerifySession``; DRAGON's ``DragonSession``)."""
+
+    def handle(self, message: Message, emit: Callable[[Message], None]) -> Job | None:
+        """Admit ``message`` on the I/O thread (``RequestError``: refused, answered at once) and return
+        its work for a worker, replies going to ``emit``; None when work already queued or running takes
+        the message up."""
+
+
+class SessionKind(Protocol):
+    """A kind of decision the server hosts beside verification, keyed in ``VerifierServer``'s ``kinds``
+    by the message type that opens one; ``steps``: the message types of an open decision of the kind
+    (Close aside: it ends any decision)."""
+
+    steps: tuple[type, ...]
+
+    def caps(self, limits: DecodeLimits, max_message_bytes: int) -> tuple[DecodeLimits, int]:
+        """The server's decode limits and largest frame once it hosts this kind (given the server's own)."""
+
+    def open(self, message: Message) -> tuple[SessionState, LinkShape | None]:
+        """The state of a decision ``message`` opens (``RequestError``: refused), and the emulated downlink
+        its replies take (None: none); the server's first job for it is ``state.handle(message, emit)``."""
+
+
 @dataclass(eq=False)  # sessions are compared by identity (the ready queue removes them; fields hold arrays)
 class _Session:
     identity: bytes
     sid: bytes
     client: bytes  # whose quota the session counts against
-    request: Open
+    request: Message  # the message that opened it
     shape: LinkShape | None
     policy: str
     last_seen: float
-    state: VerifySession | DragonSession  # the decision's request state machine
+    state: SessionState  # the decision's request state machine
     cancel: threading.Event  # set when the session is closed or expires (the state's work stops)
+    steps: tuple[type, ...] = VERIFY_STEPS  # the requests its kind of decision takes after the open
     jobs: deque = field(default_factory=deque)
     current: Iterator[None] | None = None  # a sliced job in progress
     on_error: Callable[[], None] | None = None  # of the job in progress
@@ -234,11 +259,9 @@ class FairQueue:
 
 class VerifierServer:
     def __init__(self, verifier: EarlyExitVerifier, encoder: PromptEncoder, config: ServerConfig,
-                 dragon: DragonService | None = None) -> None:
-        """``dragon``: DRAGON decisions answered by another LM than the verifier's (``serve --dragon-model``),
-        instead of the verifier's LM over ``config.documents``."""
-        if dragon is not None and config.documents:
-            raise ValueError("DRAGON documents come from config.documents or from the service given, not both")
+                 kinds: Mapping[type, SessionKind] | None = None) -> None:
+        """``kinds``: the other kinds of decision it hosts, keyed by the message type that opens one
+        (``serve``: DRAGON's; none: it serves verification only)."""
         self.verifier = verifier
         self.encoder = encoder
         self.config = config
@@ -246,10 +269,11 @@ class VerifierServer:
         self.decode_limits = config.limits.decode_limits(self.vocab)
         self.max_message_bytes = config.limits.max_message_bytes(self.vocab)
         self.compute = ComputeProfile(config.emulate_tq_s)
-        self.dragon = dragon or (DragonService(verifier.stack, encoder, config.documents) if config.documents else None)
-        if self.dragon is not None:
-            self.decode_limits, self.max_message_bytes = dragon_caps(self.decode_limits, self.max_message_bytes,
-                                                                     self.dragon.stack.vocab_size)
+        self.kinds = dict(kinds or {})
+        for kind in self.kinds.values():
+            self.decode_limits, self.max_message_bytes = kind.caps(self.decode_limits, self.max_message_bytes)
+        # every request a decision takes after its open
+        self._requests = (Close, *VERIFY_STEPS, *(t for kind in self.kinds.values() for t in kind.steps))
         self.counters: Counter[str] = Counter()
         self.sessions: dict[tuple[bytes, bytes], _Session] = {}
         self._per_client: Counter[bytes] = Counter()
@@ -365,10 +389,10 @@ class VerifierServer:
         if isinstance(msg, Open):
             self._open(key, client, msg)
             return
-        if isinstance(msg, DragonOpen):
-            self._open_dragon(key, client, msg)
+        if type(msg) in self.kinds:
+            self._open_kind(key, client, msg, self.kinds[type(msg)])
             return
-        if not isinstance(msg, (Close, DraftBlock, Generate, *DRAGON_STEPS)):
+        if not isinstance(msg, self._requests):
             raise RequestError(f"{type(msg).__name__} is not a request")
         with self._lock:
             session = self.sessions.get(key)
@@ -380,14 +404,13 @@ class VerifierServer:
         session.last_seen = time.monotonic()
         if isinstance(msg, Close):
             self._close(key)
-        elif isinstance(session.state, DragonSession) or isinstance(msg, DRAGON_STEPS):
-            if not (isinstance(session.state, DragonSession) and isinstance(msg, DRAGON_STEPS)):
-                raise RequestError(f"{type(msg).__name__} does not belong to this session's kind of decision")
-            if session.state.deliver(msg):  # the session's drive job applies it on a worker
-                self._submit(session, session.state.drive(lambda reply: self._emit(session, reply)))
-        else:
-            # the session checks the request and its round order: a refused one raises here, answered at once
-            self._submit(session, session.state.handle(msg, lambda reply: self._emit_reply(session, reply)))
+            return
+        if not isinstance(msg, session.steps):
+            raise RequestError(f"{type(msg).__name__} does not belong to this session's kind of decision")
+        # the session checks the request and its order: a refused one raises here, answered at once
+        work = session.state.handle(msg, lambda reply: self._emit_reply(session, reply))
+        if work is not None:  # None: the session's queued or running work takes it up
+            self._submit(session, work)
 
     def _open(self, key: tuple[bytes, bytes], client: bytes, msg: Open) -> None:
         check_open(msg, self.config.limits, self.vocab)
@@ -404,20 +427,16 @@ class VerifierServer:
         self._admit(key, client, session)
         self._submit(session, work, on_error=lambda: self._forget(session))
 
-    def _open_dragon(self, key: tuple[bytes, bytes], client: bytes, msg: DragonOpen) -> None:
-        """A DRAGON decision (cloud/dragon.py): retrieval and prefill run as its first job."""
-        if self.dragon is None:
-            raise RequestError("this server has no DRAGON documents (serve --documents DIR)")
-        try:
-            state = self.dragon.session(msg)
-        except ValueError as exc:
-            raise RequestError(f"DRAGON: {exc}") from None
-        shape = LinkShape(msg.down_delay_s, msg.down_jitter_s, msg.down_bandwidth_bps)  # benches: emulated downlink
-        session = _Session(key[0], key[1], client, msg, shape, "fifo", time.monotonic(), state,  # type: ignore[arg-type]
-                           threading.Event())
+    def _open_kind(self, key: tuple[bytes, bytes], client: bytes, msg: Message, kind: SessionKind) -> None:
+        """A decision of a hosted kind (``SessionKind``): its open's work runs as its first job, its
+        replies leave in the order they are sent."""
+        state, shape = kind.open(msg)
+        session = _Session(key[0], key[1], client, msg, shape, "fifo", time.monotonic(), state, threading.Event(),
+                           kind.steps)
+        work = state.handle(msg, lambda reply: self._emit_reply(session, reply))
         self._admit(key, client, session)
-        self._submit(session, state.drive(lambda reply: self._emit(session, reply)),
-                     on_error=lambda: self._forget(session))
+        if work is not None:
+            self._submit(session, work, on_error=lambda: self._forget(session))
 
     def _admit(self, key: tuple[bytes, bytes], client: bytes, session: _Session) -> None:
         """Enter a new session in the table, within the server's and the client's session limits."""

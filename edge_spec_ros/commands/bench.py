@@ -9,7 +9,8 @@ import importlib
 from edge_spec_ros.commands.common import SOURCE_HELP, load_pair, log
 from edge_spec_ros.config_cli import LazyParser, UsageError
 
-# sub-command -> (module of edge_spec_ros/bench with add_arguments and command, its help line)
+# sub-command -> (module of edge_spec_ros/bench with add_arguments and command, or its dotted path under
+# edge_spec_ros/ when it lives elsewhere (DRAGON's: dragon/bench/), its help line)
 BENCHES: dict[str, tuple[str, str]] = {
     "fleet": ("fleet", "fleet load: N emulated robots making decisions against one verifier at once (docs/fleet.md)"),
     "fairness": ("fairness", "fair sharing of one verifier: how much a hog slows another robot's decisions"),
@@ -23,13 +24,13 @@ BENCHES: dict[str, tuple[str, str]] = {
     "drafter-agreement": ("drafter_agreement", "how well draft sources agree with a verifier: τ at γ per task kind"),
     "answer-survey": ("answer_survey", "what mode dragon's answers look like: the question set through the robot's "
                                        "answer path"),
-    "dragon-latency": ("dragon_latency", "DRAGON's per-token latency and TTFT under an emulated network, beside the "
-                                         "paper's baselines"),
-    "dragon-quality": ("dragon_quality", "DRAGON's answer quality where both sides' documents are needed, beside "
-                                         "no RAG, one side and centralised"),
-    "dragon-schedule": ("dragon_schedule", "DRAGON's eq. 8 scheduler against always-robot, always-cloud and random "
-                                           "aggregation"),
-    "dragon-wire": ("dragon_wire", "DRAGON's wire cost: bytes per message and per generated token"),
+    "dragon-latency": ("dragon.bench.latency", "DRAGON's per-token latency and TTFT under an emulated network, "
+                                               "beside the paper's baselines"),
+    "dragon-quality": ("dragon.bench.quality", "DRAGON's answer quality where both sides' documents are needed, "
+                                               "beside no RAG, one side and centralised"),
+    "dragon-schedule": ("dragon.bench.schedule", "DRAGON's eq. 8 scheduler against always-robot, always-cloud and "
+                                                 "random aggregation"),
+    "dragon-wire": ("dragon.bench.wire", "DRAGON's wire cost: bytes per message and per generated token"),
 }
 BENCH_DEFAULT_OUT = "artifacts/bench"
 
@@ -73,16 +74,21 @@ def bench_options(bench: argparse.ArgumentParser) -> None:
         other.set_defaults(func=_module_command(module))
 
 
+def _module_path(module: str) -> str:
+    """The module a ``BENCHES`` entry names."""
+    return f"edge_spec_ros.{module}" if "." in module else f"edge_spec_ros.bench.{module}"
+
+
 def _module_options(module: str):
     def populate(parser: argparse.ArgumentParser) -> None:
-        bench = importlib.import_module(f"edge_spec_ros.bench.{module}")
+        bench = importlib.import_module(_module_path(module))
         getattr(bench, "add_command_arguments", bench.add_arguments)(parser)
     return populate
 
 
 def _module_command(module: str):
     def command(args: argparse.Namespace) -> int:
-        return importlib.import_module(f"edge_spec_ros.bench.{module}").command(args)
+        return importlib.import_module(_module_path(module)).command(args)
     return command
 
 

@@ -1,5 +1,7 @@
 """``edge-spec-ros serve``: the cloud verifier (ZeroMQ ROUTER), its options ``ServerConfig``'s and
-``Limits``' fields; ``edge-spec-ros replicas``: the same verifier as Ray replicas behind one front."""
+``Limits``' fields, and the DRAGON decisions it hosts beside verification (``--documents``,
+``--dragon-model``: dragon/session.py); ``edge-spec-ros replicas``: the same verifier as Ray replicas
+behind one front."""
 
 from __future__ import annotations
 
@@ -46,6 +48,9 @@ def serve_options(serve: argparse.ArgumentParser) -> None:
                             "verifier in one forward (docs/fleet.md)")
     add_config(serve, ServerConfig, skip=("curve",), flags=SERVE_FLAGS, defaults={"max_batch": 8},
                helps={"max_batch": "with --batch (without: 1)"})
+    serve.add_argument("--documents", default="",
+                       help="DRAGON: the cloud's document folder (*.txt, *.md; one document per paragraph); without "
+                            "it DRAGON decisions are refused (default '')")
     serve.add_argument("--dragon-model", metavar="SOURCE",
                        help=f"DRAGON: answer over --documents with this model ({SOURCE_HELP}; at --dtype on --device) "
                             "instead of --verifier's; the robot's dragon_model must be the same source")
@@ -78,6 +83,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return refused
     from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
     from edge_spec_ros.config_cli import config_from
+    from edge_spec_ros.dragon.session import DragonService, dragon_sessions
     from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -88,15 +94,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     pair = load_verifier(args)
     dragon = dragon_service(args) if args.dragon_model else None  # the robot's dragon_model, on this side
     try:
-        config = config_from(ServerConfig, args, curve=curve, max_batch=args.max_batch if args.batch else 1,
-                             documents="" if dragon is not None else args.documents)
+        config = config_from(ServerConfig, args, curve=curve, max_batch=args.max_batch if args.batch else 1)
     except ValueError as exc:
         log(f"error: {exc}")
         return 2
     max_pixels = args.max_pixels or pair.max_pixels
-    # with --dragon-model, DRAGON decisions over the folder with that LM, not the verifier's
-    server = VerifierServer(pair.verifier, PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=max_pixels)), config,
-                            dragon)
+    encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=max_pixels))
+    # with --dragon-model, DRAGON decisions over the folder with that LM, else with the verifier's
+    if dragon is None and args.documents:
+        dragon = DragonService(pair.verifier.stack, encoder, args.documents)
+    server = VerifierServer(pair.verifier, encoder, config, dragon_sessions(dragon))
     endpoint = server.start()
     if config.emulate_tq_s:
         log(f"emulating T_q = {config.emulate_tq_s * 1e3:.0f} ms per verification forward")
@@ -134,7 +141,7 @@ def dragon_service(args: argparse.Namespace):
     """``serve --dragon-model SOURCE``: the cloud side of DRAGON over ``--documents`` with that source's
     LM (its verifier part's stack, at ``--dtype`` on ``--device``), the same source as the robot's
     ``dragon_model``: both sides aggregate over one vocabulary."""
-    from edge_spec_ros.cloud.dragon import DragonService
+    from edge_spec_ros.dragon.session import DragonService
 
     dragon_pair = load_pair(args.dragon_model, parts=("verifier",), dtype=args.dtype, device=args.device)
     service = DragonService(dragon_pair.verifier.stack, dragon_pair.prompt_encoder(), args.documents)

@@ -12,7 +12,7 @@ p_δ pruned to its top K on the downlink (LOSSY: the output no longer follows th
 
 Kinds: a ``verify`` mode decodes a decision (reasoning + action) with ``edge/modes.EdgeDecoder``:
 drafts verified by the cloud's target model. An ``answer`` mode (``dragon``) answers a question from
-the robot's memory and the cloud's documents (``edge/dragon.RobotDragon``, DRAGON's Speculative
+the robot's memory and the cloud's documents (``dragon/robot.RobotDragon``, DRAGON's Speculative
 Aggregation): nothing is verified and nothing moves. ``MODES`` lists the verify modes (what the
 decoder, the bench, the payload table and Describe run); ``ALL_MODES`` every mode (the drafter
 node's ``mode`` parameter); ``get_mode`` refuses an answer mode with a clear error, so no verifier
@@ -100,7 +100,7 @@ def get_mode(name: str) -> Mode:
     mode = find_mode(name)
     if mode.answers:
         raise ValueError(f"mode {name!r} answers questions from the robot's memory and the cloud's documents "
-                         f"(edge/dragon.RobotDragon); it is not a decoding mode of EdgeDecoder (one of "
+                         f"(dragon/robot.RobotDragon); it is not a decoding mode of EdgeDecoder (one of "
                          f"{', '.join(MODES)})")
     return mode
 

@@ -5,7 +5,7 @@ with the 7B verifier). Tests and the embedded demo use this small byte-level BPE
 same special tokens and chat template as Qwen2-VL, so the same processor code serves both.
 
 ``tokenizer_fingerprint`` (any tokenizer) names the id space a model's distributions are over; DRAGON
-(wire/dragon.py) refuses to aggregate two sides whose fingerprints differ.
+(dragon/wire.py) refuses to aggregate two sides whose fingerprints differ.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 An instruction that arrives while the drafter runs in mode ``dragon`` is a question (e.g. "where did
 you see the red chair?"). ``DragonAnswerer.answer`` re-reads the robot's memory (``memory_dir``,
-written by nodes/memory_node.py), runs ``edge/dragon.RobotDragon`` against the verifier server's
+written by nodes/memory_node.py), runs ``dragon/robot.RobotDragon`` against the verifier server's
 documents (``serve --documents DIR``) over one ZeroMQ DEALER link per question to
 ``verifier_endpoint`` (the server the bridge talks to; DRAGON's messages do not travel through the
 bridge), and publishes an ``Answer`` on ``edge_spec/answer``. No Decision is published, so the action
@@ -30,7 +30,10 @@ from dataclasses import dataclass, field
 
 from rclpy.node import Node
 
-from edge_spec_ros.edge.dragon import DragonConfig, DragonLinkError, RobotDragon, ZmqDragonLink
+from edge_spec_ros.dragon.document_lm import chat_prompt_ids, stop_token_ids
+from edge_spec_ros.dragon.robot import DragonConfig, DragonLinkError, RobotDragon, ZmqDragonLink
+from edge_spec_ros.dragon.stores import RobotMemory
+from edge_spec_ros.dragon.wire import AGGREGATOR_POLICIES, PAYLOADS
 from edge_spec_ros.models.pairs import ModelPair, ModelSourceError, load_pair
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
@@ -38,10 +41,7 @@ from edge_spec_ros.msg import Answer as AnswerMsg
 from edge_spec_ros.nodes.memory_node import DEFAULT_MEMORY_DIR
 from edge_spec_ros.nodes.params import doc
 from edge_spec_ros.nodes.ros_link import RELIABLE
-from edge_spec_ros.rag.document_lm import chat_prompt_ids, stop_token_ids
-from edge_spec_ros.rag.stores import RobotMemory
 from edge_spec_ros.wire.curve import client_keys
-from edge_spec_ros.wire.dragon import AGGREGATOR_POLICIES, PAYLOADS
 
 ANSWER_TOPIC = "edge_spec/answer"
 
@@ -133,7 +133,7 @@ class DragonAnswerer:
     def answer(self, question: str, current: Callable[[], bool]) -> str | None:
         """Answer ``question`` and publish it (unless ``current()`` turned false meanwhile: a new
         instruction or a stop voids it; the decision stops at the next token, or within
-        ``edge.dragon.CANCEL_POLL_S`` while it waits for the cloud, which drops the session). Returns the
+        ``dragon.robot.CANCEL_POLL_S`` while it waits for the cloud, which drops the session). Returns the
         text, None when it failed or was voided."""
         t0 = time.monotonic()
         self.count += 1

@@ -1,4 +1,4 @@
-"""memory_node: writes the robot's private memory (DRAGON's D^device, rag/stores.RobotMemory) as it runs.
+"""memory_node: writes the robot's private memory (DRAGON's D^device, dragon/stores.RobotMemory) as it runs.
 
 Subscribes  edge_spec/decision (Decision: each decision's decoded text, recorded as an observation),
             instruction (std_msgs/String: each instruction; stop words and, unless record_questions,
@@ -14,7 +14,7 @@ with the node's clock (simulation time under ``use_sim_time``) and the latest po
 the next decision and after a restart. One node writes to a directory (an exclusive lock on
 ``<memory_dir>/memory.lock``: entry ids are counted by the writer); a second one, or a memory that
 cannot be read, is logged as an error and records nothing, and the robot goes on. The memory never leaves the robot: DRAGON's robot side
-(edge/dragon.RobotDragon) reads it, and only tokens and distributions cross the link.
+(dragon/robot.RobotDragon) reads it, and only tokens and distributions cross the link.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from std_msgs.msg import String
 
+from edge_spec_ros.dragon.stores import MemoryKind, RobotMemory
 from edge_spec_ros.edge.cycle import is_stop
 from edge_spec_ros.msg import Decision
 from edge_spec_ros.srv import AddNote as AddNoteSrv
@@ -36,7 +37,6 @@ from edge_spec_ros.nodes.diagnostics import ERROR, OK, Diagnostics, Report
 from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE
-from edge_spec_ros.rag.stores import MemoryKind, RobotMemory
 
 
 LOCK_FILE = "memory.lock"  # held (flock) by the one memory node writing to a directory
@@ -105,7 +105,7 @@ class MemoryNode(Node):
             skipped = self.memory.skipped_lines
             self.get_logger().info(f"memory in {self.memory.path} ({len(self.memory)} entries"
                                    f"{f', {skipped} unreadable lines skipped' if skipped else ''})")
-            for r in self.memory.renumbered:  # a hand-edited file: both entries kept (rag/stores.RobotMemory)
+            for r in self.memory.renumbered:  # a hand-edited file: both entries kept (dragon/stores.RobotMemory)
                 self.get_logger().warning(f"{self.memory.path} line {r.line}: entry id {r.entry_id} repeats line "
                                           f"{r.first_line}'s; kept as entry {r.new_id}")
 

@@ -33,7 +33,6 @@ import lz4.block
 import numpy as np
 
 from edge_spec_ros.wire import compact
-from edge_spec_ros.wire.dragon import DRAGON_FIELD_DTYPES, DRAGON_TYPES
 from edge_spec_ros.wire.messages import MESSAGE_TYPES, DraftBlock, Envelope, ErrorCode, Message
 
 MAGIC = b"ES"
@@ -47,11 +46,35 @@ LZ4_MIN_SAVING = 0.1
 ALLOWED_DTYPES = {"int32": np.int32, "int64": np.int64, "float32": np.float32, "float16": np.float16,
                   "uint8": np.uint8}
 MAX_NDIM = 4
-# Arrays whose dtype is fixed by the protocol (others: any allowed dtype).
+# Arrays whose dtype is fixed by the protocol (others: any allowed dtype); ``register`` adds others'.
 FIELD_DTYPES = {"input_ids": "int32", "tokens": "int32", "image": "uint8", "q_ids": "int32", "p_ids": "int32",
-                "q_draft": "float32", **DRAGON_FIELD_DTYPES}
-# Every type the frames may carry: the verifier protocol's and DRAGON's (wire/dragon.py, types 32-37).
-FRAME_TYPES: dict[int, type] = {**MESSAGE_TYPES, **DRAGON_TYPES}
+                "q_draft": "float32"}
+# Every type the frames may carry: the verifier protocol's, and those ``register`` adds (DRAGON's 32-37)
+FRAME_TYPES: dict[int, type] = dict(MESSAGE_TYPES)
+
+
+def register(types: Mapping[int, type], field_dtypes: Mapping[str, str]) -> None:
+    """Let the frames carry another protocol's messages beside the verifier protocol's: ``types``
+    maps each type byte to its frozen dataclass, ``field_dtypes`` fixes the dtype of its array
+    fields. DRAGON's module registers its messages when it is imported (edge_spec_ros/dragon/wire.py,
+    types 32-37), so this layer never imports DRAGON; a process that may receive DRAGON's messages
+    imports that module (the server through the DRAGON sessions ``serve`` gives it, the robot
+    through its DRAGON link), and one that does not answers them as a verifier that predates DRAGON:
+    MALFORMED, "unknown message type N". Registering the same class again (a reloaded module) is a
+    no-op; a type byte or field dtype taken by another is a ValueError."""
+    for number, cls in types.items():
+        taken = FRAME_TYPES.get(int(number))
+        if number == compact.COMPACT_DRAFT or (taken is not None and _name(taken) != _name(cls)):
+            raise ValueError(f"message type {int(number)} is taken ({_name(taken or DraftBlock)})")
+    for name, dtype in field_dtypes.items():
+        if dtype not in ALLOWED_DTYPES or FIELD_DTYPES.get(name, dtype) != dtype:
+            raise ValueError(f"array field {name!r}: dtype {dtype} not allowed or fixed otherwise")
+    FRAME_TYPES.update((int(number), cls) for number, cls in types.items())
+    FIELD_DTYPES.update(field_dtypes)
+
+
+def _name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 @dataclasses.dataclass(frozen=True)

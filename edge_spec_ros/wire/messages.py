@@ -26,7 +26,7 @@ class MsgType(IntEnum):
     ERROR = 8  # cloud → robot: a request was refused
     STATS = 9  # robot → cloud: ask for the server's counters
     STATS_REPLY = 10  # cloud → robot: the counters
-    # 11: a compact draft block (wire/compact.py); 32-37: DRAGON (wire/dragon.py)
+    # 11: a compact draft block (wire/compact.py); 32-37: DRAGON (dragon/wire.py)
     PING = 12  # robot → cloud: the link's heartbeat, independent of decisions (edge/client.py)
     PONG = 13  # cloud → robot: the answer of the server's I/O thread, never queued behind a worker
 

@@ -10,10 +10,11 @@ import pytest
 
 from edge_spec_ros.cloud.limits import Limits
 from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
+from edge_spec_ros.dragon.session import DragonService, dragon_sessions
+from edge_spec_ros.dragon.wire import DragonDist, DragonDraft, DragonOpen, DragonOpened
 from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.wire.codec import WireError, decode, encode
-from edge_spec_ros.wire.dragon import DragonDist, DragonDraft, DragonOpen, DragonOpened
 from edge_spec_ros.wire.messages import Envelope, Error, ErrorCode
 
 from raw_peer import RawPeer
@@ -44,7 +45,8 @@ def test_a_hostile_oversized_probs_gets_a_clear_error_and_the_server_keeps_servi
     verifier = EarlyExitVerifier(target_model)
     vocab = verifier.stack.vocab_size
     server = VerifierServer(verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", idle_exit_s=60.0,
-                                                            max_requests=200, documents=str(docs)))
+                                                            max_requests=200),
+                            dragon_sessions(DragonService(verifier.stack, encoder, docs)))
     endpoint = server.start()
     peer = RawPeer(endpoint)
     try:

@@ -4,11 +4,11 @@ pair). The table must cover every field of DragonOpen, DragonDraft, DragonTarget
 and DragonDist (a new field without a refusal case fails ``test_the_table_covers_every_field``).
 
 A case is sent in the state where the field matters: the test plays the robot's side by hand
-(wire/dragon.py's flow) — with the cloud aggregating (it receives drafts and, payload ``on_demand``,
+(dragon/wire.py's flow) — with the cloud aggregating (it receives drafts and, payload ``on_demand``,
 asks for distributions), or the robot aggregating (the cloud sends its drafts and receives targets
 and distribution requests). One fresh decision per case, closed afterwards.
 
-What is dropped rather than refused, because an honest side sends it (``rag/dragon_peer.py``): a
+What is dropped rather than refused, because an honest side sends it (``dragon/peer.py``): a
 draft of an earlier epoch (decoded before its side learned of a rejection), or one that reaches a
 side no longer aggregating (sent before a switch). ``test_a_stale_draft_is_dropped_and_the_next_is_aggregated``
 shows one. The other side's acceptance flag in a DragonTarget concerns the aggregator's own draft,
@@ -26,14 +26,14 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from edge_spec_ros.dragon.wire import (
+    MAX_EMULATED_DELAY_S, MAX_QUEUE, DragonDist, DragonDistRequest, DragonDraft, DragonOpen, DragonOpened,
+    DragonTarget,
+)
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
 from edge_spec_ros.server_process import verifier_server
 from edge_spec_ros.wire.codec import HEADER, decode, encode
-from edge_spec_ros.wire.dragon import (
-    MAX_EMULATED_DELAY_S, MAX_QUEUE, DragonDist, DragonDistRequest, DragonDraft, DragonOpen, DragonOpened,
-    DragonTarget,
-)
 from edge_spec_ros.wire.messages import Close, Envelope, Error, ErrorCode, Stats, StatsReply
 
 from raw_peer import RawPeer

@@ -1,5 +1,5 @@
-"""DRAGON through the real verifier server (cloud/server.py routing to cloud/dragon.DragonSession) over
-ZeroMQ on 127.0.0.1: the robot's RobotDragon with edge/dragon.ZmqDragonLink gives DRDG/TW's tokens
+"""DRAGON through the real verifier server (cloud/server.py routing to dragon/session.DragonSession) over
+ZeroMQ on 127.0.0.1: the robot's RobotDragon with dragon/robot.ZmqDragonLink gives DRDG/TW's tokens
 (greedy and sampled, either first aggregator, both payloads); refusals come back as clear errors,
 among them a cloud whose tokenizer differs from the robot's at the same vocabulary size. Small models
 with the project's tokenizer; servers stop by themselves (idle exit, request cap)."""
@@ -11,18 +11,19 @@ import contextlib
 import pytest
 
 from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
-from edge_spec_ros.edge.dragon import DragonConfig, DragonLinkError, RobotDragon, ZmqDragonLink
-from edge_spec_ros.models.stack import DecoderStack
+from edge_spec_ros.dragon.aggregation import drdg_tw
+from edge_spec_ros.dragon.document_lm import build_side, chat_prompt_ids
+from edge_spec_ros.dragon.peer import wire_precision
+from edge_spec_ros.dragon.robot import DragonConfig, DragonLinkError, RobotDragon, ZmqDragonLink
+from edge_spec_ros.dragon.session import DragonService, dragon_sessions
+from edge_spec_ros.dragon.stores import DocumentStore, RobotMemory
+from edge_spec_ros.dragon.wire import DragonOpen
 from edge_spec_ros.models.prompt import PromptEncoder
+from edge_spec_ros.models.stack import DecoderStack
 from edge_spec_ros.models.tiny import DRAFTER_SPEC, build_tiny_qwen2vl
 from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
 from edge_spec_ros.models.verifier import EarlyExitVerifier
-from edge_spec_ros.rag.document_lm import build_side, chat_prompt_ids
-from edge_spec_ros.rag.dragon_peer import wire_precision
-from edge_spec_ros.rag.stores import DocumentStore, RobotMemory
-from edge_spec_ros.spec.aggregation import drdg_tw
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
-from edge_spec_ros.wire.dragon import DragonOpen
 from edge_spec_ros.wire.messages import ErrorCode
 
 from tokenizer_variants import swapped_tokenizer
@@ -32,8 +33,9 @@ QUERY = "where is the red chair"
 
 @contextlib.contextmanager
 def server(verifier, encoder, documents=""):
+    service = DragonService(verifier.stack, encoder, documents) if documents else None  # none: DRAGON refused
     srv = VerifierServer(verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", idle_exit_s=60.0,
-                                                         max_requests=5000, documents=str(documents)))
+                                                         max_requests=5000), dragon_sessions(service))
     endpoint = srv.start()
     try:
         yield endpoint
@@ -122,8 +124,8 @@ def test_a_cloud_with_another_tokenizer_of_the_same_size_refuses_the_open(setup,
     import json
     import re
 
+    from edge_spec_ros.dragon.wire import DragonOpened
     from edge_spec_ros.wire.codec import HEADER, encode
-    from edge_spec_ros.wire.dragon import DragonOpened
     from edge_spec_ros.wire.messages import Envelope, Error
 
     from raw_peer import RawPeer
@@ -179,8 +181,8 @@ def test_misplaced_dragon_messages_get_errors_and_the_server_keeps_serving(setup
     target sent to the cloud while the cloud aggregates: BAD_REQUEST; a later decision still decodes."""
     import numpy as np
 
+    from edge_spec_ros.dragon.wire import DragonOpened, DragonTarget
     from edge_spec_ros.wire.codec import encode
-    from edge_spec_ros.wire.dragon import DragonOpened, DragonTarget
     from edge_spec_ros.wire.messages import DraftBlock, Envelope, Error
 
     from raw_peer import RawPeer
@@ -252,8 +254,8 @@ def test_fuzzed_dragon_frames_never_break_the_server(setup, encoder):
 
     import numpy as np
 
+    from edge_spec_ros.dragon.wire import DragonDist, DragonDistRequest, DragonDraft, DragonTarget
     from edge_spec_ros.wire.codec import encode
-    from edge_spec_ros.wire.dragon import DragonDist, DragonDistRequest, DragonDraft, DragonTarget
     from edge_spec_ros.wire.fuzz import mutate
     from edge_spec_ros.wire.messages import Close, Envelope, Stats, StatsReply
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from edge_spec_ros.dragon.wire import check_fingerprint
 from edge_spec_ros.models.tokenizer import load_tokenizer, tokenizer_fingerprint
-from edge_spec_ros.wire.dragon import check_fingerprint
 
 from tokenizer_variants import RENAMED, SWAPPED, rename_a_token, swap_two_tokens, variant
 

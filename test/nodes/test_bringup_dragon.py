@@ -12,10 +12,10 @@ import yaml
 
 from edge_spec_ros import bringup, cli
 from edge_spec_ros.bringup import BringupConfig, serve_args, yaml_dragon_model
-from edge_spec_ros.edge.dragon import DragonLinkError, ZmqDragonLink
+from edge_spec_ros.dragon.robot import DragonLinkError, ZmqDragonLink
+from edge_spec_ros.dragon.wire import DragonOpen, DragonOpened
 from edge_spec_ros.models.tokenizer import load_tokenizer, tokenizer_fingerprint
 from edge_spec_ros.server_process import verifier_process
-from edge_spec_ros.wire.dragon import DragonOpen, DragonOpened
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = str(ROOT / "config" / "go2_nav.yaml")

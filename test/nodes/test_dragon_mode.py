@@ -21,16 +21,17 @@ from std_msgs.msg import String
 
 from rosharness import process, service_answers, wait_for
 from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
+from edge_spec_ros.dragon.aggregation import drdg_tw
+from edge_spec_ros.dragon.document_lm import build_side, chat_prompt_ids
+from edge_spec_ros.dragon.peer import wire_precision
+from edge_spec_ros.dragon.session import DragonService, dragon_sessions
+from edge_spec_ros.dragon.stores import DocumentStore, RobotMemory
 from edge_spec_ros.models.stack import DecoderStack
 from edge_spec_ros.models.tiny import DRAFTER_SPEC, build_tiny_qwen2vl
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.msg import Answer as AnswerMsg, Decision, NavAction as NavActionMsg
 from edge_spec_ros.nodes.dragon_answer import ANSWER_TOPIC, DragonAnswerer, DragonNodeConfig
 from edge_spec_ros.nodes.ros_link import RELIABLE
-from edge_spec_ros.rag.document_lm import build_side, chat_prompt_ids
-from edge_spec_ros.rag.dragon_peer import wire_precision
-from edge_spec_ros.rag.stores import DocumentStore, RobotMemory
-from edge_spec_ros.spec.aggregation import drdg_tw
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 from edge_spec_ros.srv import AddNote as AddNoteSrv
 
@@ -124,8 +125,9 @@ def test_the_answerer_publishes_drdg_tw_s_answer_or_the_servers_refusal(ros, tmp
     answers = ros.collect(AnswerMsg, ANSWER_TOPIC, RELIABLE)
     n = 8
     for documents in ("", str(docs)):
+        service = DragonService(verifier.stack, encoder, documents) if documents else None  # none: refused
         server = VerifierServer(verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", idle_exit_s=60.0,
-                                                                max_requests=2000, documents=documents))
+                                                                max_requests=2000), dragon_sessions(service))
         endpoint = server.start()
         try:
             config = DragonNodeConfig(verifier_endpoint=endpoint, memory_dir=str(memory.directory),
@@ -172,7 +174,8 @@ def test_dragon_model_answers_with_its_own_lm_or_says_why_it_cannot(ros, tmp_pat
     answers = ros.collect(AnswerMsg, ANSWER_TOPIC, RELIABLE)
     n = 8
     server = VerifierServer(verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", idle_exit_s=60.0,
-                                                            max_requests=2000, documents=str(docs)))
+                                                            max_requests=2000),
+                            dragon_sessions(DragonService(verifier.stack, encoder, docs)))
     endpoint = server.start()
     try:
         config = DragonNodeConfig(verifier_endpoint=endpoint, memory_dir=str(memory.directory), dragon_timeout_s=30.0,
@@ -209,7 +212,8 @@ def test_a_new_instruction_cancels_an_answer_mid_way(ros, tmp_path, target_model
     answers = ros.collect(AnswerMsg, ANSWER_TOPIC, RELIABLE)
     budget = 500
     server = VerifierServer(verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", idle_exit_s=60.0,
-                                                            max_requests=100000, documents=str(docs)))
+                                                            max_requests=100000),
+                            dragon_sessions(DragonService(verifier.stack, encoder, docs)))
     endpoint = server.start()
     try:
         config = DragonNodeConfig(verifier_endpoint=endpoint, memory_dir=str(memory.directory), dragon_timeout_s=30.0)

@@ -14,12 +14,12 @@ from types import SimpleNamespace
 import pytest
 
 from rosharness import wait_for
+from edge_spec_ros.dragon.stores import RobotMemory
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.smollm2 import MissingSmolLM2, smollm2_dir
 from edge_spec_ros.msg import Answer as AnswerMsg
 from edge_spec_ros.nodes.dragon_answer import ANSWER_TOPIC, DragonAnswerer, DragonNodeConfig
 from edge_spec_ros.nodes.ros_link import RELIABLE
-from edge_spec_ros.rag.stores import RobotMemory
 from edge_spec_ros.server_process import verifier_process
 
 pytestmark = pytest.mark.slow

@@ -11,10 +11,10 @@ from nav_msgs.msg import Odometry
 from std_msgs.msg import String
 
 from rosharness import node_command, process, service_answers, wait_for
+from edge_spec_ros.dragon.stores import RobotMemory
 from edge_spec_ros.msg import Decision
 from edge_spec_ros.nodes.memory_node import MemoryNodeConfig, yaw
 from edge_spec_ros.nodes.ros_link import RELIABLE
-from edge_spec_ros.rag.stores import RobotMemory
 
 DISCOVERY_S = 20.0
 

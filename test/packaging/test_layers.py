@@ -26,9 +26,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the CPU thread budget (bags and cpu are top-level modules, but libraries: sim and nodes use them)
     ("spec", "nav", "camera", "bags", "cpu"),
     ("wire", "models"),  # messages, codec, transport and the verifier-link protocol; the models
-    ("decoding", "rag"),  # reference decoders over the models; DRAGON's retrieval and aggregation
+    ("decoding",),  # reference decoders over the models
     ("sim",),  # the simulated room, its expert, closed-loop evaluation
     ("cloud", "edge", "training"),  # the verifier service (and the in-process link), the robot's decoding
+    # DRAGON, all of it: its maths, stores, peer, messages (registered with the codec), the robot's side,
+    # the cloud's sessions (a kind of decision the server hosts) and its benchmarks
+    ("dragon",),
     ("msg", "srv", "action"),  # the ROS 2 interfaces rosidl generates (not in this tree)
     ("nodes",),  # rclpy nodes and the ROS verifier link
     # the application: ``edge-spec-ros serve`` as a child process; the benchmark (its ROS path drives

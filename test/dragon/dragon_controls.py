@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from edge_spec_ros.rag.dragon_peer import DragonPeer
-from edge_spec_ros.spec.aggregation import ROBOT
+from edge_spec_ros.dragon.aggregation import ROBOT
+from edge_spec_ros.dragon.peer import DragonPeer
 
 
 class StaleDraftsAggregator(DragonPeer):

@@ -1,4 +1,4 @@
-"""bench/dragon_latency in small: DRAGON's configurations at both payloads and the paper's baselines come
+"""dragon/bench/latency in small: DRAGON's configurations at both payloads and the paper's baselines come
 out of one run, every DRAGON / DRDG-TW row with the same tokens, the baselines with their bytes."""
 
 from __future__ import annotations

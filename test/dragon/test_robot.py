@@ -1,5 +1,5 @@
-"""DRAGON on the robot with real (small) language models: edge/dragon.RobotDragon over a RobotMemory
-against cloud/dragon.DragonSession over a DocumentStore, every message encoded and decoded.
+"""DRAGON on the robot with real (small) language models: dragon/robot.RobotDragon over a RobotMemory
+against dragon/session.DragonSession over a DocumentStore, every message encoded and decoded.
 
 Greedy and sampled output equal DRDG/TW token for token (threads, in-process link); sampled two-token
 sequences fit Π_t (η^l p^l + η^r p^r) by chi-square and an aggregator that uses stale drafts fails;
@@ -16,18 +16,18 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from edge_spec_ros.cloud.dragon import DragonServeConfig, DragonSession, LocalDragonLink
-from edge_spec_ros.edge.dragon import DragonConfig, RobotDragon
+from edge_spec_ros.dragon.aggregation import CLOUD, ROBOT, drdg_tw
+from edge_spec_ros.dragon.document_lm import build_side
+from edge_spec_ros.dragon.peer import DragonPeer, PeerConfig, run_interleaved, wire_precision
+from edge_spec_ros.dragon.robot import DragonConfig, RobotDragon
+from edge_spec_ros.dragon.session import DragonServeConfig, DragonSession, LocalDragonLink
+from edge_spec_ros.dragon.stores import DocumentStore, RobotMemory
+from edge_spec_ros.dragon.wire import DRAGON_PROTOCOL, DragonOpen, DragonOpened
 from edge_spec_ros.models.stack import DecoderStack
 from edge_spec_ros.models.tiny import build_tiny_qwen2vl
 from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
-from edge_spec_ros.rag.document_lm import build_side
-from edge_spec_ros.rag.dragon_peer import DragonPeer, PeerConfig, run_interleaved, wire_precision
-from edge_spec_ros.rag.stores import DocumentStore, RobotMemory
-from edge_spec_ros.spec.aggregation import CLOUD, ROBOT, drdg_tw
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 from edge_spec_ros.wire.codec import HEADER
-from edge_spec_ros.wire.dragon import DRAGON_PROTOCOL, DragonOpen, DragonOpened
 
 from dragon_controls import StaleDraftsAggregator
 from small_vocab import SMALL, VOCAB, aggregated_two_token_joint
@@ -293,7 +293,7 @@ def test_a_new_instruction_cancels_the_open_while_the_cloud_prefills(world):
 
     import zmq
 
-    from edge_spec_ros.edge.dragon import CANCEL_POLL_S, ZmqDragonLink
+    from edge_spec_ros.dragon.robot import CANCEL_POLL_S, ZmqDragonLink
     from edge_spec_ros.wire.codec import decode
     from edge_spec_ros.wire.messages import Close
 
@@ -320,11 +320,11 @@ def test_a_new_instruction_cancels_the_open_while_the_cloud_prefills(world):
 
 
 def test_delayed_pipe_keeps_order_and_delay():
-    """cloud/dragon.DelayedPipe: every item arrives no earlier than its delay minus jitter after it was
+    """dragon/session.DelayedPipe: every item arrives no earlier than its delay minus jitter after it was
     put, and in the order put (jitter never reorders)."""
     import time
 
-    from edge_spec_ros.cloud.dragon import DelayedPipe
+    from edge_spec_ros.dragon.session import DelayedPipe
 
     pipe = DelayedPipe(0.03, 0.01, seed=1)
     sent = {}

@@ -1,4 +1,4 @@
-"""DRAGON's Speculative Aggregation over the wire protocol (wire/dragon.py, rag/dragon_peer.py).
+"""DRAGON's Speculative Aggregation over the wire protocol (dragon/wire.py, dragon/peer.py).
 
 Two DragonPeers exchange encoded frames in random, seeded event orders (drafting, aggregating,
 delivering): the output equals DRDG/TW token for token (greedy and sampled) for every payload,
@@ -17,7 +17,16 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from edge_spec_ros.rag.dragon_peer import (
+from edge_spec_ros.dragon import wire as wd
+from edge_spec_ros.dragon.aggregation import (
+    CLOUD,
+    ROBOT,
+    LocalAggregate,
+    drdg_tw,
+    local_aggregate,
+    speculative_aggregate,
+)
+from edge_spec_ros.dragon.peer import (
     DragonPeer,
     DragonProtocolError,
     FULL,
@@ -27,16 +36,7 @@ from edge_spec_ros.rag.dragon_peer import (
     run_interleaved,
     wire_precision,
 )
-from edge_spec_ros.spec.aggregation import (
-    CLOUD,
-    ROBOT,
-    LocalAggregate,
-    drdg_tw,
-    local_aggregate,
-    speculative_aggregate,
-)
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
-from edge_spec_ros.wire import dragon as wd
 from edge_spec_ros.wire.codec import WireError, decode, encode
 from edge_spec_ros.wire.messages import Envelope, ErrorCode
 
@@ -384,9 +384,9 @@ def test_protocol_violations_are_refused():
 
 
 def test_wire_cost_bench_small_vocabulary():
-    """bench/dragon_wire at V = 2000: a full draft carries 4 V bytes of p^s_t plus a small header,
+    """dragon/bench/wire at V = 2000: a full draft carries 4 V bytes of p^s_t plus a small header,
     an on_demand draft and a target fit in 250 bytes; on_demand moves fewer bytes per token."""
-    from edge_spec_ros.bench.dragon_wire import message_sizes, run
+    from edge_spec_ros.dragon.bench.wire import message_sizes, run
 
     v = 2000
     sizes = message_sizes(v)

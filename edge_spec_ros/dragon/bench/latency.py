@@ -7,8 +7,8 @@ schedule — max_queue = 1: a side decodes x^s_{t+1} only after x_t arrived, so 
 round trip, as token-wise synchronisation does (same messages, same tokens); DRAGON — max_queue = 4
 with the aggregator on the robot, on the cloud, or moved by eq. 8, and max_queue = 64 (the paper's
 queues are unbounded; 64 is the protocol's limit, more than the tokens decoded here); payload ``full`` (the paper's: p^s_t
-with every draft) and ``on_demand`` (exact, fewer bytes; rag/dragon_peer.partial_aggregate).
-Baselines (bench/dragon_baselines): CRCG per side, DRCG/Text, DRCG/KV, DRDG/SW — their compute
+with every draft) and ``on_demand`` (exact, fewer bytes; dragon/peer.partial_aggregate).
+Baselines (dragon/bench/baselines): CRCG per side, DRCG/Text, DRCG/KV, DRDG/SW — their compute
 measured here, their transfers timed over the same emulated link with their real byte counts.
 
 Figures: TTFT — from the query (before the robot's retrieval) to the first token known at the robot;
@@ -17,7 +17,7 @@ its decoding span / n); total — the query to the last token.
 
 With ``--link zmq`` the cloud side is a real VerifierServer (ZeroMQ on 127.0.0.1) that emulates the
 downlink (wire/emulator.LinkShape: rtt/2·0.9 + uniform [0, rtt/5·½]) while ZmqDragonLink emulates the
-uplink the same way. Median of ``--repeats`` decisions per cell. Both sides run in this process (the robot's thread and the cloud's, cloud/dragon.LocalDragonLink),
+uplink the same way. Median of ``--repeats`` decisions per cell. Both sides run in this process (the robot's thread and the cloud's, dragon/session.LocalDragonLink),
 every message encoded and decoded; the models are the shipped pair (robot: the drafter, cloud: the
 verifier; assets/sim_pair), each over two retrieved documents of its own (a robot memory and a cloud
 folder written here). Greedy, so every DRAGON and DRDG/TW configuration must give the same tokens
@@ -38,7 +38,9 @@ from pathlib import Path
 
 import torch
 
-from edge_spec_ros.bench.dragon_baselines import (
+from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
+from edge_spec_ros.config_cli import UsageError
+from edge_spec_ros.dragon.bench.baselines import (
     emulators,
     kv_bytes_formula,
     link_shape,
@@ -47,14 +49,12 @@ from edge_spec_ros.bench.dragon_baselines import (
     measure_sequence_wise,
     median,
 )
-from edge_spec_ros.cloud.dragon import LocalDragonLink
-from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
-from edge_spec_ros.config_cli import UsageError
-from edge_spec_ros.edge.dragon import DragonConfig, RobotDragon, ZmqDragonLink
+from edge_spec_ros.dragon.document_lm import chat_prompt_ids
+from edge_spec_ros.dragon.robot import DragonConfig, RobotDragon, ZmqDragonLink
+from edge_spec_ros.dragon.session import DragonService, LocalDragonLink, dragon_sessions
+from edge_spec_ros.dragon.stores import DocumentStore, RobotMemory
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
-from edge_spec_ros.rag.document_lm import chat_prompt_ids
-from edge_spec_ros.rag.stores import DocumentStore, RobotMemory
 
 QUERY = "Where did you see the red chair?"
 MEMORY = [("observation", "I see a red chair next to the window, two metres ahead.", (2.0, 0.5, 0.1)),
@@ -239,8 +239,9 @@ def command(args: argparse.Namespace) -> int:
         baselines = {} if args.no_baselines else measure_baselines(pair, memory, store, prompt_ids, decode_text,
                                                                     args.tokens, args.repeats)
         if args.link == "zmq":
-            server = VerifierServer(pair.verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", idle_exit_s=600.0,
-                                                                         documents=str(Path(tmp) / "docs")))
+            service = DragonService(pair.verifier.stack, encoder, Path(tmp) / "docs")
+            server = VerifierServer(pair.verifier, encoder, ServerConfig(bind="tcp://127.0.0.1:*", idle_exit_s=600.0),
+                                    dragon_sessions(service))
             endpoint = server.start()
         try:
             for rtt_ms in (float(x) for x in args.rtts_ms.split(",")):

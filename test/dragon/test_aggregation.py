@@ -1,4 +1,4 @@
-"""DRAGON's output aggregation and Algorithm 1 (spec/aggregation.py) on hand-built distributions.
+"""DRAGON's output aggregation and Algorithm 1 (dragon/aggregation.py) on hand-built distributions.
 
 Exactness: Algorithm 1's target token follows p_t = η^l p^l + η^r p^r — checked exactly by
 enumeration (App. A.2) and by a chi-square test on sampled tokens, with negative controls (residual
@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from edge_spec_ros.spec.aggregation import (
+from edge_spec_ros.dragon.aggregation import (
     CLOUD,
     ROBOT,
     DragonStream,

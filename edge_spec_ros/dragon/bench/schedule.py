@@ -1,13 +1,13 @@
 """Fig. 8 with acceptance sequences recorded from real models: the eq. 8 scheduler against always-robot,
-always-cloud and random aggregation (spec/dragon_scheduler.compare_policies).
+always-cloud and random aggregation (dragon/scheduler.compare_policies).
 
 Legend: S^l_t, S^r_t — whether the robot's / cloud's draft at t became the target token; c^s_dec —
 a side's time to decode one draft (all its documents); rtt — base round trip plus the extra latency
 with a sinusoidal jitter of 1/5 of it (§7.4).
 
 The sequences come from the shipped pair (robot: the drafter, cloud: the verifier; assets/sim_pair),
-each over two retrieved documents of its own (bench/dragon_latency's memory and folder), sampled at
-T = 1 with one seed per sequence, through DRDG/TW (spec/aggregation.drdg_tw): Speculative
+each over two retrieved documents of its own (dragon/bench/latency's memory and folder), sampled at
+T = 1 with one seed per sequence, through DRDG/TW (dragon/aggregation.drdg_tw): Speculative
 Aggregation makes exactly these accept/reject decisions for any timing, so the timing can be replayed
 (simulate_pipeline). c_dec: measured here per side, and the paper-like settings given.
 Run: ``edge-spec-ros bench dragon-schedule [--sequences 50 --tokens 100]``.
@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edge_spec_ros.bench.dragon_latency import QUERY, write_world
+from edge_spec_ros.dragon.aggregation import drdg_tw
+from edge_spec_ros.dragon.bench.latency import QUERY, write_world
+from edge_spec_ros.dragon.document_lm import build_side, chat_prompt_ids
+from edge_spec_ros.dragon.peer import wire_precision
+from edge_spec_ros.dragon.scheduler import compare_policies
 from edge_spec_ros.models.pairs import load_pair
-from edge_spec_ros.rag.document_lm import build_side, chat_prompt_ids
-from edge_spec_ros.rag.dragon_peer import wire_precision
-from edge_spec_ros.spec.aggregation import drdg_tw
-from edge_spec_ros.spec.dragon_scheduler import compare_policies
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 
 

@@ -30,7 +30,7 @@ this machine, one model at a time; the link adds its delays to the measured time
 ``wire/emulator.LinkEmulator`` (the same model the server's emulated downlink uses), each message
 ``HEADER_BYTES`` plus its payload. Where the two sides compute in parallel (SW), the timeline takes
 the later of the two. DRAGON and the DRDG/TW schedule are not modelled here: they run for real
-(bench/dragon_latency).
+(dragon/bench/latency).
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from edge_spec_ros.dragon.aggregation import LocalAggregate, document_probs, local_aggregate
+from edge_spec_ros.dragon.document_lm import PromptIds, RetrievalSide, build_side, text_prompt
+from edge_spec_ros.dragon.relevance import ScoredStore
 from edge_spec_ros.models.kv_cache import KVCache, common_prefix
 from edge_spec_ros.models.stack import DecoderStack
-from edge_spec_ros.rag.document_lm import PromptIds, RetrievalSide, build_side, text_prompt
-from edge_spec_ros.rag.relevance import ScoredStore
-from edge_spec_ros.spec.aggregation import LocalAggregate, document_probs, local_aggregate
 from edge_spec_ros.spec.sampling import SamplingConfig
 from edge_spec_ros.wire.emulator import LinkEmulator, LinkShape
 

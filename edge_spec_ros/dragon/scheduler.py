@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from edge_spec_ros.spec.aggregation import CLOUD, ROBOT, SideName
+from edge_spec_ros.dragon.aggregation import CLOUD, ROBOT, SideName
 
 Policy = Literal["dragon", "robot", "cloud", "random"]
 POLICIES: tuple[Policy, ...] = ("dragon", "robot", "cloud", "random")
@@ -184,16 +184,7 @@ def simulate_pipeline(accept_robot: Sequence[bool], accept_cloud: Sequence[bool]
             finish[s] = (finish[s] if accepted[s][t] else receive[s]) + c_dec[s]
             profiler.observe_acceptance(s, accepted[s][t])
         profiler.rtt = rtt(g)  # the real-time estimate (ping at each step, §5.2)
-        if policy == "dragon":
-            nxt = profiler.choose(aggregator).side
-        elif policy == "robot":
-            nxt = ROBOT
-        elif policy == "cloud":
-            nxt = CLOUD
-        elif policy == "random":
-            nxt = ROBOT if gen.random() < 0.5 else CLOUD
-        else:
-            raise ValueError(f"unknown policy {policy!r}")
+        nxt = _next_aggregator(policy, profiler, aggregator, gen)
         if nxt != aggregator:
             switches += 1
             knows_previous = receive[nxt]  # x_t and the switch signal arrive together
@@ -203,6 +194,19 @@ def simulate_pipeline(accept_robot: Sequence[bool], accept_cloud: Sequence[bool]
     last = where[-1]
     total = times[-1] + (0.0 if last == ROBOT else one_way(times[-1]))
     return SimulationResult(total, tuple(times), tuple(where), switches)
+
+
+def _next_aggregator(policy: Policy, profiler: DragonProfiler, aggregator: SideName,
+                     gen: np.random.Generator) -> SideName:
+    """A_{t+1} under ``policy``: eq. 8 on the profiler's estimates ("dragon"), a fixed side, or a
+    uniform (seeded) pick ("random")."""
+    if policy == "dragon":
+        return profiler.choose(aggregator).side
+    if policy in (ROBOT, CLOUD):
+        return policy
+    if policy == "random":
+        return ROBOT if gen.random() < 0.5 else CLOUD
+    raise ValueError(f"unknown policy {policy!r}")
 
 
 @dataclass(frozen=True)

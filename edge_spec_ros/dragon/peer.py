@@ -1,14 +1,14 @@
 """One side of DRAGON's Speculative Aggregation over messages (Liu et al. 2025, §4.2, Algorithm 1, §5).
 
-Legend: l ≡ robot, r ≡ cloud (fixed labels, spec/aggregation.py); t — generated position; x^s_t,
+Legend: l ≡ robot, r ≡ cloud (fixed labels, dragon/aggregation.py); t — generated position; x^s_t,
 p^s_t, log h̃^s_t — side s's draft, locally aggregated distribution and weight; x_t — target token;
 S^l, S^r — acceptance flags; η^l — the robot's side weight; epoch — a side's rejections so far.
 
 ``DragonPeer`` is the protocol state of one side, pure (no sockets, no threads, an injectable
 clock): ``draft()`` decodes the next draft into the side's Draft Queue, ``aggregate()`` runs
 Algorithm 1 when this side is the aggregator and both queue fronts are there, ``receive(msg)``
-applies a message of the other side; each returns the messages (wire/dragon.py) to send. The robot
-(edge/dragon.py) and the cloud (cloud/dragon.py) run the same class over their own model and
+applies a message of the other side; each returns the messages (dragon/wire.py) to send. The robot
+(dragon/robot.py) and the cloud (dragon/session.py) run the same class over their own model and
 documents; ``run_interleaved`` drives two peers through encoded frames in a random but seeded order
 of events (the tests' stand-in for the two sides' relative speeds and the network).
 
@@ -16,7 +16,7 @@ Exactness (the reason for each rule below):
   * Every draw is u(seed, stream, t) and a draft at t is only aggregated when it was decoded over
     the committed prefix x_<t: a rejected side clears its queue and rolls its KV caches back, the
     aggregator drops that side's queued drafts and, by epoch, those still in flight. So the output
-    equals DRDG/TW (spec/aggregation.drdg_tw) token for token for every interleaving, queue depth,
+    equals DRDG/TW (dragon/aggregation.drdg_tw) token for token for every interleaving, queue depth,
     payload and aggregator placement.
   * p^s_t travels as float32; each side drafts from the float32-rounded p^s_t (``wire_precision``),
     so both sides and the reference work on the same numbers. Departure: the paper does not say how
@@ -28,7 +28,7 @@ Exactness (the reason for each rule below):
     that differ need all of p^o_t. Sampled: σ is drawn first; only the selected side's Sample(·)
     decides x_t; it needs p^o_t at one token (asked for alone when it is not the other side's draft)
     and all of p^o_t only after a rejection (the residual). The same comparisons on the same floats as
-    spec/aggregation.speculative_sample, so the token is identical.
+    dragon/aggregation.speculative_sample, so the token is identical.
 """
 
 from __future__ import annotations
@@ -42,8 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from edge_spec_ros.rag.speculative_aggregation import DraftingSide
-from edge_spec_ros.spec.aggregation import (
+from edge_spec_ros.dragon.aggregation import (
     CLOUD,
     ROBOT,
     AggregationResult,
@@ -54,9 +53,9 @@ from edge_spec_ros.spec.aggregation import (
     side_weights,
     speculative_aggregate,
 )
-from edge_spec_ros.spec.dragon_scheduler import DragonProfiler, other
-from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
-from edge_spec_ros.wire.dragon import (
+from edge_spec_ros.dragon.scheduler import DragonProfiler, other
+from edge_spec_ros.dragon.side import DraftingSide
+from edge_spec_ros.dragon.wire import (
     DragonDist,
     DragonDistRequest,
     DragonDraft,
@@ -65,6 +64,7 @@ from edge_spec_ros.wire.dragon import (
     DragonTarget,
     check_probs,
 )
+from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 
 GAMMA_L = 0.5  # γ^l of Algorithm 1 (§4.3)
 
@@ -131,7 +131,7 @@ def partial_aggregate(x_l: int, x_r: int, log_h_l: float, log_h_r: float, known:
     values ``p_other_at`` (token → p^o_t(token); its draft's at least). Returns (x_t, 0) when that
     decides it, else (None, what is needed): a token whose p^o_t value is missing, or FULL (greedy
     drafts that differ; a rejection, whose residual needs all of p^o_t). Same floats and comparisons
-    as spec/aggregation.speculative_aggregate, so a decided token is its token."""
+    as dragon/aggregation.speculative_aggregate, so a decided token is its token."""
     if sampling.greedy:
         return (x_l, 0) if x_l == x_r else (None, FULL)
     eta_l, eta_r = side_weights(log_h_l, log_h_r)

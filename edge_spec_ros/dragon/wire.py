@@ -1,6 +1,6 @@
 """DRAGON's messages (Liu et al. 2025, Speculative Aggregation over the link), on the project's frames.
 
-Legend (the paper's notation, spec/aggregation.py): l ≡ robot, r ≡ cloud; t — generated position;
+Legend (the paper's notation, dragon/aggregation.py): l ≡ robot, r ≡ cloud; t — generated position;
 x^s_t — side s's draft; p^s_t — its locally aggregated next-token distribution; log h̃^s_t — its
 log Σ_d exp R(d, x_<t); x_t — target token; S^l, S^r — acceptance flags; V — vocabulary size.
 
@@ -35,7 +35,7 @@ drafts carry the epoch they were decoded in, so the aggregator drops those still
 before the rejection. After ``switch`` the old aggregator sends its queued drafts to the new one.
 
 Bad values. A value no honest side sends is refused, naming the field (``check_open`` here; the
-decoding messages in rag/dragon_peer.DragonPeer.receive; the server answers BAD_REQUEST, the codec
+decoding messages in dragon/peer.DragonPeer.receive; the server answers BAD_REQUEST, the codec
 MALFORMED or TOO_LARGE before that): ids outside the vocabulary, a position or epoch that is not the
 next, a p^s_t that is no distribution or travels in the other payload's field, durations that are
 negative, not finite or over an hour, clock readings that are not. Dropped without a reply, because
@@ -53,6 +53,8 @@ from dataclasses import dataclass, fields
 from enum import IntEnum
 
 import numpy as np
+
+from edge_spec_ros.wire import codec
 
 DRAGON_PROTOCOL = 2  # DragonOpen.protocol / DragonOpened.protocol: bumped on any incompatible change
 # (2: the tokenizer fingerprints)
@@ -153,6 +155,9 @@ DRAGON_TYPES: dict[DragonType, type] = {
 }
 DragonMessage = DragonOpen | DragonOpened | DragonDraft | DragonTarget | DragonDistRequest | DragonDist
 DRAGON_FIELD_DTYPES = {"probs": "float32"}  # arrays whose dtype the protocol fixes
+# The project's frames carry these beside the verifier protocol's (wire/codec.py): importing this
+# module is what lets a process encode and decode them
+codec.register(DRAGON_TYPES, DRAGON_FIELD_DTYPES)
 
 # Field names that would carry retrieval material; none of the messages above may have one.
 FORBIDDEN_FIELD_WORDS = ("doc", "text", "passage", "score", "relevance", "kv", "cache", "retriev", "memory")

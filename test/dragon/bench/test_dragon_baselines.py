@@ -1,4 +1,4 @@
-"""The paper's baselines for DRAGON's latency bench (bench/dragon_baselines.py): timelines over an
+"""The paper's baselines for DRAGON's latency bench (dragon/bench/baselines.py): timelines over an
 emulated link add up as the message sequence says; DRCG/KV's cache bytes follow the formula and its
 reuse gives DRCG/Text's tokens; teacher forcing gives the same p^s_t as decoding step by step."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from edge_spec_ros.bench.dragon_baselines import (
+from edge_spec_ros.dragon.bench.baselines import (
     HEADER_BYTES,
     PROB_BYTES,
     TOKEN_BYTES,
@@ -25,9 +25,9 @@ from edge_spec_ros.bench.dragon_baselines import (
     measure_fetched,
     teacher_forced,
 )
-from edge_spec_ros.bench.dragon_latency import QUERY, write_world
+from edge_spec_ros.dragon.bench.latency import QUERY, write_world
+from edge_spec_ros.dragon.document_lm import build_side, chat_prompt_ids, text_prompt
 from edge_spec_ros.models.pairs import load_pair
-from edge_spec_ros.rag.document_lm import build_side, chat_prompt_ids, text_prompt
 from edge_spec_ros.spec.sampling import SamplingConfig
 from edge_spec_ros.wire.emulator import LinkEmulator, LinkShape
 

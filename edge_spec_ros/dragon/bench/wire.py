@@ -21,11 +21,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from edge_spec_ros.rag.dragon_peer import DragonPeer, FrameLog, PeerConfig, run_interleaved
-from edge_spec_ros.spec.aggregation import CLOUD, ROBOT, LocalAggregate
-from edge_spec_ros.spec.sampling import SamplingConfig
-from edge_spec_ros.wire.codec import encoded_size
-from edge_spec_ros.wire.dragon import (
+from edge_spec_ros.dragon.aggregation import CLOUD, ROBOT, LocalAggregate
+from edge_spec_ros.dragon.peer import DragonPeer, FrameLog, PeerConfig, run_interleaved
+from edge_spec_ros.dragon.wire import (
     DragonDist,
     DragonDistRequest,
     DragonDraft,
@@ -33,6 +31,8 @@ from edge_spec_ros.wire.dragon import (
     DragonOpened,
     DragonTarget,
 )
+from edge_spec_ros.spec.sampling import SamplingConfig
+from edge_spec_ros.wire.codec import encoded_size
 from edge_spec_ros.wire.messages import Close
 
 QWEN2_VOCAB = 151_657
@@ -130,9 +130,9 @@ def command(args: argparse.Namespace) -> int:
 
 
 def sequence_wise_bytes(v: int, n: int) -> dict[str, float]:
-    """DRDG/SW (bench/dragon_baselines.SequenceWise) per generated token: y^l up; y^r and the cloud's
+    """DRDG/SW (dragon/bench/baselines.SequenceWise) per generated token: y^l up; y^r and the cloud's
     distributions along both sequences (2·n·V float32) down, each message with the baselines' header."""
-    from edge_spec_ros.bench.dragon_baselines import HEADER_BYTES, PROB_BYTES, TOKEN_BYTES
+    from edge_spec_ros.dragon.bench.baselines import HEADER_BYTES, PROB_BYTES, TOKEN_BYTES
 
     up = HEADER_BYTES + n * TOKEN_BYTES
     down = 2 * HEADER_BYTES + n * TOKEN_BYTES + 2 * n * v * PROB_BYTES + 8

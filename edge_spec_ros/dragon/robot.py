@@ -1,19 +1,19 @@
 """The robot's side of DRAGON (Liu et al. 2025): its LM over its private memory, with the cloud's LM
 over the cloud's documents, aggregated token by token with Speculative Aggregation.
 
-Legend: l ≡ robot (fixed label); D^l — the robot's memory entries (rag/stores.RobotMemory: what it
+Legend: l ≡ robot (fixed label); D^l — the robot's memory entries (dragon/stores.RobotMemory: what it
 saw, where and when; what it was told); p^l_t, log h̃^l_t — its local aggregate; x_t — target token.
 
 ``RobotDragon.decode(query, link)`` retrieves the top-k memory entries for the query, prefills one
 KV cache per entry, opens the decision on the link (DragonOpen: the query, decoding parameters and
 the robot's tokenizer fingerprint, nothing of the memory), checks that the cloud's DragonOpened
-names the same vocabulary size and tokenizer fingerprint, and runs a ``rag.dragon_peer.DragonPeer``
+names the same vocabulary size and tokenizer fingerprint, and runs a ``dragon.peer.DragonPeer``
 named robot until the decision ends. The memory's text, ids, caches and scores never leave this object: the peer sends drafts
 (x^l_t, log h̃^l_t, p^l_t or p^l_t(x^l_t)) and target tokens only.
 
 A link is anything with ``open(DragonOpen, cancel) -> DragonOpened`` (None when ``cancel()`` turned
 true first), ``send(msg)``, ``receive(timeout_s)`` (a message or None) and ``close()``: ``ZmqDragonLink`` to a verifier server started with
-``serve --documents DIR``, or cloud/dragon.LocalDragonLink in one process.
+``serve --documents DIR``, or dragon/session.LocalDragonLink in one process.
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from typing import Protocol
 
 import zmq
 
-from edge_spec_ros.models.stack import DecoderStack
-from edge_spec_ros.rag.document_lm import PromptIds, build_side
-from edge_spec_ros.rag.dragon_peer import DragonPeer, DragonTrace, FrameLog, PeerConfig, run_peer
-from edge_spec_ros.rag.stores import RobotMemory
-from edge_spec_ros.spec.aggregation import ROBOT
-from edge_spec_ros.spec.sampling import SamplingConfig
-from edge_spec_ros.wire.codec import decode, encode
-from edge_spec_ros.wire.dragon import (
+from edge_spec_ros.dragon.aggregation import ROBOT
+from edge_spec_ros.dragon.document_lm import PromptIds, build_side
+from edge_spec_ros.dragon.peer import DragonPeer, DragonTrace, FrameLog, PeerConfig, run_peer
+from edge_spec_ros.dragon.stores import RobotMemory
+from edge_spec_ros.dragon.wire import (
     DRAGON_PROTOCOL, DragonMessage, DragonOpen, DragonOpened, check_fingerprint, check_tokenizer,
 )
+from edge_spec_ros.models.stack import DecoderStack
+from edge_spec_ros.spec.sampling import SamplingConfig
+from edge_spec_ros.wire.codec import decode, encode
 from edge_spec_ros.wire.emulator import LinkEmulator, LinkShape
 from edge_spec_ros.wire.link import CurveKeys
 from edge_spec_ros.wire.messages import Close, Envelope, Error

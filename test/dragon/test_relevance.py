@@ -1,10 +1,10 @@
-"""Dynamic relevance (rag/relevance.py, §4.1): BM25 re-scoring of a side's fixed documents against
+"""Dynamic relevance (dragon/relevance.py, §4.1): BM25 re-scoring of a side's fixed documents against
 the query plus the text decoded so far, as a pure function of the context."""
 
 import torch
 
-from edge_spec_ros.rag.relevance import DynamicRelevance, static_relevance
-from edge_spec_ros.rag.stores import RobotMemory
+from edge_spec_ros.dragon.relevance import DynamicRelevance, static_relevance
+from edge_spec_ros.dragon.stores import RobotMemory
 
 WORDS = ["the", "red", "chair", "kitchen", "cat", "stairs", "sleeps", "door"]
 

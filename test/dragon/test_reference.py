@@ -1,4 +1,4 @@
-"""In-process Speculative Aggregation (rag/speculative_aggregation.py) against DRDG/TW.
+"""In-process Speculative Aggregation (test/dragon/reference.py) against DRDG/TW.
 
 Exactness: greedy and sampled output equal the token-wise synchronised reference token for token
 on many seeds, tables and random interleavings of drafting and aggregation; sampled two-token
@@ -11,21 +11,18 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from edge_spec_ros.rag.speculative_aggregation import (
-    DocumentMixture,
-    DraftingSide,
-    random_events,
-    speculative_aggregation,
-)
-from edge_spec_ros.rag.relevance import static_relevance
-from edge_spec_ros.spec.aggregation import (
+from edge_spec_ros.dragon.aggregation import (
     CLOUD,
     ROBOT,
     drdg_tw,
     local_aggregate,
 )
+from edge_spec_ros.dragon.document_lm import DocumentMixture
+from edge_spec_ros.dragon.relevance import static_relevance
+from edge_spec_ros.dragon.side import DraftingSide
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 
+from reference import random_events, speculative_aggregation
 from small_vocab import aggregated_two_token_joint
 
 SAMPLED = SamplingConfig(temperature=1.0)
@@ -161,7 +158,7 @@ def _two_token_counts(v, robot, cloud, prompt, n):
 def test_sampled_sequences_follow_the_aggregated_distribution_and_a_stale_rollback_fails(monkeypatch):
     """(x_1, x_2) over 1500 seeds, V = 4, sides that disagree: the decoder fits Π_t p_t (p > 1e-3);
     the same decoder whose rejected side continues from its own draft does not (p < 1e-6)."""
-    import edge_spec_ros.rag.speculative_aggregation as sa
+    import reference as sa
 
     v, n = 4, 1500
     robot, cloud = table_side(20, v), table_side(21, v)

@@ -1,4 +1,4 @@
-"""DRAGON's placement scheduler (spec/dragon_scheduler.py, §5 eqs. 6-8) and its pipeline simulator
+"""DRAGON's placement scheduler (dragon/scheduler.py, §5 eqs. 6-8) and its pipeline simulator
 (§7.4, Fig. 8): hand-made numbers where the answer is obvious both ways, eq. 8 against eq. 7, the
 pipeline's steady states against App. A.3, and the policy comparison on recorded acceptance sequences."""
 
@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from edge_spec_ros.rag.speculative_aggregation import speculative_aggregation
-from edge_spec_ros.spec.aggregation import CLOUD, ROBOT, local_aggregate
-from edge_spec_ros.spec.dragon_scheduler import (
+from edge_spec_ros.dragon.aggregation import CLOUD, ROBOT, local_aggregate
+from edge_spec_ros.dragon.scheduler import (
     DragonProfiler,
     choose_aggregator,
     compare_policies,
@@ -21,6 +20,8 @@ from edge_spec_ros.spec.dragon_scheduler import (
     sinusoidal_rtt,
 )
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
+
+from reference import speculative_aggregation
 
 MS = 1e-3
 

@@ -1,125 +1,44 @@
-"""In-process Speculative Aggregation (DRAGON, Liu et al. 2025, §4.2 and Algorithm 1).
+"""In-process Speculative Aggregation (DRAGON, Liu et al. 2025, §4.2 and Algorithm 1): the tests'
+reference for the package's engine over the link (edge_spec_ros/dragon/peer.py).
 
-Legend: l ≡ robot, r ≡ cloud (fixed, see spec/aggregation.py); x^s_t — side s's draft at position t;
+Legend: l ≡ robot, r ≡ cloud (fixed, see dragon/aggregation.py); x^s_t — side s's draft at position t;
 p^s_t, log h̃^s_t — its locally aggregated distribution and weight; x_t — target token; S^s — acceptance.
 
-Two sides, each a next-token function over its *own* context, keep drafting into their Draft Queues;
-the Aggregator (on either side — in-process it only matters for the record) waits until both queues
-are non-empty, pops the fronts, runs Algorithm 1, and broadcasts x_t with S^l, S^r. A side whose
-draft was accepted just dequeues it (its context already ends in x_t); a rejected side clears its
-queue, rolls its state back to the committed prefix (the per-side ``rollback(n)`` hook: a KV cache
-truncate, see models/kv_cache.py) and re-drafts from x_t (§4.2 steps 1-5).
+Two sides (dragon/side.DraftingSide), each a next-token function over its *own* context, keep drafting
+into their Draft Queues; the Aggregator (on either side — in-process it only matters for the record)
+waits until both queues are non-empty, pops the fronts, runs Algorithm 1, and broadcasts x_t with S^l,
+S^r. A side whose draft was accepted just dequeues it (its context already ends in x_t); a rejected
+side clears its queue, rolls its state back to the committed prefix (the per-side ``rollback(n)``
+hook: a KV cache truncate, see models/kv_cache.py) and re-drafts from x_t (§4.2 steps 1-5).
 
 Because every draw is indexed by (seed, position) and a draft at position t is only ever aggregated
 when it was drafted over the committed prefix x_<t (an accepted draft equals x_t; after a rejection
-the side restarts from x_t), the output equals DRDG/TW (spec/aggregation.drdg_tw) token for token for
+the side restarts from x_t), the output equals DRDG/TW (dragon/aggregation.drdg_tw) token for token for
 every interleaving of drafting and aggregation: the tests drive it with random event orders.
 
-The wire protocol (drafts and p^s over the link, the switch signal with the target token) is built on
-these interfaces elsewhere; nothing here does I/O.
+No I/O: the package's DRAGON over the link (dragon/peer.py, dragon/wire.py) is checked against it.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import torch
 
-from edge_spec_ros.spec.aggregation import (
+from edge_spec_ros.dragon.aggregation import (
     CLOUD,
     ROBOT,
     AggregationResult,
-    LocalAggregate,
     SideFunction,
     SideName,
-    document_probs,
-    draft_token,
-    local_aggregate,
     speculative_aggregate,
 )
+from edge_spec_ros.dragon.side import DraftingSide
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 
 Event = Literal["draft_robot", "draft_cloud", "aggregate"]
-
-
-@dataclass(frozen=True)
-class Draft:
-    """One entry of a Draft Queue: x^s_t with p^s_t and log h̃^s_t (what travels with it on the wire)."""
-
-    position: int  # t, counted from 0 at the first generated token
-    token: int  # x^s_t
-    dist: LocalAggregate
-
-
-@dataclass
-class DocumentMixture:
-    """A side's next-token function from per-document LM outputs (§3): p^s_t = ω̃ᵀ P^s_t.
-
-    doc_logits: context → (n, V) logits of the side's LM over each retrieved document + context;
-    scores: context → (n,) relevance R(d, x_<t): constant for static weights, or re-estimated from the
-    context at each step (dynamic weights, §4.1; e.g. rag/relevance.py).
-    """
-
-    doc_logits: Callable[[Sequence[int]], torch.Tensor]
-    scores: Callable[[Sequence[int]], torch.Tensor]
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-
-    def __call__(self, context: Sequence[int]) -> LocalAggregate:
-        return local_aggregate(document_probs(self.doc_logits(context), self.sampling), self.scores(context))
-
-
-class DraftingSide:
-    """One side: its own context (prompt + committed tokens + speculative drafts) and Draft Queue."""
-
-    def __init__(self, name: SideName, next_distribution: SideFunction, prompt: Sequence[int],
-                 rng: PositionalRNG, sampling: SamplingConfig,
-                 rollback: Callable[[int], None] | None = None) -> None:
-        self.name = name
-        self.next_distribution = next_distribution
-        self.rollback_hook = rollback
-        self.rng, self.sampling = rng, sampling
-        self.prompt_length = len(prompt)
-        self.context: list[int] = list(prompt)
-        self.committed = len(prompt)  # length of prompt + target tokens so far
-        self.queue: deque[Draft] = deque()
-        self.drafted = 0  # drafts computed
-        self.discarded = 0  # drafts thrown away by rollbacks (the aggregated rejected one included)
-        self.rollbacks = 0
-
-    @property
-    def next_position(self) -> int:
-        return len(self.context) - self.prompt_length
-
-    def draft(self) -> Draft:
-        """Decode x^s_t over the side's own context and enqueue it (§3 ①②)."""
-        dist = self.next_distribution(self.context)
-        position = self.next_position
-        token = draft_token(dist.probs, self.name, self.rng, position, self.sampling)
-        entry = Draft(position, token, dist)
-        self.context.append(token)
-        self.queue.append(entry)
-        self.drafted += 1
-        return entry
-
-    def settle(self, target: int, accepted: bool) -> None:
-        """Apply the broadcast result for the front draft (§4.2 steps 3-4)."""
-        front = self.queue.popleft()
-        if accepted:
-            assert front.token == target
-            self.committed += 1
-            return
-        self.discarded += 1 + len(self.queue)
-        self.queue.clear()
-        del self.context[self.committed:]
-        self.rollbacks += 1
-        if self.rollback_hook is not None:
-            self.rollback_hook(self.committed)  # state back to prompt + x_<t; x_t is fed next
-        self.context.append(target)
-        self.committed += 1
 
 
 @dataclass(frozen=True)
@@ -174,7 +93,7 @@ def speculative_aggregation(robot: SideFunction, cloud: SideFunction, prompt: Se
     max_queue bounds each Draft Queue (in-process stand-in for the sides' relative speeds; the paper's
     queues are unbounded, which only matters for wasted work, never for the output);
     events picks the interleaving (default round robin); placement(t, result) names the side that
-    aggregates position t+1 (e.g. spec/dragon_scheduler.choose_aggregator); it changes no token.
+    aggregates position t+1 (e.g. dragon/scheduler.choose_aggregator); it changes no token.
     """
     if max_queue < 1:
         raise ValueError("max_queue must be >= 1")

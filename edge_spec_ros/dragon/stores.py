@@ -6,7 +6,7 @@ score); top-k — the k documents with the highest R, returned with their scores
 
 Departure from the paper: the paper retrieves with dense retrievers (Contriever/DPR over Faiss) and
 re-ranks with a cross-encoder; here both retrieval and the dynamic re-estimation of R (§4.1, see
-rag/relevance.py) use BM25 — a real lexical retriever that runs offline on the robot's CPU with no
+dragon/relevance.py) use BM25 — a real lexical retriever that runs offline on the robot's CPU with no
 model weights. Its scores are unbounded, so consumers may scale them before exp(R) (relevance.py).
 
 Nothing in this module crosses the link: documents, their text and their score vectors stay on the

@@ -1,5 +1,5 @@
 """DRAGON's answer quality where both sides' documents are needed: no RAG, robot only, cloud only,
-centralised and DRAGON on a small question set (``bench/data/dragon_qa.json``).
+centralised and DRAGON on a small question set (``dragon/bench/data/dragon_qa.json``).
 
 Legend: l ≡ robot, r ≡ cloud; D^l — the robot's top-k memory entries, D^r — the cloud's top-k
 documents (BM25, k = the set's ``top_k``); y — the reference answer; p_t — DRAGON's target
@@ -22,7 +22,7 @@ Methods, all with the same model on both sides (as the paper):
 Metrics: perplexity of the reference answer y given the prompt(s) — exp of the mean −log p(y_t | ...)
 over all reference tokens of the set (or of one ``need``) — and accuracy: the greedy reply (at most
 ``--max-new-tokens``, cut at the end-of-turn token) contains one of the item's answers, case-folded.
-DRAGON's greedy reply is ``spec/aggregation.drdg_tw``'s, token for token what Speculative Aggregation
+DRAGON's greedy reply is ``dragon/aggregation.drdg_tw``'s, token for token what Speculative Aggregation
 gives. Differs from the paper's Fig. 5: there, WikiText language-modelling perplexity with 0-16
 documents per side retrieved from one corpus split in halves; here, short answers to questions whose
 facts sit on one side or the other, three documents per side in each item.
@@ -46,11 +46,11 @@ from pathlib import Path
 
 import torch
 
-from edge_spec_ros.bench.dragon_baselines import joined, teacher_forced
+from edge_spec_ros.dragon.aggregation import drdg_tw, side_weights, target_distribution
+from edge_spec_ros.dragon.bench.baselines import joined, teacher_forced
+from edge_spec_ros.dragon.document_lm import PromptIds, build_side, chat_prompt_ids, text_prompt
+from edge_spec_ros.dragon.stores import MEMORY_KINDS, DocumentStore, Retrieved, RobotMemory
 from edge_spec_ros.models.stack import DecoderStack
-from edge_spec_ros.rag.document_lm import PromptIds, build_side, chat_prompt_ids, text_prompt
-from edge_spec_ros.rag.stores import MEMORY_KINDS, DocumentStore, Retrieved, RobotMemory
-from edge_spec_ros.spec.aggregation import drdg_tw, side_weights, target_distribution
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 
 DATA = Path(__file__).resolve().parent / "data" / "dragon_qa.json"
@@ -227,7 +227,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2", help="model source (models/pairs.py): its verifier on both "
                                                            "sides; 'embedded': the shipped pair (drafter on the robot)")
     parser.add_argument("--data", default=str(DATA),
-                        help="the question set (default: the package's bench/data/dragon_qa.json)")
+                        help="the question set (default: the package's dragon/bench/data/dragon_qa.json)")
     parser.add_argument("--items", type=int, default=0, help="the first N items (0: all)")
     parser.add_argument("--max-new-tokens", type=int, default=12)
     parser.add_argument("--relevance-scale", type=float, default=1.0)

@@ -5,7 +5,7 @@ the query plus the text generated so far; ω_t(d) ∝ exp R(d, x_<t) (eq. 2); t 
 
 The paper retrieves D^s once (so the documents' KV caches stay valid) and re-scores the same documents
 during decoding with a cross-encoder. Departure: here the re-scorer is the side's own BM25 index
-(rag/stores.py) applied to query + decoded continuation, scaled by ``scale`` before exp (BM25 scores
+(dragon/stores.py) applied to query + decoded continuation, scaled by ``scale`` before exp (BM25 scores
 are unbounded, a cross-encoder's logits are not comparable either; the scale is a knob, not the
 paper's). The scores are a pure function of the context, so the speculative decoder and DRDG/TW see
 the same weights at the same position.

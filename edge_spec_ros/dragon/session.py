@@ -1,17 +1,20 @@
 """The cloud's side of DRAGON (Liu et al. 2025): its LM over its own documents, drafting continuously,
 aggregating when the scheduler puts the aggregator here.
 
-Legend: r ≡ cloud (fixed label); D^r — the cloud's documents (rag/stores.DocumentStore over the
+Legend: r ≡ cloud (fixed label); D^r — the cloud's documents (dragon/stores.DocumentStore over the
 folder given to ``serve --documents``); p^r_t, log h̃^r_t — its local aggregate; x_t — target token.
 
 ``DragonSession`` is one decision: built from the robot's DragonOpen (the query and decoding
 parameters and the robot's tokenizer fingerprint, which must be the cloud's; nothing of the robot's
 memory), it retrieves the top-k documents for the query, prefills
-one KV cache per document and runs a ``rag.dragon_peer.DragonPeer`` named cloud. ``handle(msg)``
-applies a robot message, ``work()`` does one unit (aggregate, else draft) — the shape of the server's
-session state machine, so a server can interleave sessions. ``LocalDragonLink`` runs a session in a
-thread of this process behind the robot's link interface, every message encoded to frames and
-decoded (wire/codec.py) on the way, with the bytes counted per direction.
+one KV cache per document and runs a ``dragon.peer.DragonPeer`` named cloud. ``apply(msg)`` applies
+a robot message, ``work()`` does one unit (aggregate, else draft); ``handle(message, emit)`` is the
+shape of the server's session state machine (cloud/session.VerifySession's), so a server interleaves
+DRAGON decisions with verified ones. ``DragonSessions`` is the kind of decision a ``VerifierServer``
+hosts for DRAGON (cloud/server.SessionKind, keyed by DragonOpen: ``dragon_sessions``); the server
+knows nothing else of DRAGON. ``LocalDragonLink`` runs a session in a thread of this process behind
+the robot's link interface, every message encoded to frames and decoded (wire/codec.py) on the way,
+with the bytes counted per direction.
 """
 
 from __future__ import annotations
@@ -28,16 +31,19 @@ from pathlib import Path
 import numpy as np
 
 from edge_spec_ros.cloud.limits import RequestError
+from edge_spec_ros.dragon.aggregation import CLOUD
+from edge_spec_ros.dragon.document_lm import PromptIds, RetrievalSide, build_side, chat_prompt_ids
+from edge_spec_ros.dragon.peer import DragonPeer, DragonProtocolError, FrameLog, PeerConfig, run_peer
+from edge_spec_ros.dragon.stores import DocumentStore
+from edge_spec_ros.dragon.wire import (
+    DragonDist, DragonDistRequest, DragonDraft, DragonMessage, DragonOpen, DragonOpened, DragonTarget, check_open,
+)
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.stack import DecoderStack
 from edge_spec_ros.models.tokenizer import tokenizer_fingerprint
-from edge_spec_ros.rag.document_lm import PromptIds, RetrievalSide, build_side, chat_prompt_ids
-from edge_spec_ros.rag.dragon_peer import DragonPeer, DragonProtocolError, FrameLog, PeerConfig, run_peer
-from edge_spec_ros.rag.stores import DocumentStore
-from edge_spec_ros.spec.aggregation import CLOUD
 from edge_spec_ros.spec.sampling import SamplingConfig
 from edge_spec_ros.wire.codec import DecodeLimits, decode, encode
-from edge_spec_ros.wire.dragon import DragonMessage, DragonOpen, DragonOpened, check_open
+from edge_spec_ros.wire.emulator import LinkShape
 from edge_spec_ros.wire.messages import Close, Envelope
 
 
@@ -47,7 +53,7 @@ class DragonServeConfig:
 
     max_top_k: int = 8
     max_new_tokens: int = 512
-    relevance_scale: float = 1.0  # BM25 → R(d, x_<t) scale (rag/relevance.py)
+    relevance_scale: float = 1.0  # BM25 → R(d, x_<t) scale (dragon/relevance.py)
     relevance_every: int = 1  # re-estimate R every this many generated tokens
 
 
@@ -92,7 +98,7 @@ class DragonSession:
     def done(self) -> bool:
         return self.peer is not None and self.peer.done
 
-    def handle(self, msg: DragonMessage) -> list[DragonMessage]:
+    def apply(self, msg: DragonMessage) -> list[DragonMessage]:
         """Apply one robot message; the replies to send (a DragonDist for a request)."""
         assert self.peer is not None, "start() first"
         return self.peer.receive(msg)
@@ -108,6 +114,15 @@ class DragonSession:
         return None
 
     # --- for a server: messages arrive on its I/O thread, the work runs on its workers -------------
+
+    def handle(self, message: DragonMessage, emit: Callable[[DragonMessage], None]) -> Iterator[None] | None:
+        """The server's session shape (cloud/server.SessionState, as VerifySession's): the DragonOpen the
+        session was built for returns the drive that starts it (retrieval and prefill, then the
+        decision); a later robot message is queued (``deliver``) and returns a new drive only when none
+        is running (None: the running drive applies it)."""
+        if message is self.request:
+            return self.drive(emit)
+        return self.drive(emit) if self.deliver(message) else None
 
     def deliver(self, msg: DragonMessage) -> bool:
         """Queue a robot message (any thread); True when no drive is running and one must be started."""
@@ -131,7 +146,7 @@ class DragonSession:
                     batch = list(self._inbox)
                     self._inbox.clear()
                 for msg in batch:
-                    for reply in self.handle(msg):
+                    for reply in self.apply(msg):
                         emit(reply)
                 out = None if self.done else self.work()
                 if out is None:
@@ -171,7 +186,41 @@ class DragonService:
                              tokenizer_fingerprint=self.tokenizer_fingerprint)
 
 
-PROBS_FIELD = "probs"  # DRAGON's one array field (wire/dragon.py), capped per field by the codec
+class DragonSessions:
+    """DRAGON decisions hosted by a ``VerifierServer`` (cloud/server.SessionKind, keyed by DragonOpen):
+    ``service`` answers them (``serve --documents DIR``, with ``--dragon-model``'s LM or the verifier's);
+    without one every DragonOpen is refused, naming the option. A robot's refused or malformed open
+    is a BAD_REQUEST; its drafts, targets and distribution (requests) go to the session's drive."""
+
+    steps = (DragonDraft, DragonTarget, DragonDistRequest, DragonDist)  # a DRAGON decision's traffic
+
+    def __init__(self, service: DragonService | None) -> None:
+        self.service = service
+
+    def caps(self, limits: DecodeLimits, max_message_bytes: int) -> tuple[DecodeLimits, int]:
+        if self.service is None:
+            return limits, max_message_bytes
+        return dragon_caps(limits, max_message_bytes, self.service.stack.vocab_size)
+
+    def open(self, message: DragonOpen) -> tuple[DragonSession, LinkShape]:
+        """The session of a robot's DragonOpen (RequestError when refused) and the downlink a bench asked
+        the server to emulate."""
+        if self.service is None:
+            raise RequestError("this server has no DRAGON documents (serve --documents DIR)")
+        try:
+            state = self.service.session(message)
+        except ValueError as exc:
+            raise RequestError(f"DRAGON: {exc}") from None
+        return state, LinkShape(message.down_delay_s, message.down_jitter_s, message.down_bandwidth_bps)
+
+
+def dragon_sessions(service: DragonService | None) -> dict[type, DragonSessions]:
+    """The ``kinds`` that make a ``VerifierServer`` host DRAGON decisions answered by ``service`` (None:
+    refused, naming ``serve --documents``)."""
+    return {DragonOpen: DragonSessions(service)}
+
+
+PROBS_FIELD = "probs"  # DRAGON's one array field (dragon/wire.py), capped per field by the codec
 FLOAT32_BYTES = 4
 
 

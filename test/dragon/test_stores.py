@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from edge_spec_ros.rag.stores import MEMORY_FILE, DocumentStore, Retrieved, RobotMemory
+from edge_spec_ros.dragon.stores import MEMORY_FILE, DocumentStore, Retrieved, RobotMemory
 
 OBSERVATIONS = [
     ("observation", "a red chair next to the kitchen door", (1.2, 3.4, 0.5), 10.0),
@@ -144,7 +144,7 @@ def test_memory_keeps_both_entries_of_a_repeated_id(tmp_path, caplog):
     (tmp_path / MEMORY_FILE).write_text(_line(0, "the charger is behind the sofa") + _line(4, "the keys hang by the door")
                                         + _line(0, "the umbrella is in the hall closet")
                                         + _line(4, "the cat food is in the pantry"))
-    with caplog.at_level("WARNING", logger="edge_spec_ros.rag.stores"):
+    with caplog.at_level("WARNING", logger="edge_spec_ros.dragon.stores"):
         memory = RobotMemory(tmp_path)
     assert len(memory) == 4 and memory.skipped_lines == 0
     assert [e.entry_id for e in memory.entries] == [0, 4, 5, 6]
@@ -175,7 +175,7 @@ def test_memory_skips_lines_with_a_bad_id(tmp_path, caplog):
     counted and logged with its line number."""
     (tmp_path / MEMORY_FILE).write_text(_line(0, "a lamp") + _line("0", "a plant") + _line(-1, "a rug")
                                         + _line(True, "a vase"))
-    with caplog.at_level("WARNING", logger="edge_spec_ros.rag.stores"):
+    with caplog.at_level("WARNING", logger="edge_spec_ros.dragon.stores"):
         memory = RobotMemory(tmp_path)
     assert len(memory) == 1 and memory.skipped_lines == 3
     assert sum("not a memory entry" in r.getMessage() for r in caplog.records) == 3

@@ -1,7 +1,7 @@
 """A side's language model over its own retrieved documents (DRAGON §3, output aggregation).
 
 Legend: D^s — the documents side s retrieved for the query; P^s_t (n, V) — p(x | d, x_<t) for each
-d ∈ D^s; R(d, x_<t) — relevance (rag/relevance.py); p^s_t = ω̃ᵀ P^s_t and log h̃^s_t (spec/aggregation.py).
+d ∈ D^s; R(d, x_<t) — relevance (dragon/relevance.py); p^s_t = ω̃ᵀ P^s_t and log h̃^s_t (dragon/aggregation.py).
 
 Each document gets its own prompt (document text + the query) and its own KV cache; the generated
 tokens x_<t are appended to every one of them. Departure from the paper: the per-document prompts
@@ -16,20 +16,36 @@ the side function returns only p^s_t and log h̃^s_t.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from edge_spec_ros.dragon.aggregation import LocalAggregate, SideFunction, document_probs, local_aggregate
+from edge_spec_ros.dragon.relevance import DynamicRelevance, ScoredStore
+from edge_spec_ros.dragon.stores import Retrieved
 from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.models.stack import DecoderStack
-from edge_spec_ros.rag.relevance import DynamicRelevance, ScoredStore
-from edge_spec_ros.rag.speculative_aggregation import DocumentMixture
-from edge_spec_ros.rag.stores import Retrieved
-from edge_spec_ros.spec.aggregation import SideFunction
 from edge_spec_ros.spec.sampling import SamplingConfig
 
 # document text + query → the ids the side's LM reads for that document
 PromptIds = Callable[[str, str], list[int]]
+
+
+@dataclass
+class DocumentMixture:
+    """A side's next-token function from per-document LM outputs (§3): p^s_t = ω̃ᵀ P^s_t.
+
+    doc_logits: context → (n, V) logits of the side's LM over each retrieved document + context;
+    scores: context → (n,) relevance R(d, x_<t): constant for static weights, or re-estimated from the
+    context at each step (dynamic weights, §4.1; e.g. dragon/relevance.py).
+    """
+
+    doc_logits: Callable[[Sequence[int]], torch.Tensor]
+    scores: Callable[[Sequence[int]], torch.Tensor]
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+    def __call__(self, context: Sequence[int]) -> LocalAggregate:
+        return local_aggregate(document_probs(self.doc_logits(context), self.sampling), self.scores(context))
 
 
 def text_prompt(ids: Sequence[int]) -> EncodedPrompt:

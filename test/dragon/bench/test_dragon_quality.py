@@ -1,4 +1,4 @@
-"""DRAGON's quality bench (bench/dragon_quality.py): the shipped question set is well-formed and its
+"""DRAGON's quality bench (dragon/bench/quality.py): the shipped question set is well-formed and its
 facts are where its ``need`` says and are retrieved; DRAGON's scored target is the distribution its
 decoder follows; the harness runs end to end on the tiny shipped pair (the full run uses SmolLM2)."""
 
@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from edge_spec_ros.bench.dragon_baselines import teacher_forced
-from edge_spec_ros.bench.dragon_quality import (
+from edge_spec_ros.cli import main
+from edge_spec_ros.dragon.aggregation import drdg_tw, side_weights, target_distribution
+from edge_spec_ros.dragon.bench.baselines import teacher_forced
+from edge_spec_ros.dragon.bench.quality import (
     DATA,
     METHODS,
     ItemResult,
@@ -23,10 +25,8 @@ from edge_spec_ros.bench.dragon_quality import (
     summarise,
     write_item_world,
 )
-from edge_spec_ros.cli import main
+from edge_spec_ros.dragon.document_lm import build_side, chat_prompt_ids
 from edge_spec_ros.models.pairs import load_pair
-from edge_spec_ros.rag.document_lm import build_side, chat_prompt_ids
-from edge_spec_ros.spec.aggregation import drdg_tw, side_weights, target_distribution
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 
 
