@@ -24,6 +24,7 @@ import random
 import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -153,14 +154,60 @@ def _errors_by_code(counters: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def soak(duration_s: float, robots: int, sample_s: float = SAMPLE_S, rss_bound_mb: float = RSS_BOUND_MB) -> dict:
+@dataclass
+class _Clients:
+    """The soak's clients and what they share: the good robots' decodes (prompt, image, the verifier's
+    greedy tokens) and tallies, the hostile clients' counts of what they sent, one stop signal."""
+
+    pair: object
+    config: object  # the good robots' DecodeConfig
+    work: list[tuple]
+    stop: threading.Event = field(default_factory=threading.Event)
+    sent: dict = field(default_factory=lambda: {"fuzz": 0, "flood": 0, "amplify": 0})
+    good: dict = field(default_factory=lambda: {"decodes": 0, "exact": 0, "different": 0, "errors": 0})
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def text_ids(self) -> np.ndarray:
+        """The text-only prompt of the hostile clients' requests."""
+        return self.work[2][0].input_ids.numpy().astype(np.int32)
+
+    def robot(self, i: int, endpoint: str) -> None:
+        """A well-behaved robot: greedy decodes in rotating modes, each compared with the expected tokens."""
+        from edge_spec_ros.edge.client import ClientConfig, VerifierClient
+        from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
+
+        n = i
+        with VerifierClient(ClientConfig(endpoint=endpoint, open_timeout_s=REPLY_S, reply_timeout_s=REPLY_S)) as c:
+            decoder = EdgeDecoder(c, self.pair.drafter, EdgeConfig(decode=self.config, threads=2))
+            while not self.stop.is_set():
+                prompt, jpg, expected = self.work[n % len(self.work)]
+                mode = MODES[n % len(MODES)]
+                n += 1
+                try:
+                    tokens = decoder.decode(mode, prompt, jpg).tokens
+                except Exception as exc:  # reported: a good robot must never fail
+                    self.good["errors"] += 1
+                    self.errors.append(f"{mode}: {type(exc).__name__}: {exc}")
+                    continue
+                self.good["decodes"] += 1
+                self.good["exact" if tokens == expected else "different"] += 1
+
+    def threads(self, robots: int, endpoint: str) -> list[threading.Thread]:
+        text_ids = self.text_ids
+        threads = [threading.Thread(target=self.robot, args=(i, endpoint), daemon=True) for i in range(robots)]
+        return threads + [
+            threading.Thread(target=_fuzzer, args=(endpoint, self.stop, self.sent, text_ids), daemon=True),
+            threading.Thread(target=_flooder, args=(endpoint, self.stop, self.sent), daemon=True),
+            threading.Thread(target=_amplifier, args=(endpoint, self.stop, self.sent, text_ids), daemon=True)]
+
+
+def _clients() -> _Clients:
+    """The embedded pair and the good robots' three decodes, their expected tokens computed here."""
     from edge_spec_ros.camera.synthetic import synthetic_camera_image
     from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
-    from edge_spec_ros.edge.client import ClientConfig, VerifierClient
-    from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
     from edge_spec_ros.models.embedded import embedded_max_pixels, embedded_pair
     from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
-    from edge_spec_ros.server_process import verifier_server
 
     pair = embedded_pair()
     encoder = PromptEncoder(pair.tokenizer, PromptConfig(max_pixels=embedded_max_pixels()))
@@ -170,70 +217,80 @@ def soak(duration_s: float, robots: int, sample_s: float = SAMPLE_S, rss_bound_m
         jpg = encode_image(synthetic_camera_image(seed=seed))
         prompt = encoder.encode(instruction, decode_image(jpg))
         work.append((prompt, jpg, autoregressive(pair.verifier, prompt, config).tokens))
-    text_ids = work[2][0].input_ids.numpy().astype(np.int32)
+    return _Clients(pair, config, work)
 
-    stop = threading.Event()
-    sent = {"fuzz": 0, "flood": 0, "amplify": 0}
-    good = {"decodes": 0, "exact": 0, "different": 0, "errors": 0}
-    errors: list[str] = []
-    rss: list[tuple[float, float]] = []
 
-    def robot(i: int, endpoint: str) -> None:
-        n = i
-        with VerifierClient(ClientConfig(endpoint=endpoint, open_timeout_s=REPLY_S, reply_timeout_s=REPLY_S)) as c:
-            decoder = EdgeDecoder(c, pair.drafter, EdgeConfig(decode=config, threads=2))
-            while not stop.is_set():
-                prompt, jpg, expected = work[n % len(work)]
-                mode = MODES[n % len(MODES)]
-                n += 1
-                try:
-                    tokens = decoder.decode(mode, prompt, jpg).tokens
-                except Exception as exc:  # reported: a good robot must never fail
-                    good["errors"] += 1
-                    errors.append(f"{mode}: {type(exc).__name__}: {exc}")
-                    continue
-                good["decodes"] += 1
-                good["exact" if tokens == expected else "different"] += 1
+@dataclass
+class _Server:
+    """What the soak saw of the server: its RSS at the start and over time (s, MB), whether it lived,
+    its counters at the end."""
+
+    rss_start_mb: float
+    rss: list[tuple[float, float]] = field(default_factory=list)
+    alive: bool = False
+    counters: dict = field(default_factory=dict)
+
+
+def _rss_sample(server, t0: float) -> tuple[float, float]:
+    return round(time.monotonic() - t0, 1), round(server.memory_kib()["VmRSS"] / 1024, 1)
+
+
+def _counters(endpoint: str) -> dict[str, int]:
+    """The server's counters (a Stats request)."""
+    from edge_spec_ros.edge.client import ClientConfig, VerifierClient
+    from edge_spec_ros.wire.messages import Stats
+
+    with VerifierClient(ClientConfig(endpoint=endpoint, reply_timeout_s=REPLY_S)) as c:
+        c.register(bytes(16))
+        c.send(bytes(16), Stats())
+        return json.loads(c.receive(bytes(16)).counters)
+
+
+def _run(clients: _Clients, duration_s: float, robots: int, sample_s: float) -> _Server:
+    """Start the server and every client, sample the server's RSS for ``duration_s``, stop the clients."""
+    from edge_spec_ros.server_process import verifier_server
 
     with verifier_server("--threads", "1", idle_exit_s=max(60.0, duration_s)) as server:
         t0 = time.monotonic()
-        base = server.memory_kib()["VmRSS"] / 1024
-        threads = [threading.Thread(target=robot, args=(i, server.endpoint), daemon=True) for i in range(robots)]
-        threads += [threading.Thread(target=_fuzzer, args=(server.endpoint, stop, sent, text_ids), daemon=True),
-                    threading.Thread(target=_flooder, args=(server.endpoint, stop, sent), daemon=True),
-                    threading.Thread(target=_amplifier, args=(server.endpoint, stop, sent, text_ids), daemon=True)]
+        seen = _Server(server.memory_kib()["VmRSS"] / 1024)
+        threads = clients.threads(robots, server.endpoint)
         for t in threads:
             t.start()
         while time.monotonic() - t0 < duration_s and server.proc.poll() is None:
-            rss.append((round(time.monotonic() - t0, 1), round(server.memory_kib()["VmRSS"] / 1024, 1)))
+            seen.rss.append(_rss_sample(server, t0))
             time.sleep(sample_s)
-        stop.set()
+        clients.stop.set()
         for t in threads:
             t.join(timeout=REPLY_S * 2)
-        alive = server.proc.poll() is None
-        counters = {}
-        if alive:
-            with VerifierClient(ClientConfig(endpoint=server.endpoint, reply_timeout_s=REPLY_S)) as c:
-                from edge_spec_ros.wire.messages import Stats
-                c.register(bytes(16))
-                c.send(bytes(16), Stats())
-                counters = json.loads(c.receive(bytes(16)).counters)
-            rss.append((round(time.monotonic() - t0, 1), round(server.memory_kib()["VmRSS"] / 1024, 1)))
-    peak = max(r for _, r in rss)
+        seen.alive = server.proc.poll() is None
+        if seen.alive:
+            seen.counters = _counters(server.endpoint)
+            seen.rss.append(_rss_sample(server, t0))
+    return seen
+
+
+def _report(clients: _Clients, seen: _Server, duration_s: float, robots: int, rss_bound_mb: float) -> dict:
+    rss, base, good, counters = seen.rss, seen.rss_start_mb, clients.good, seen.counters
     report = {
-        "duration_s": duration_s, "robots": robots, "server_alive": alive,
-        "rss_start_mb": round(base, 1), "rss_end_mb": rss[-1][1], "rss_peak_mb": peak,
+        "duration_s": duration_s, "robots": robots, "server_alive": seen.alive,
+        "rss_start_mb": round(base, 1), "rss_end_mb": rss[-1][1], "rss_peak_mb": max(r for _, r in rss),
         "rss_growth_mb": round(rss[-1][1] - base, 1),
         "rss_growth_after_warmup_mb": round(rss[-1][1] - next((r for t, r in rss if t >= WARMUP_S), rss[-1][1]), 1),
-        "hostile_sent": sent, "good": good,
-        "good_errors": errors[:20],
+        "hostile_sent": clients.sent, "good": good,
+        "good_errors": clients.errors[:20],
         "errors_by_code": _errors_by_code(counters),
         "counters": counters, "rss_mb": rss,
     }
-    report["ok"] = bool(alive and good["different"] == 0 and good["errors"] == 0 and good["decodes"] > 0
+    report["ok"] = bool(seen.alive and good["different"] == 0 and good["errors"] == 0 and good["decodes"] > 0
                         and counters.get("internal_error", 0) == 0
                         and report["rss_growth_after_warmup_mb"] <= rss_bound_mb)
     return report
+
+
+def soak(duration_s: float, robots: int, sample_s: float = SAMPLE_S, rss_bound_mb: float = RSS_BOUND_MB) -> dict:
+    clients = _clients()
+    seen = _run(clients, duration_s, robots, sample_s)
+    return _report(clients, seen, duration_s, robots, rss_bound_mb)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
