@@ -130,6 +130,48 @@ def test_dragon_types_do_not_collide_with_the_verifier_protocol():
     assert set(wd.DRAGON_TYPES.values()) == {type(m) for m in SAMPLES}
 
 
+def test_importing_the_messages_registers_them_with_the_codec_and_nothing_else_can_take_their_numbers():
+    """dragon/wire.py registers its six types and the float32 ``probs`` with the codec (wire/codec.py
+    imports nothing of DRAGON); registering them again (a reloaded module) changes nothing; another
+    class on one of their numbers, on the compact draft's, or another dtype for a fixed field is
+    refused."""
+    from edge_spec_ros.wire import codec
+
+    assert all(codec.FRAME_TYPES[int(t)] is cls for t, cls in wd.DRAGON_TYPES.items())
+    assert codec.FIELD_DTYPES["probs"] == "float32"
+    before = (dict(codec.FRAME_TYPES), dict(codec.FIELD_DTYPES))
+    codec.register(wd.DRAGON_TYPES, wd.DRAGON_FIELD_DTYPES)
+    assert (codec.FRAME_TYPES, codec.FIELD_DTYPES) == before
+
+    @dataclasses.dataclass(frozen=True)
+    class Intruder:
+        position: int
+        TYPE = 32
+
+    with pytest.raises(ValueError, match="message type 32 is taken"):
+        codec.register({32: Intruder}, {})
+    with pytest.raises(ValueError, match="message type 11 is taken"):
+        codec.register({11: Intruder}, {})
+    with pytest.raises(ValueError, match="'tokens'"):
+        codec.register({}, {"tokens": "float32"})
+    assert (codec.FRAME_TYPES, codec.FIELD_DTYPES) == before
+
+
+def test_a_process_that_does_not_import_dragon_answers_its_messages_as_unknown():
+    """The verifier server imports nothing of DRAGON; without dragon/wire.py a DragonOpen is MALFORMED,
+    "unknown message type 32", as from a verifier that predates DRAGON (serve imports it: its DRAGON
+    sessions)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport edge_spec_ros.cloud.server\nfrom edge_spec_ros.wire.codec import HEADER, MAGIC, "
+            "VERSION, WireError, decode\nassert not [m for m in sys.modules if m.startswith('edge_spec_ros.dragon')]\n"
+            "try:\n    decode([HEADER.pack(MAGIC, VERSION, 32, bytes(16)) + b'{\"arrays\":[]}'])\n"
+            "except WireError as exc:\n    print(exc.code.name, exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "MALFORMED unknown message type 32"
+
+
 def test_probs_must_be_float32_and_fields_are_validated():
     frames = encode(Envelope(SESSION, wd.DragonDist(0, 0, np.ones(4, dtype=np.float32))))
     bad = encode(Envelope(SESSION, wd.DragonDist(0, 0, np.ones(4, dtype=np.float16))))
