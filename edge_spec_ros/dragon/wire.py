@@ -7,7 +7,10 @@ log Σ_d exp R(d, x_<t); x_t — target token; S^l, S^r — acceptance flags; V 
 These are frozen dataclasses in the style of wire/messages.py and travel through the same codec
 (wire/codec.py: header + JSON scalars + raw/LZ4 array frames, versioned, every descriptor validated
 before anything is decompressed). Their type numbers (32-37) lie outside the verifier protocol's
-MsgType (1-10) so a verifier that predates DRAGON answers them with a clean error.
+MsgType (1-10) so a verifier that predates DRAGON answers them with a clean error. The codec, a layer
+below, does not import this module: importing it registers the messages with the codec
+(``codec.register``), which the robot's side (robot.py) and the server's DRAGON sessions (session.py,
+which ``serve`` always gives the server) do; a process that imports neither answers them as unknown.
 
 What crosses the link, and only this: the robot's query text and decoding parameters once; per
 position the drafts x^s_t with log h̃^s_t and p^s_t (full, or on demand), the target token with the
