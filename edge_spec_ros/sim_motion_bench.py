@@ -34,8 +34,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -275,6 +275,122 @@ def measure_stack(bench: DecisionBench, params_file: str, cpu_s: float, log_dir:
         return {f"idle, {name}": value for name, value in cores.items()}
 
 
+_Proc = tuple[str, subprocess.Popen, Path]  # a node process: its name, the process, its log
+
+
+@dataclass(frozen=True)
+class _Options:
+    """One bench run's options (``run``'s arguments, the log folder made)."""
+
+    repeats: int
+    busy: int
+    metres: float
+    degrees: float
+    cpu_s: float
+    stack_params: str
+    logs: Path
+    physics_rate_hz: float
+    progress: Callable[[str], None]
+
+
+@dataclass
+class _BenchRun:
+    """A bench run in progress: its options, the decision node, the result so far, the last decision's number."""
+
+    options: _Options
+    bench: DecisionBench
+    result: BenchResult
+    decision: int = 0
+
+
+@contextmanager
+def _spinning_bench() -> Iterator[DecisionBench]:
+    """A DecisionBench in a ROS context of its own, spun on a thread; shut down on the way out."""
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    bench = DecisionBench(context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(bench)
+    spinner = threading.Thread(target=executor.spin, name="executor", daemon=True)
+    spinner.start()
+    try:
+        yield bench
+    finally:
+        executor.shutdown()
+        spinner.join(timeout=10.0)
+        bench.destroy_node()
+        rclpy.try_shutdown(context=context)
+
+
+def _start_nodes(state: _BenchRun, stack: ExitStack, mode: str, odom_topic: str, load: str) -> tuple[_Proc, _Proc]:
+    """A fresh sim_node and action_node (of ``mode``) at the start pose, up, seen and warmed up."""
+    bench, options = state.bench, state.options
+    with bench._cv:
+        bench.odom = None
+    tag = f"{mode}_{load}"
+    sim = start(stack, f"sim_node {tag}", node_command(
+        "sim_node", *[f"{k}:={v}" for k, v in START.items()],
+        f"physics_rate_hz:={options.physics_rate_hz}"), options.logs)
+    action = start(stack, f"action_node {tag}", node_command(
+        "action_node", "use_sim_time:=true", f"odom_topic:={odom_topic}"), options.logs)
+    procs = (sim, action)
+    bench.wait(lambda: bench.odom is not None and bench.decisions.get_subscription_count() > 0
+               and bench.actions.get_publisher_count() > 0, START_TIMEOUT_S,
+               "sim_node and action_node to come up", procs)
+    warm = bench.sim_s() + WARMUP_S
+    bench.wait(lambda: bench.sim_s() >= warm, START_TIMEOUT_S, "simulated time", procs)
+    return procs
+
+
+def _drive_repetitions(state: _BenchRun, mode: str, load: str, procs: Sequence[_Proc]) -> None:
+    """``repeats`` × (forward, backward, left, right), each motion a sample of the result."""
+    options = state.options
+    for r in range(options.repeats):
+        for kind, text, amount in motions(options.metres, options.degrees):
+            state.decision += 1
+            s = drive(state.bench, state.decision, kind, text, amount, mode, load, procs)
+            state.result.samples.append(s)
+            options.progress(f"{mode}, {load}, {r + 1}/{options.repeats}: {text}: travelled "
+                             f"{_fmt(kind, s.travelled)} ({s.error_pct:+.2f} %, {s.end_reason})")
+
+
+def _measure_mode(state: _BenchRun, mode: str, odom_topic: str, load: str) -> None:
+    """One mode under one load: fresh nodes, their idle CPU (idle load only), then the motions."""
+    options = state.options
+    options.progress(f"{mode} mode, {load}: starting sim_node and action_node")
+    with ExitStack() as stack:
+        sim, action = _start_nodes(state, stack, mode, odom_topic, load)
+        if load == "idle" and options.cpu_s > 0:
+            time.sleep(CPU_SETTLE_S)
+            cores = idle_cores({"sim_node": sim[1].pid, "action_node": action[1].pid}, options.cpu_s)
+            state.result.idle_cpu.update({f"idle, {name} ({mode} mode)": v for name, v in cores.items()})
+        _drive_repetitions(state, mode, load, (sim, action))
+
+
+def _measure_load(state: _BenchRun, load: str, n_busy: int) -> None:
+    """Every mode with ``n_busy`` busy-loop processes beside the nodes."""
+    loads = busy_loops(n_busy)
+    try:
+        for mode, odom_topic in MODES.items():
+            _measure_mode(state, mode, odom_topic, load)
+    finally:
+        for p in loads:
+            stop(p)
+
+
+def _measure_stack_cpu(state: _BenchRun) -> None:
+    """The idle CPU of a drafter + bridge + action process, or a note of why it was not measured."""
+    options, result = state.options, state.result
+    if options.cpu_s > 0 and options.stack_params:
+        options.progress("idle CPU of a drafter + bridge + action process (it loads the drafter model)")
+        try:
+            result.idle_cpu.update(measure_stack(state.bench, options.stack_params, options.cpu_s, options.logs))
+        except (RuntimeError, OSError) as exc:
+            result.notes.append(f"drafter + bridge + action idle CPU skipped: {exc}")
+    elif options.cpu_s > 0:
+        result.notes.append("drafter + bridge + action idle CPU not measured (no params file given)")
+
+
 def run(repeats: int = 3, busy: int = 2, metres: float = 1.0, degrees: float = 45.0, cpu_s: float = 10.0,
         stack_params: str = "", log_dir: str | Path | None = None, physics_rate_hz: float = 50.0,
         progress: Callable[[str], None] = lambda _: None) -> BenchResult:
@@ -286,65 +402,15 @@ def run(repeats: int = 3, busy: int = 2, metres: float = 1.0, degrees: float = 4
     logs = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="sim_motion_bench_"))
     logs.mkdir(parents=True, exist_ok=True)
     progress(f"node logs in {logs}")
+    options = _Options(repeats, busy, metres, degrees, cpu_s, stack_params, logs, physics_rate_hz, progress)
     result = BenchResult()
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    bench = DecisionBench(context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(bench)
-    spinner = threading.Thread(target=executor.spin, name="executor", daemon=True)
-    spinner.start()
-    decision = 0
-    try:
+    with _spinning_bench() as bench:
+        state = _BenchRun(options, bench, result)
         for load, n_busy in (("idle", 0), (f"{busy} busy loops", busy)):
             if load != "idle" and busy == 0:
                 continue
-            loads = busy_loops(n_busy)
-            try:
-                for mode, odom_topic in MODES.items():
-                    progress(f"{mode} mode, {load}: starting sim_node and action_node")
-                    with ExitStack() as stack:
-                        with bench._cv:
-                            bench.odom = None
-                        tag = f"{mode}_{load}"
-                        sim = start(stack, f"sim_node {tag}", node_command(
-                            "sim_node", *[f"{k}:={v}" for k, v in START.items()],
-                            f"physics_rate_hz:={physics_rate_hz}"), logs)
-                        action = start(stack, f"action_node {tag}", node_command(
-                            "action_node", "use_sim_time:=true", f"odom_topic:={odom_topic}"), logs)
-                        procs = (sim, action)
-                        bench.wait(lambda: bench.odom is not None and bench.decisions.get_subscription_count() > 0
-                                   and bench.actions.get_publisher_count() > 0, START_TIMEOUT_S,
-                                   "sim_node and action_node to come up", procs)
-                        warm = bench.sim_s() + WARMUP_S
-                        bench.wait(lambda: bench.sim_s() >= warm, START_TIMEOUT_S, "simulated time", procs)
-                        if load == "idle" and cpu_s > 0:
-                            time.sleep(CPU_SETTLE_S)
-                            cores = idle_cores({"sim_node": sim[1].pid, "action_node": action[1].pid}, cpu_s)
-                            result.idle_cpu.update({f"idle, {name} ({mode} mode)": v for name, v in cores.items()})
-                        for r in range(repeats):
-                            for kind, text, amount in motions(metres, degrees):
-                                decision += 1
-                                s = drive(bench, decision, kind, text, amount, mode, load, procs)
-                                result.samples.append(s)
-                                progress(f"{mode}, {load}, {r + 1}/{repeats}: {text}: travelled "
-                                         f"{_fmt(kind, s.travelled)} ({s.error_pct:+.2f} %, {s.end_reason})")
-            finally:
-                for p in loads:
-                    stop(p)
-        if cpu_s > 0 and stack_params:
-            progress("idle CPU of a drafter + bridge + action process (it loads the drafter model)")
-            try:
-                result.idle_cpu.update(measure_stack(bench, stack_params, cpu_s, logs))
-            except (RuntimeError, OSError) as exc:
-                result.notes.append(f"drafter + bridge + action idle CPU skipped: {exc}")
-        elif cpu_s > 0:
-            result.notes.append("drafter + bridge + action idle CPU not measured (no params file given)")
-    finally:
-        executor.shutdown()
-        spinner.join(timeout=10.0)
-        bench.destroy_node()
-        rclpy.try_shutdown(context=context)
+            _measure_load(state, load, n_busy)
+        _measure_stack_cpu(state)
     return result
 
 
