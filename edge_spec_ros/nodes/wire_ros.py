@@ -26,7 +26,7 @@ read back as another (an ExitResult of layer 0, a draft block without tokens), a
 that is empty (it reads back as None) or a q / q_ids / q_values that is not γ rows raises
 ``ValueError``; a ROS message whose arrays do not fit its token count raises ``ValueError`` too.
 
-DRAGON's messages (wire/dragon.py) do not travel through ROS: in mode ``dragon`` the drafter talks
+DRAGON's messages (dragon/wire.py) do not travel through ROS: in mode ``dragon`` the drafter talks
 ZeroMQ to the verifier itself (nodes/dragon_answer.py), and the ROS interfaces of DRAGON (``Answer``,
 ``AddNote``, ``Describe``) carry results, never a wire message.
 
