@@ -2,30 +2,41 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in the suite may reach a model hub
-# ROS 2 traffic stays on this machine (shared memory only) in a domain of this test run's own.
+# ROS 2 traffic stays on this machine (shared memory only), in domains of this test run's own (below).
 os.environ["FASTDDS_BUILTIN_TRANSPORTS"] = "SHM"
 os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE",
                       str(Path(__file__).resolve().parents[1] / "config" / "fastdds_local.xml"))
 
 
-def ros_domain_id() -> int:
-    """A DDS domain (100-199) of this test process's own. The workers of one pytest-xdist run share a
-    run id and take consecutive domains from it, so no two of them ever share one (a domain per
-    process id alone would, for one pair of workers in a hundred)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... in a worker of `pytest -n N`
-    if worker is None:
-        return 100 + os.getpid() % 100
+# ROS domains 1-230: 0 is a robot's default, and above 232 Fast DDS's port numbers overflow.
+DOMAINS = range(1, 231)
+
+
+def ros_domains() -> Iterator[int]:
+    """The DDS domains of this test process, a fresh one for each test module (``ros_domain``).
+
+    A module of its own: Fast DDS's shared-memory transport (every release to date) can close a
+    domain's discovery after two processes of that domain died uncleanly (SIGKILL, a crash): every
+    participant started afterwards discovers nobody, however long it waits. Tests kill nodes on
+    purpose (SIGKILL mid-motion), so a closed domain stays with the module that closed it. The workers
+    of one pytest-xdist run share a run id and interleave their domains, so no two of them ever share
+    one; the run id (a process id without xdist) moves the start, so a run does not begin in the
+    domains the run before it used (their shared-memory ports outlive their processes)."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))  # gw0, gw1, ... of `-n N`
     count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-    run = int(os.environ.get("PYTEST_XDIST_TESTRUNUID", "0") or "0", 16)
-    return 100 + ((run % max(1, 100 // count)) * count + int(worker.removeprefix("gw"))) % 100
+    run = int(os.environ.get("PYTEST_XDIST_TESTRUNUID", "") or f"{os.getpid():x}", 16)
+    for k in itertools.count(run % len(DOMAINS)):
+        yield DOMAINS[(k * count + worker) % len(DOMAINS)]
 
 
-os.environ["ROS_DOMAIN_ID"] = str(ros_domain_id())
+_DOMAINS = ros_domains()
+os.environ["ROS_DOMAIN_ID"] = str(next(_DOMAINS))  # what runs at import or collection
 
 import numpy as np
 import pytest
@@ -88,6 +99,15 @@ def pytest_collection_modifyitems(config, items) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         rank = {module: i for i, module in enumerate(LONG_MODULES)}
         items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))  # stable
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ros_domain() -> int:
+    """The module's own ROS domain (``ros_domains``): its nodes, in this process or started by it, and
+    no other module's. Autouse, so it is set before any of the module's other fixtures."""
+    domain = next(_DOMAINS)
+    os.environ["ROS_DOMAIN_ID"] = str(domain)
+    return domain
 
 
 @pytest.fixture(scope="session")

@@ -288,7 +288,7 @@ def test_diagnostics_report_a_lost_link(ros, tmp_path):
 
     with process(cmd, tmp_path / "bridge.log"):
         wait_for(lambda: mine() and requests.get_subscription_count() > 0, 30,
-                 f"the bridge's diagnostics\n{(tmp_path / 'bridge.log').read_text()}")
+                 lambda: f"the bridge's diagnostics\n{(tmp_path / 'bridge.log').read_text()}")
         assert mine()[0].level in (DiagnosticStatus.STALE, DiagnosticStatus.ERROR)  # connecting, or lost already
         wait_for(lambda: mine()[-1].level == DiagnosticStatus.ERROR, 10, "the lost link in the diagnostics")
         requests.publish(DecisionRequest(decision=7, command=DecisionRequest.OPEN, input_ids=[1, 2, 3]))
