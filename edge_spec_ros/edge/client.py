@@ -245,12 +245,25 @@ class VerifierClient:
     def open(self, request: Open) -> tuple[bytes, Opened]:
         """Open a decision; returns its session id and the server's acknowledgement. Raises
         VerifierLost at once, sending nothing, while the link is known dead."""
+        return self.open_with(request, None)
+
+    def open_with(self, request: Open, first: Callable[[bytes], None] | None) -> tuple[bytes, Opened]:
+        """``open``, calling ``first(sid)`` right after the Open has been handed to the I/O thread and
+        before waiting for ``Opened``: the robot drafts its first block while the Open travels, and
+        sends it on ``sid`` right behind it (``edge.first_block``). When ``first`` raises, the session
+        is closed on the server and the error goes on."""
         state = self.link_state()
         if state.dead:
             raise self._lost_error(state.reason)
         sid = uuid.uuid4().bytes
         self.register(sid)
         self.send(sid, self.with_priority(self.with_downlink(request)))
+        if first is not None:
+            try:
+                first(sid)
+            except BaseException:
+                self.end(sid)
+                raise
         reply = self.receive(sid, self.config.open_timeout_s)
         if not isinstance(reply, Opened):
             raise VerifierError(int(ErrorCode.INTERNAL), f"expected Opened, got {type(reply).__name__}")

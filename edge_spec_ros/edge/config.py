@@ -46,6 +46,9 @@ class EdgeConfig:
     # PicoSpec: branch blocks per round for the likeliest other verdicts of the block being verified
     # (edge.pipeline; 0: none); they change when the verifier works, never the tokens
     branch_blocks: int = BRANCHES
+    # the first block rides with the Open (edge.first_block): drafted from the prompt while the Open travels,
+    # verified right after the prefill; False (or a link without open_with): Open, Opened, then the first draft
+    first_block: bool = True
     reconnect_retries: int = 2  # a decision interrupted by a lost or restarted verifier is opened again
 
     def draft_distribution(self, mode: Mode | str) -> DraftDistribution | None:

@@ -135,6 +135,10 @@ class DraftChain:
         """The next round's block is on the link already (a chained block that held): its γ is fixed."""
         return self._next is not None and self._next.sent_at is not None
 
+    def preset(self, first: SourcedDraft) -> None:
+        """The decision's first block, sent right behind the Open (``edge.first_block``): round 0's draft."""
+        self._next = first
+
     def draft(self, round_: int, kv: KVCache, seq: list[int], gamma: int, resampled: int) -> SourcedDraft:
         """Round ``round_``'s draft: the one settled after the last verdict, else a fresh one of γ."""
         settled, self._next = self._next, None

@@ -43,6 +43,8 @@ FSD's pre-draft cache, a fresh draft). The wait for the verdict: ``edge.pipeline
 PicoSpec's round that drafts ahead, chains and numbers its successor). The link's side of a round:
 ``edge.round_link`` (blocks up, exits down, DSSD's resample). The pre-draft workers and the γ
 controller outlive a decision: ``edge.long_lived``.
+The first block rides with the Open (``edge.first_block``): drafted from the prompt while the Open
+travels and is prefilled, sent right behind it, so the first verdict comes one round trip sooner.
 
 Legend: n — tokens; τ — tokens per round; γ — draft length; r — cache miss rate; T_p, T_q, T_c —
 draft forward, verification, one-way communication; T_r — waiting for a pre-draft on a hit.
@@ -63,7 +65,8 @@ from edge_spec_ros.decoding.reference import DecodeResult, append_until_stop
 from edge_spec_ros.edge.config import EdgeConfig
 from edge_spec_ros.edge.decision import CloudFallback, CloudTokens, DecisionState, NewRound
 from edge_spec_ros.edge.draft_sources import DraftChain, FreshDraft, PreDraftCache
-from edge_spec_ros.edge.gamma import RoundTiming
+from edge_spec_ros.edge.first_block import Opening, first_gamma, observed_open_times
+from edge_spec_ros.edge.gamma import GammaPolicy, RoundTiming
 from edge_spec_ros.edge.long_lived import LongLivedParts
 from edge_spec_ros.edge.pipeline import Pipeline, PipelinedRound, SerialRound
 from edge_spec_ros.edge.predraft import PreDrafter
@@ -71,6 +74,7 @@ from edge_spec_ros.edge.registry import MODES, REGISTRY, Mode, get_mode
 from edge_spec_ros.edge.round_link import RoundLink, verdict_tokens
 from edge_spec_ros.models.drafter import Draft, Drafter
 from edge_spec_ros.models.prompt import EncodedPrompt
+from edge_spec_ros.spec.pipeline import OpenTimes
 from edge_spec_ros.spec.sampling import PositionalRNG
 from edge_spec_ros.wire.messages import ErrorCode, ExitResult, Generate, Open, Tokens
 from edge_spec_ros.wire.verifier_link import (
@@ -108,6 +112,7 @@ class EdgeDecoder:
         self.drafter = drafter
         self.config = config
         self._parts = LongLivedParts()
+        self._open_times: OpenTimes | None = None  # measured at the last speculative decision (edge.first_block)
         weakref.finalize(self, self._parts.stop)
 
     def close(self) -> None:
@@ -157,15 +162,15 @@ class EdgeDecoder:
                        temperature=c.decode.sampling.temperature, seed=c.decode.seed, want_exits=spec.early_exits,
                        queue_policy=c.server_policy,
                        p_top_k=c.lossy_p_k if spec.lossy_p else 0, pipelined=spec.pipelined)
-        sid, opened = self.client.open(request)
-        stats.prefill_s = time.perf_counter() - t0
-        try:
-            if not spec.speculative:
+        if spec.speculative:
+            tokens, sid = self._speculative_decision(request, prompt, stats, t0, spec)
+        else:
+            sid, _ = self.client.open(request)
+            stats.prefill_s = time.perf_counter() - t0
+            try:
                 tokens = self._cloud_ar(sid, stats, t0, c.decode.max_new_tokens).tokens
-            else:
-                tokens = self._speculative(sid, prompt, stats, t0, spec)
-        finally:
-            self.client.end(sid)
+            finally:
+                self.client.end(sid)
         traffic = self.client.traffic.pop(sid)
         stats.bytes_up, stats.bytes_down = traffic.up_bytes, traffic.down_bytes
         stats.wall_s = time.perf_counter() - t0
@@ -173,7 +178,51 @@ class EdgeDecoder:
         stats.steady_s = max(0.0, stats.wall_s - stats.ttft_s)
         stats.steady_tokens = max(0, stats.tokens - stats.first_tokens)
         stats.steady_rounds = max(0, stats.rounds - 1)
+        if spec.speculative:
+            self._open_times = observed_open_times(stats, self._open_times)
         return DecodeResult(tokens, stats)
+
+    def _speculative_decision(self, request: Open, prompt: EncodedPrompt, stats: DecodeStats, t0: float,
+                              spec: Mode) -> tuple[list[int], bytes]:
+        """Open a speculative decision (with its first block where it can travel: ``_open_first``),
+        decode it (``_speculative``) and close it; its tokens and session id."""
+        rng = PositionalRNG(self.config.decode.seed)
+        with self._parts.decision(self.config, self.drafter, spec, rng) as (policy, predrafter):
+            opening = self._open_first(request, prompt, stats, t0, spec, rng, policy)
+            try:
+                return self._speculative(opening, prompt, stats, t0, spec, rng, policy, predrafter), opening.sid
+            finally:
+                self.client.end(opening.sid)
+
+    def _open_first(self, request: Open, prompt: EncodedPrompt, stats: DecodeStats, t0: float, spec: Mode,
+                    rng: PositionalRNG, policy: GammaPolicy) -> Opening:
+        """Open the decision. The first block (``edge.first_block``): where the link can carry it
+        (``open_with``) and the γ policy speculates, the robot drafts γ₀ tokens from the prompt right
+        after the Open has left, while it travels and is prefilled, and sends them as round 0's block
+        right behind it; the verifier verifies them in the forward that follows the prefill. Otherwise
+        today's sequence: the Open, ``Opened``, then the first draft."""
+        c, d = self.config, self.config.decode
+        distribution = c.draft_distribution(spec)
+        open_with = getattr(self.client, "open_with", None)
+        gamma0 = first_gamma(c, policy, self._open_times) if open_with is not None else None
+        if gamma0 is None:
+            sid, _ = self.client.open(request)
+            stats.prefill_s = time.perf_counter() - t0
+            return Opening(sid, RoundLink(self.client, sid, spec, distribution))
+        box: dict[str, object] = {}
+
+        def first(sid: bytes) -> None:
+            link = box["link"] = RoundLink(self.client, sid, spec, distribution)
+            fresh = FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, False, stats)
+            sourced = fresh.draft(0, self.drafter.start(prompt), prompt.input_ids.tolist(), gamma0, -1)
+            link.send(0, sourced.draft, -1)
+            box["first"] = sourced
+
+        sid, _ = open_with(request, first)
+        opened_at = time.perf_counter()
+        stats.prefill_s = opened_at - t0
+        # round 0's round trip counts from Opened: the verifier starts on the block once it has prefilled
+        return Opening(sid, box["link"], replace(box["first"], sent_at=opened_at))
 
     def _cloud_ar(self, sid: bytes, stats: DecodeStats, t0: float, budget: int, resampled: int = -1) -> CloudTokens:
         """Cloud-only decoding of up to ``budget`` tokens (the baseline, or AS²'s fallback)."""
@@ -205,45 +254,48 @@ class EdgeDecoder:
         append_until_stop(done, out, replace(d, max_new_tokens=budget))
         return CloudTokens(done, sent, first_at, first_count)
 
-    def _speculative(self, sid: bytes, prompt: EncodedPrompt, stats: DecodeStats, t0: float,
-                     spec: Mode) -> list[int]:
+    def _speculative(self, opening: Opening, prompt: EncodedPrompt, stats: DecodeStats, t0: float, spec: Mode,
+                     rng: PositionalRNG, policy: GammaPolicy, predrafter: PreDrafter | None) -> list[int]:
         """Speculative decoding over the link, round by round as ``decoding.reference.speculative``: γ
         (``edge.gamma``; AS²'s cloud-only chunks meanwhile, ``CloudFallback``), a draft from the first
         source that has one (``edge.draft_sources``), send it, the verdict (``edge.pipeline``: a
-        pipelined round drafts ahead meanwhile), commit its tokens, settle the next round's draft."""
-        c, d = self.config, self.config.decode
-        rng = PositionalRNG(d.seed)
-        link = RoundLink(self.client, sid, spec, c.draft_distribution(spec))
-        with self._parts.decision(c, self.drafter, spec, rng) as (policy, predrafter):
-            state = DecisionState(prompt.input_ids.tolist(), d, stats, t0,
-                                  partial(self._round_parts, spec, link, rng, predrafter, stats))
-            fallback, gamma = CloudFallback(policy, partial(self._cloud_ar, sid, stats, t0)), d.gamma
-            for _ in range(d.max_new_tokens + 1):
-                if not state.sources.in_flight:  # a block on the link already keeps the γ it was drafted with
-                    gamma = fallback.gamma(state)
-                    if gamma is None:  # the cloud's chunks finished the decision
-                        return state.out
-                if state.kv is None:  # a decision AS² hands to the cloud at once never pays the drafter's prefill
-                    state.kv = self.drafter.start(prompt)
-                block = state.sources.draft(state.number, state.kv, state.seq, gamma, state.resampled)
-                sent = block.sent_at if block.sent_at is not None else \
-                    link.send(state.number, block.draft, state.resampled)
-                state.kv, draft = block.kv, block.draft
-                state.sources.begin_round(state.number, state.seq, state.kv, gamma)
-                round_ = state.new_round(state.number)
-                final = round_.verdict(state.seq, state.kv, draft, gamma)
-                round_trip = time.perf_counter() - sent
-                record_round(stats, draft, final, round_trip)
-                tokens = verdict_tokens(final, draft, rng, self.drafter.stack.vocab_size)
-                now = time.perf_counter()
-                policy.observe(RoundTiming(final.accepted, draft.gamma, block.t_token_s, round_trip, final.compute_s,
-                                           link.sent_bytes(state.number), wall_s=now - state.mark, emitted=len(tokens)))
-                if state.commit(tokens, now, tokens[-1] if final.resample else -1):  # DSSD: the next block tells it
+        pipelined round drafts ahead meanwhile), commit its tokens, settle the next round's draft. A first
+        block sent with the Open (``opening.first``) is round 0's, on the link already."""
+        d = self.config.decode
+        sid, link = opening.sid, opening.link
+        state = DecisionState(prompt.input_ids.tolist(), d, stats, t0,
+                              partial(self._round_parts, spec, link, rng, predrafter, stats))
+        if opening.first is not None:
+            state.kv = opening.first.kv
+            state.sources.preset(opening.first)
+        gamma = opening.first.draft.gamma if opening.first is not None else d.gamma  # γ₀ of a first block
+        fallback = CloudFallback(policy, partial(self._cloud_ar, sid, stats, t0))
+        for _ in range(d.max_new_tokens + 1):
+            if not state.sources.in_flight:  # a block on the link already keeps the γ it was drafted with
+                gamma = fallback.gamma(state)
+                if gamma is None:  # the cloud's chunks finished the decision
                     return state.out
-                settled = round_.settle(draft, final, tokens)
-                stats.branches_held += settled.branch
-                state.sources.after_verdict(settled.ahead, tokens)
-                state.number = settled.next_number
+            if state.kv is None:  # a decision AS² hands to the cloud at once never pays the drafter's prefill
+                state.kv = self.drafter.start(prompt)
+            block = state.sources.draft(state.number, state.kv, state.seq, gamma, state.resampled)
+            sent = block.sent_at if block.sent_at is not None else \
+                link.send(state.number, block.draft, state.resampled)
+            state.kv, draft = block.kv, block.draft
+            state.sources.begin_round(state.number, state.seq, state.kv, gamma)
+            round_ = state.new_round(state.number)
+            final = round_.verdict(state.seq, state.kv, draft, gamma)
+            round_trip = time.perf_counter() - sent
+            record_round(stats, draft, final, round_trip)
+            tokens = verdict_tokens(final, draft, rng, self.drafter.stack.vocab_size)
+            now = time.perf_counter()
+            policy.observe(RoundTiming(final.accepted, draft.gamma, block.t_token_s, round_trip, final.compute_s,
+                                       link.sent_bytes(state.number), wall_s=now - state.mark, emitted=len(tokens)))
+            if state.commit(tokens, now, tokens[-1] if final.resample else -1):  # DSSD: the next block tells it
+                return state.out
+            settled = round_.settle(draft, final, tokens)
+            stats.branches_held += settled.branch
+            state.sources.after_verdict(settled.ahead, tokens)
+            state.number = settled.next_number
         raise VerifierError(0, "decode did not finish within its token budget")  # unreachable
 
     def _round_parts(self, spec: Mode, link: RoundLink, rng: PositionalRNG, predrafter: PreDrafter | None,

@@ -67,3 +67,46 @@ def latency_immunity_bound(t_verify: float, alpha: float, gamma: float) -> float
 def async_throughput(alpha: float, gamma: int, times: PipelineTimes) -> float:
     """R_async = EL / E[T_async]."""
     return expected_length(alpha, gamma) / async_cycle(alpha, gamma, times)
+
+
+@dataclass(frozen=True)
+class OpenTimes:
+    """Measured times of a decision's start: t_open — the Open's round trip to ``Opened`` (its upload,
+    the verifier's prefill and 2T_c: what cloud-only decoding waits before its first ``Generate``);
+    t_p — T_p, one draft step; t_q — T_q, one verification; t_c — T_c, one way."""
+
+    t_open: float
+    t_p: float
+    t_q: float
+    t_c: float
+
+    def __post_init__(self) -> None:
+        if min(self.t_open, self.t_p, self.t_q, self.t_c) < 0:
+            raise ValueError(f"times must be >= 0, got {self}")
+
+    def first_verdict(self, gamma: int) -> float:
+        """When the verdict on a first block of γ drafted from the prompt while the Open travels is back
+        (t = 0: the Open leaves): the verifier has prefilled at t_open − T_c, the block reaches it at
+        γT_p + T_c, and its verdict takes T_q + T_c more."""
+        return self.t_q + self.t_c + max(self.t_open - self.t_c, gamma * self.t_p + self.t_c)
+
+    @property
+    def cloud_first_token(self) -> float:
+        """Cloud-only decoding's first token: the Open's round trip, then a Generate's, 2T_c + T_q."""
+        return self.t_open + 2 * self.t_c + self.t_q
+
+
+def first_block_gamma(alpha: float, times: OpenTimes, gamma_max: int) -> int:
+    """γ₀ of the first block, drafted from the prompt while the Open travels and is prefilled.
+
+    Drafting it costs γ₀·T_p, hidden by the Open's travel and prefill as long as γ₀T_p ≤ t_open − 2T_c;
+    beyond, each draft step delays the first verdict by T_p. Within γ₀T_p ≤ t_open the first verdict
+    (``OpenTimes.first_verdict``) is never later than cloud-only decoding's first token
+    (``OpenTimes.cloud_first_token``: t_open + 2T_c + T_q); among those γ (1 ≤ γ ≤ ``gamma_max``) γ₀
+    maximises the first round's rate τ(α, γ) / first_verdict(γ), the smallest on a tie. A γ of 1 when
+    even one step does not fit: the block still saves the round trip that drafting after ``Opened``
+    would cost."""
+    if gamma_max < 1:
+        raise ValueError(f"need gamma_max >= 1, got {gamma_max}")
+    fits = [g for g in range(1, gamma_max + 1) if g * times.t_p <= times.t_open] or [1]
+    return max(fits, key=lambda g: (expected_round_tokens(alpha, g) / max(times.first_verdict(g), 1e-9), -g))

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from edge_spec_ros.spec.pipeline import (
-    PipelineTimes, async_cycle, async_throughput, expected_length, expected_round_tokens, latency_immunity_bound,
-    sync_throughput,
+    OpenTimes, PipelineTimes, async_cycle, async_throughput, expected_length, expected_round_tokens, first_block_gamma,
+    latency_immunity_bound, sync_throughput,
 )
 
 TIMES = PipelineTimes(t_draft=0.288, t_rtt=0.240, t_verify=0.620)  # FSD Table 8's Go2 figures
@@ -49,3 +49,32 @@ def test_round_tokens_count_the_target_token_and_the_bound_divides_t_verify_by_t
     with pytest.raises(ValueError):
         expected_round_tokens(1.2, 4)
 
+
+GO2_OPEN = OpenTimes(t_open=0.30, t_p=0.072, t_q=0.620, t_c=0.120)  # go2-paper: 2T_c + a 60 ms prefill
+
+
+def test_first_verdict_against_cloud_only_first_token():
+    """A first block of γ: verdict at T_q + T_c + max(t_open − T_c, γT_p + T_c); cloud-only's first token
+    at t_open + 2T_c + T_q. Drafting hidden by the Open (γT_p ≤ t_open − 2T_c): 2T_c sooner than it."""
+    t = GO2_OPEN
+    assert t.cloud_first_token == pytest.approx(0.30 + 0.24 + 0.62)
+    assert t.first_verdict(0) == pytest.approx(0.62 + 0.30)  # the verifier waits for its prefill only
+    assert t.first_verdict(4) == pytest.approx(0.62 + 0.12 + 4 * 0.072 + 0.12)  # the block arrives after it
+    for gamma in range(1, 5):  # γT_p ≤ t_open: never later than cloud-only's first token
+        assert t.first_verdict(gamma) <= t.cloud_first_token + 1e-12
+
+
+def test_first_block_gamma_fits_the_open_and_maximises_the_first_rate():
+    t = GO2_OPEN
+    gamma = first_block_gamma(0.8, t, 16)
+    assert gamma * t.t_p <= t.t_open and (gamma + 1) * t.t_p > t.t_open or gamma == 16
+    rate = {g: expected_round_tokens(0.8, g) / t.first_verdict(g) for g in range(1, 5)}
+    assert rate[gamma] == max(rate.values()) and gamma == 4
+    assert first_block_gamma(0.8, t, 2) == 2  # capped
+    assert first_block_gamma(0.0, t, 16) == 1  # nothing is accepted: the shortest block is the soonest verdict
+    assert first_block_gamma(0.9, OpenTimes(0.30, 0.0, 0.62, 0.12), 16) == 16  # free drafting
+    assert first_block_gamma(0.9, OpenTimes(0.05, 0.072, 0.62, 0.0), 16) == 1  # not even one step hides
+    with pytest.raises(ValueError):
+        first_block_gamma(0.8, t, 0)
+    with pytest.raises(ValueError):
+        OpenTimes(-1.0, 0.0, 0.0, 0.0)

@@ -1,0 +1,89 @@
+"""The first block rides with the Open: a speculative decision starts drafting at once.
+
+Without it a decision pays two round trips before its first token: the Open up, the prefill,
+``Opened`` down (2T_c + upload + prefill), then only the first block is drafted (γT_p) and verified
+(2T_c + T_q). The drafter holds the prompt from the start, so the robot drafts the first block of γ₀
+tokens while the Open travels and is prefilled, and sends it as round 0's ``DraftBlock`` right behind
+the Open. The verifier admits a session's requests in arrival order, so the block waits behind the
+Open's prefill and is verified by the forward that continues it: the prefill caches every prompt
+position but the last, and round 0's forward covers the last prompt position and the γ₀ draft
+positions (logits at each, FSD's early exits too), streaming the verdict right after ``Opened``.
+
+Why a separate message right behind the Open, not a field inside it: the Open leaves the moment the
+decision starts and is never delayed by the drafting (γ₀T_p); the block follows as soon as it exists.
+Inside the Open the prefill could not start before the block was drafted. And every verifier that
+admits a draft block after its Open (protocol revision 1 on) verifies it: no capability is needed, a
+server that predates this feature serves the same sequence of requests, and the tokens are the
+same. Exactness is untouched: the block is a fresh draft of γ₀ from the prompt with the
+position-indexed draws every other source uses (``edge.draft_sources``), and its verification is a
+round's like any other.
+
+Falls back to today's sequence (Open, ``Opened``, then the first draft): a link without ``open_with``
+(``nodes.ros_link``: see there why), ``EdgeConfig.first_block`` off, and a γ policy that hands the
+decision to the cloud from its start (AS²). A refused Open (a prompt too long for the server's limits,
+a busy server) fails the decision with the Open's error, as before; the block behind it is answered
+as belonging to no session, which the robot never reads.
+
+γ₀ (``spec.pipeline.first_block_gamma``): the published fixed γ with a fixed-γ policy (the papers'
+schedules, first round included); with the adaptive policy, from the times measured at the last
+speculative decision (``OpenTimes``): at most what the Open's round trip hides (γ₀T_p ≤ t_open), the
+rate of the first round maximised.
+
+Legend: γ₀ — the first block's draft length; T_p, T_q, T_c — draft step, verification, one-way link
+time; t_open — the Open's round trip to ``Opened``; α — acceptance rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edge_spec_ros.decoding.metrics import DecodeStats
+from edge_spec_ros.edge.config import EdgeConfig
+from edge_spec_ros.edge.draft_sources import SourcedDraft
+from edge_spec_ros.edge.gamma import AdaptiveGamma, GammaPolicy
+from edge_spec_ros.edge.round_link import RoundLink
+from edge_spec_ros.spec.pipeline import OpenTimes, first_block_gamma
+
+OPEN_TIMES_WEIGHT = 0.5  # weight of the newest decision in the measured OpenTimes
+
+
+@dataclass(frozen=True)
+class Opening:
+    """An opened speculative decision: its session, its link for rounds and (sent with the Open) its
+    first block, round 0's draft, whose ``sent_at`` is when ``Opened`` arrived (the verifier starts on
+    it once it has prefilled, so its round trip counts from there)."""
+
+    sid: bytes
+    link: RoundLink
+    first: SourcedDraft | None = None
+
+
+def first_gamma(config: EdgeConfig, policy: GammaPolicy, times: OpenTimes | None) -> int | None:
+    """γ₀ of the decision's first block, or None when none should ride with the Open: the option is
+    off, or the adaptive policy would hand the decision to the cloud (AS², asked without changing its
+    state). Fixed γ: γ. Adaptive: ``first_block_gamma`` over the measured ``times`` and ODLD's current
+    α, up to ``max_gamma``; ODLD's γ* until a decision has been measured."""
+    if not config.first_block:
+        return None
+    if not isinstance(policy, AdaptiveGamma):
+        return config.decode.gamma
+    if not policy.speculates(config.decode.max_new_tokens):
+        return None
+    if times is None:
+        return policy.controller.choice().gamma
+    return first_block_gamma(policy.controller.alpha, times, config.max_gamma)
+
+
+def observed_open_times(stats: DecodeStats, before: OpenTimes | None) -> OpenTimes | None:
+    """The decision's start as ``stats`` measured it (the Open's round trip, T_p, T_q, T_c), averaged
+    with ``before`` (weight ``OPEN_TIMES_WEIGHT`` for the newest); ``before`` when the decision ran no
+    speculative round."""
+    if not stats.rounds or not stats.draft_forwards or not stats.prefill_s:
+        return before
+    t_c = stats.overhead_median_s / 2
+    new = OpenTimes(stats.prefill_s, stats.tp_s, stats.tq_s, max(0.0, t_c))
+    if before is None:
+        return new
+    w = OPEN_TIMES_WEIGHT
+    return OpenTimes(*(w * a + (1 - w) * b for a, b in ((new.t_open, before.t_open), (new.t_p, before.t_p),
+                                                         (new.t_q, before.t_q), (new.t_c, before.t_c))))

@@ -1,0 +1,120 @@
+"""The first block rides with the Open (edge/first_block.py): drafted while the Open travels, sent
+right behind it, verified after the prefill, in every speculative mode; greedy output stays the
+verifier's own token for token; a link that cannot carry it, the option off, and AS² handing the
+decision to the cloud from its start all take today's sequence (Open, Opened, then the first draft)."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge_spec_ros.decoding.metrics import DecodeStats
+from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
+from edge_spec_ros.edge import long_lived
+from edge_spec_ros.edge.first_block import first_gamma, observed_open_times
+from edge_spec_ros.edge.gamma import AdaptiveGamma, FixedGamma
+from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
+from edge_spec_ros.edge.registry import MODES, get_mode
+from edge_spec_ros.models.drafter import Drafter
+from edge_spec_ros.models.tiny import truncated_copy
+from edge_spec_ros.models.verifier import EarlyExitVerifier
+from edge_spec_ros.spec.draft_length import DraftLengthController, SpeculationChoice
+from edge_spec_ros.spec.pipeline import OpenTimes, first_block_gamma
+from first_block_link import FirstBlockLocalLink, LoggedLocalLink
+
+SPECULATIVE = [m for m in MODES if get_mode(m).speculative]
+CONFIG = DecodeConfig(max_new_tokens=20, gamma=3)
+
+
+@pytest.fixture(scope="module")
+def setup(target_model, encoder, text_prompt):
+    verifier = EarlyExitVerifier(target_model)
+    return verifier, encoder, Drafter(truncated_copy(target_model, 2)), text_prompt, \
+        autoregressive(verifier, text_prompt, CONFIG).tokens
+
+
+def decisions(log: list[tuple[str, str, int]]) -> list[list[tuple[str, str, int]]]:
+    """The link's log cut into decisions, each from its Open."""
+    out: list[list] = []
+    for entry in log:
+        if entry[1] == "Open":
+            out.append([])
+        out[-1].append(entry)
+    return out
+
+
+def first_block_rode(decision: list[tuple[str, str, int]]) -> bool:
+    """Round 0's whole block left before Opened arrived (and right after the Open)."""
+    opened = decision.index(("down", "Opened", -1))
+    return ("up", "DraftBlock", 0) in decision[:opened]
+
+
+@pytest.mark.parametrize("mode", SPECULATIVE)
+def test_greedy_with_the_first_block_equals_target_greedy(setup, mode):
+    verifier, encoder, drafter, prompt, greedy = setup
+    link = FirstBlockLocalLink(verifier, encoder)
+    with EdgeDecoder(link, drafter, EdgeConfig(decode=CONFIG, threads=2)) as decoder:
+        results = [decoder.decode(mode, prompt, b"") for _ in range(2)]
+    assert [r.tokens for r in results] == [greedy, greedy]
+    for decision in decisions(link.log):
+        assert decision[0] == ("up", "Open", -1) and first_block_rode(decision), mode
+        assert decision[1][:2] == ("up", "DraftBlock"), mode  # right behind the Open (or its partial first part)
+    s = results[0].stats
+    assert s.rounds >= 1 and s.drafted >= CONFIG.gamma and s.ttft_s > 0 and s.prefill_s > 0
+
+
+@pytest.mark.parametrize("mode", ["sd", "dssd", "pico"])
+def test_a_link_without_open_with_takes_todays_sequence(setup, mode):
+    verifier, encoder, drafter, prompt, greedy = setup
+    link = LoggedLocalLink(verifier, encoder)
+    with EdgeDecoder(link, drafter, EdgeConfig(decode=CONFIG, threads=2)) as decoder:
+        assert decoder.decode(mode, prompt, b"").tokens == greedy
+    (decision,) = decisions(link.log)
+    assert decision[:2] == [("up", "Open", -1), ("down", "Opened", -1)] and not first_block_rode(decision)
+
+
+def test_the_option_off_takes_todays_sequence(setup):
+    verifier, encoder, drafter, prompt, greedy = setup
+    link = FirstBlockLocalLink(verifier, encoder)
+    with EdgeDecoder(link, drafter, EdgeConfig(decode=CONFIG, threads=2, first_block=False)) as decoder:
+        assert decoder.decode("fsd", prompt, b"").tokens == greedy
+    (decision,) = decisions(link.log)
+    assert decision[:2] == [("up", "Open", -1), ("down", "Opened", -1)]
+
+
+def test_a_decision_as2_hands_to_the_cloud_sends_no_first_block(setup, monkeypatch):
+    verifier, encoder, drafter, prompt, greedy = setup
+
+    class Cloud(DraftLengthController):
+        def choice(self) -> SpeculationChoice:
+            return SpeculationChoice(False, CONFIG.gamma, 0.5)
+
+    monkeypatch.setattr(long_lived, "DraftLengthController", Cloud)
+    link = FirstBlockLocalLink(verifier, encoder)
+    edge = EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True, measured_fallback=False)
+    with EdgeDecoder(link, drafter, edge) as decoder:
+        result = decoder.decode("sd", prompt, b"")
+    assert result.tokens == greedy and result.stats.cloud_fallback == 1
+    (decision,) = decisions(link.log)
+    assert decision[:2] == [("up", "Open", -1), ("down", "Opened", -1)]
+
+
+def test_first_gamma_fixed_adaptive_and_off():
+    fixed = EdgeConfig(decode=CONFIG)
+    assert first_gamma(fixed, FixedGamma(), None) == CONFIG.gamma
+    assert first_gamma(EdgeConfig(decode=CONFIG, first_block=False), FixedGamma(), None) is None
+    adaptive = EdgeConfig(decode=CONFIG, adaptive_gamma=True, max_gamma=12)
+    policy = AdaptiveGamma(DraftLengthController(0.8, 0.01, 0.01, max_gamma=12))
+    assert first_gamma(adaptive, policy, None) == policy.controller.choice().gamma  # nothing measured yet
+    times = OpenTimes(t_open=0.30, t_p=0.072, t_q=0.62, t_c=0.12)
+    gamma0 = first_gamma(adaptive, policy, times)
+    assert gamma0 == first_block_gamma(policy.controller.alpha, times, 12) and gamma0 * times.t_p <= times.t_open
+
+
+def test_open_times_are_measured_and_averaged():
+    stats = DecodeStats("SD", prefill_s=0.4, rounds=2, draft_forwards=4, draft_s=0.2, server_s=1.0,
+                        round_overheads_s=[0.2, 0.3, 0.24])
+    first = observed_open_times(stats, None)
+    assert first == OpenTimes(0.4, 0.05, 0.5, 0.12)
+    again = observed_open_times(stats, OpenTimes(0.2, 0.05, 0.5, 0.12))
+    assert again.t_open == pytest.approx(0.3) and again.t_p == pytest.approx(0.05)
+    assert observed_open_times(DecodeStats("SD"), first) is first  # no speculative round: nothing learnt
