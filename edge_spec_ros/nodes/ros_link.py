@@ -7,6 +7,14 @@ nodes/wire_ros.py. The bridge's
 heartbeat (nodes/bridge_node.py) tells a lost verifier as LINK_LOST with code ``VerifierLost.CODE``:
 the wait in progress (open or receive) raises ``VerifierLost`` at once, and the decoder does not open
 the decision again.
+
+No first block with the Open (``edge.first_block``): this link has no ``open_with``, so a decision
+through the bridge takes the Open, ``Opened``, then the first draft. The OPEN travels on
+``edge_spec/decision_request`` and drafts on ``edge_spec/draft``: DDS orders the messages of one topic,
+not those of two, so a first block published right behind its OPEN may reach the bridge first, which
+answers a draft for a decision it has not opened with an error. Carrying it needs the bridge to hold
+such a draft until its OPEN comes (a bounded wait) and its watchdog to keep watching round 0 after
+``Opened``.
 """
 
 from __future__ import annotations

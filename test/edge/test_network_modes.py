@@ -260,3 +260,68 @@ def test_shortlisted_exit_heads_leave_fsd_exact(start_server, pair, images):
             assert decoder.decode(mode, prompt, jpg).tokens == target, mode
         decoder.config = EdgeConfig(decode=sampled, threads=2)
         assert decoder.decode("fsd", prompt, jpg).tokens == decoder.decode("sd", prompt, jpg).tokens
+
+
+def test_the_first_block_rides_with_the_open_and_saves_a_round_trip(start_server, pair, images):
+    """Over a link of 150 ms each way (emulated T_q 0.1 s): the first block drafted while the Open travels
+    brings the first verdict about a round trip (2T_c) sooner than Open, Opened, then the first draft
+    (the least of three decisions each after a warm-up: this machine's CPU is shared); the output is the
+    target's own either way, in every speculative mode, with the server's batching on."""
+    jpg, seen = images[0]
+    prompt = pair_prompt(pair, "find the silver bottle", seen)
+    config = DecodeConfig(max_new_tokens=16, gamma=3, stop_tokens=(pair.tokenizer.eos_token_id,))
+    target = autoregressive(pair.verifier, prompt, config).tokens
+    shape = LinkShape(delay_s=0.15)
+    with start_server("--emulate-tq-s", "0.1", "--max-batch", "4") as endpoint, \
+            VerifierClient(ClientConfig(endpoint=endpoint, uplink=shape, downlink=shape)) as client:
+        decoder = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config, threads=2))
+        for mode in ("sd", "fsd", "dssd", "pico"):  # the first one warms up
+            assert decoder.decode(mode, prompt, jpg).tokens == target, mode
+        ttft: dict[bool, float] = {}
+        for _ in range(3):
+            for first in (True, False):
+                decoder.config = EdgeConfig(decode=config, threads=2, first_block=first)
+                result = decoder.decode("sd", prompt, jpg)
+                assert result.tokens == target, first
+                ttft[first] = min(ttft.get(first, math.inf), result.stats.ttft_s)
+    assert ttft[True] < ttft[False] - 0.15, ttft
+
+
+def test_a_refused_open_fails_the_decision_with_its_own_error(start_server, pair, images):
+    """A prompt too long for the server's limits: the Open is refused (TOO_LARGE) and the decision fails
+    with that error, not with the answer to the first block behind it (no session: UNKNOWN_SESSION, never
+    read); a short prompt on the same client then decodes as before."""
+    from edge_spec_ros.wire.verifier_link import VerifierError
+
+    jpg, seen = images[0]
+    long_prompt = pair_prompt(pair, "find the silver bottle", seen)
+    short = pair.prompt_encoder().encode("stop")
+    limit = len(short.input_ids) + 1
+    assert len(long_prompt.input_ids) > limit
+    config = DecodeConfig(max_new_tokens=8, gamma=3)
+    with start_server("--max-prompt-tokens", str(limit)) as endpoint, \
+            VerifierClient(ClientConfig(endpoint=endpoint)) as client:
+        decoder = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config, threads=2))
+        with pytest.raises(VerifierError) as refused:
+            decoder.decode("sd", long_prompt, jpg)
+        assert refused.value.code == 8  # TOO_LARGE
+        assert decoder.decode("sd", short, b"").tokens == autoregressive(pair.verifier, short, config).tokens
+
+
+def test_open_with_closes_the_session_when_the_first_block_fails(server_endpoint, pair):
+    """``VerifierClient.open_with``: a first block that cannot be drafted ends the session on the server
+    (Close) and the error goes on; the client forgets the session."""
+    from edge_spec_ros.wire.messages import Open
+
+    prompt = pair.prompt_encoder().encode("stop")
+    seen: list[bytes] = []
+
+    def first(sid: bytes) -> None:
+        seen.append(sid)
+        raise RuntimeError("the drafter failed")
+
+    with VerifierClient(ClientConfig(endpoint=server_endpoint)) as client:
+        with pytest.raises(RuntimeError, match="drafter failed"):
+            client.open_with(Open(input_ids=prompt.input_ids.numpy().astype(np.int32)), first)
+        with pytest.raises(KeyError):
+            client.receive(seen[0], 0.1)
