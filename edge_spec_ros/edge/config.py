@@ -43,6 +43,9 @@ class EdgeConfig:
     b_prior: float = 0.05
     c_prior: float = 0.05
     max_gamma: int = 16
+    # with adaptive_gamma in PicoSpec's modes: γ by the pipeline's model (spec.pipeline.pipelined_gamma: the next
+    # block is drafted while this one is verified), not ODLD's serial one; False: ODLD's γ* as in serial modes
+    pipeline_gamma: bool = True
     # PicoSpec: branch blocks per round for the likeliest other verdicts of the block being verified
     # (edge.pipeline; 0: none); they change when the verifier works, never the tokens
     branch_blocks: int = BRANCHES

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from edge_spec_ros.spec.draft_length import DraftLengthController, SpeculationChoice, round_cost
+from edge_spec_ros.spec.pipeline import pipelined_gamma
 
 PROBE_BUDGET = 0.02  # share of the cloud-only decoding's time that probe rounds may cost
 MIN_T_VERIFY_S = 1e-6  # a verdict reporting no server time still divides b and c
@@ -145,10 +146,11 @@ class AdaptiveGamma:
     docstring). Not thread-safe: one decision at a time."""
 
     def __init__(self, controller: DraftLengthController, probe_budget: float = PROBE_BUDGET,
-                 measured: bool = True) -> None:
+                 measured: bool = True, pipelined: bool = False) -> None:
         if not 0.0 < probe_budget < 1.0:
             raise ValueError(f"probe budget must be in (0, 1), got {probe_budget}")
         self.controller = controller
+        self.pipelined = pipelined  # PicoSpec's modes: γ by the pipeline's model (``pipeline_gamma``)
         self.probe_budget = probe_budget
         self.use_walls = measured  # False: the model alone decides (TK-SLT's AS² as published)
         self.since_probe = 0  # cloud-only tokens since the last speculative round
@@ -190,13 +192,24 @@ class AdaptiveGamma:
                 self.cloud_probes += 1
                 return None
             self.since_probe = 0
-            return choice.gamma
+            return self.pipeline_gamma(choice.gamma)
         if self.since_probe >= self._spacing():
             self.since_probe = 0
             self.probes += 1
-            return choice.gamma
+            return self.pipeline_gamma(choice.gamma)
         self.hand_overs += 1
         return None
+
+    def pipeline_gamma(self, serial: int) -> int:
+        """γ of the next round: ODLD's ``serial`` γ*, or in a pipelined mode (once a round has measured
+        T_q) ``spec.pipeline.pipelined_gamma`` over the same estimates: α, T_p = c·T_q, the link's
+        propagation d·T_q per round and its transmission b·T_q per draft token."""
+        c = self.controller
+        t_q = c.t_llm_s
+        if not self.pipelined or t_q <= 0.0:
+            return serial
+        b, c_ratio, d, _ = c.cost_ratios()
+        return pipelined_gamma(c.alpha, c_ratio * t_q, t_q, d * t_q, c.max_gamma, b * t_q)
 
     def cloud_chunk(self) -> int | None:
         if self._probing_cloud:

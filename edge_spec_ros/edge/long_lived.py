@@ -51,7 +51,7 @@ class LongLivedParts:
         other."""
         d = config.decode
         with self._decision:
-            policy = self._gamma_policy(config, mode.name)
+            policy = self._gamma_policy(config, mode)
             policy.begin(d.gamma)
             predrafter = self._predrafter(config, drafter) if mode.early_exits else None
             if predrafter is not None:
@@ -73,15 +73,20 @@ class LongLivedParts:
         if self.predrafter is not None:
             self.predrafter.stop()
 
-    def _gamma_policy(self, config: EdgeConfig, mode: str) -> GammaPolicy:
+    def _gamma_policy(self, config: EdgeConfig, mode: Mode) -> GammaPolicy:
+        """Fixed γ, or the mode's adaptive policy (a pipelined mode's prices γ by the pipeline's model,
+        ``EdgeConfig.pipeline_gamma``)."""
         if not config.adaptive_gamma:
             return FixedGamma()
-        built_from = (config.alpha_prior, config.b_prior, config.c_prior, config.max_gamma, config.measured_fallback)
-        if mode not in self.adaptive or self.adaptive[mode][0] != built_from:
+        pipelined = mode.pipelined and config.pipeline_gamma
+        built_from = (config.alpha_prior, config.b_prior, config.c_prior, config.max_gamma, config.measured_fallback,
+                      pipelined)
+        if mode.name not in self.adaptive or self.adaptive[mode.name][0] != built_from:
             controller = DraftLengthController(config.alpha_prior, config.b_prior, config.c_prior,
                                                max_gamma=config.max_gamma)
-            self.adaptive[mode] = built_from, AdaptiveGamma(controller, measured=config.measured_fallback)
-        return self.adaptive[mode][1]
+            self.adaptive[mode.name] = built_from, AdaptiveGamma(controller, measured=config.measured_fallback,
+                                                                 pipelined=pipelined)
+        return self.adaptive[mode.name][1]
 
     def _predrafter(self, config: EdgeConfig, drafter: Drafter) -> PreDrafter:
         p = self.predrafter

@@ -110,3 +110,21 @@ def first_block_gamma(alpha: float, times: OpenTimes, gamma_max: int) -> int:
         raise ValueError(f"need gamma_max >= 1, got {gamma_max}")
     fits = [g for g in range(1, gamma_max + 1) if g * times.t_p <= times.t_open] or [1]
     return max(fits, key=lambda g: (expected_round_tokens(alpha, g) / max(times.first_verdict(g), 1e-9), -g))
+
+
+def pipelined_gamma(alpha: float, t_p: float, t_q: float, t_rtt: float, gamma_max: int,
+                    t_rtt_token: float = 0.0) -> int:
+    """γ of PicoSpec's pipeline: the γ (1 ≤ γ ≤ ``gamma_max``) that maximises τ(α, γ) / E[T_async] (eqs.
+    8-9 with T_draft = γT_p and T_RTT = ``t_rtt`` + γ·``t_rtt_token``, the block's transmission growing
+    with γ), the smallest on a tie. The serial optimum (ODLD) prices a round at γT_p + T_RTT + T_q;
+    in the pipeline the next block is drafted while this one is verified, so after a fully accepted
+    block a round costs max(γT_p, T_q + 2T_c), and a γ with γT_p > T_q + 2T_c makes the pipeline
+    draft-bound: a γ policy of a pipelined mode asks this one."""
+    if gamma_max < 1:
+        raise ValueError(f"need gamma_max >= 1, got {gamma_max}")
+
+    def rate(gamma: int) -> float:
+        times = PipelineTimes(gamma * t_p, t_rtt + gamma * t_rtt_token, t_q)
+        return expected_round_tokens(alpha, gamma) / max(async_cycle(alpha, gamma, times), 1e-12)
+
+    return max(range(1, gamma_max + 1), key=lambda g: (rate(g), -g))

@@ -118,3 +118,22 @@ def test_without_wall_times_or_with_them_off_the_model_alone_decides():
             else:
                 policy.observe(RoundTiming(3, 4, 0.001, 0.011, 0.01))
         assert policy.cloud_probes == 0
+
+
+def test_a_pipelined_policy_prices_gamma_by_the_pipeline():
+    """PicoSpec's modes: once a round has measured T_q, γ is ``spec.pipeline.pipelined_gamma`` over the
+    controller's estimates (α, T_p = c·T_q, the link), not ODLD's serial γ*; before it, ODLD's; a serial
+    policy keeps ODLD's."""
+    from edge_spec_ros.spec.pipeline import pipelined_gamma
+
+    serial, pipelined = (AdaptiveGamma(DraftLengthController(0.9, 0.01, 0.1, max_gamma=16), pipelined=p)
+                         for p in (False, True))
+    assert pipelined.gamma() == pipelined.controller.choice().gamma  # nothing measured yet
+    for policy in (serial, pipelined):
+        for _ in range(6):  # T_p 72 ms, T_q 620 ms, 240 ms of link per round, 3 of 4 accepted
+            policy.observe(RoundTiming(3, 4, 0.072, 0.24 + 0.62, 0.62))
+    c = pipelined.controller
+    b, c_ratio, d, _ = c.cost_ratios()
+    expected = pipelined_gamma(c.alpha, c_ratio * c.t_llm_s, c.t_llm_s, d * c.t_llm_s, 16, b * c.t_llm_s)
+    assert pipelined.gamma() == expected and serial.gamma() == serial.controller.choice().gamma
+    assert expected != serial.controller.choice().gamma  # the two models disagree here (3 against 4)

@@ -8,7 +8,7 @@ import pytest
 
 from edge_spec_ros.spec.pipeline import (
     OpenTimes, PipelineTimes, async_cycle, async_throughput, expected_length, expected_round_tokens, first_block_gamma,
-    latency_immunity_bound, sync_throughput,
+    latency_immunity_bound, pipelined_gamma, sync_throughput,
 )
 
 TIMES = PipelineTimes(t_draft=0.288, t_rtt=0.240, t_verify=0.620)  # FSD Table 8's Go2 figures
@@ -78,3 +78,21 @@ def test_first_block_gamma_fits_the_open_and_maximises_the_first_rate():
         first_block_gamma(0.8, t, 0)
     with pytest.raises(ValueError):
         OpenTimes(-1.0, 0.0, 0.0, 0.0)
+
+
+def test_pipelined_gamma_maximises_the_pipelines_rate_and_is_never_below_fixed_gamma():
+    """Go2's times (T_p 72 ms, T_q 620 ms, 2T_c 240 ms): γ maximises τ/E[T_async]; its modelled rate is at
+    least the paper's fixed γ = 4's; drafting for free makes the longest block best, a slow drafter a
+    short one; a costlier link per draft token shortens γ."""
+    def rate(alpha, gamma, t_p=0.072, t_q=0.62, rtt=0.24):
+        return expected_round_tokens(alpha, gamma) / async_cycle(alpha, gamma, PipelineTimes(gamma * t_p, rtt, t_q))
+
+    for alpha in (0.5, 0.8, 0.95):
+        gamma = pipelined_gamma(alpha, 0.072, 0.62, 0.24, 16)
+        assert rate(alpha, gamma) == max(rate(alpha, g) for g in range(1, 17))
+        assert rate(alpha, gamma) >= rate(alpha, 4)
+    assert pipelined_gamma(0.95, 0.0, 0.62, 0.24, 16) == 16
+    assert pipelined_gamma(0.8, 1.0, 0.62, 0.24, 16) == 1
+    assert pipelined_gamma(0.95, 0.072, 0.62, 0.24, 16, t_rtt_token=0.05) < pipelined_gamma(0.95, 0.072, 0.62, 0.24, 16)
+    with pytest.raises(ValueError):
+        pipelined_gamma(0.8, 0.072, 0.62, 0.24, 0)
