@@ -48,6 +48,9 @@ def test_a_lost_verifier_ends_the_decision_and_the_motion_with_the_reason(ros, t
     stack_cmd = [sys.executable, "-c", STACK, "--ros-args", "--params-file", str(params)]
     navigate_cmd = node_command("navigate_node", "-p", "progress_timeout_s:=120.0")
 
+    def heard_loss() -> int:  # the action node's log lines on a LINK_LOST so far
+        return (tmp_path / "stack.log").read_text().count("verifier lost (")
+
     def alive_since(t: float) -> bool:
         return any(at >= t and st.level == DiagnosticStatus.OK for at, st in link)
 
@@ -95,6 +98,7 @@ def test_a_lost_verifier_ends_the_decision_and_the_motion_with_the_reason(ros, t
             wait_for(lambda: any(moving(m) for t, m in s.twists if t >= since), DECIDE_S,
                      lambda: f"the robot to move after the restart\n{s.logs()}")
             assert any(d.text for d in s.decisions if d.decision > 1)  # the next decision decided
+            heard = heard_loss()
             killed = time.monotonic()
             verifier.proc.kill()
             verifier.proc.wait()
@@ -106,7 +110,12 @@ def test_a_lost_verifier_ends_the_decision_and_the_motion_with_the_reason(ros, t
             zero = next(t for t, m in s.twists if t >= killed and not moving(m))
             assert zero - killed < LOST_WITHIN_S
             ended = [m for t, m in s.actions if t >= killed and m.status == NavActionMsg.CANCELLED]
-            assert ended and "verifier lost" in ended[0].end_reason, [m.end_reason for _, m in s.actions]
+            # the bridge's LINK_LOST reaches the action node directly, and through navigate_node as its
+            # "stop" (the goal fails on the same LINK_LOST): when both wait in one wake of the action
+            # node's executor, either can end the motion first; the action node hears the loss either way
+            assert ended and ended[0].end_reason in ("verifier lost", "stop"), [m.end_reason for _, m in s.actions]
+            wait_for(lambda: heard_loss() > heard, LOST_WITHIN_S,
+                     lambda: f"the action node to hear the loss\n{s.logs()}")
             assert robot.poll() is None
     finally:
         server.__exit__(None, None, None)
