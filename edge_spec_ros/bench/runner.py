@@ -73,6 +73,12 @@ class BenchConfig:
     adaptive_gamma: bool = field(default=True, metadata=doc(
         "γ by ODLD, cloud fallback by AS² with probes back (TK-SLT; edge/gamma.py); --no-adaptive-gamma: every "
         "round drafts --gamma, as in the papers' tables (the sweeps always do)"))
+    first_block: bool = field(default=True, metadata=doc(
+        "the first block rides with the Open: drafted from the prompt while the Open travels and is prefilled "
+        "(edge/first_block.py); --no-first-block: Open, Opened, then the first draft"))
+    pipeline_gamma: bool = field(default=True, metadata=doc(
+        "with adaptive γ, pico and pico-fsd price γ by the pipeline's model (spec.pipeline.pipelined_gamma); "
+        "--no-pipeline-gamma: ODLD's serial γ*"))
     branch_blocks: int = field(default=BRANCHES, metadata=doc(
         "pico, pico-fsd: branch blocks per round for the K likeliest other verdicts of the block being verified "
         "(edge/pipeline.py; 0: none)", 0, MAX_BRANCHES))
@@ -203,7 +209,8 @@ class Bench:
                               stop_tokens=(self.pair.tokenizer.eos_token_id,))
         edge = EdgeConfig(decode=decode, threads=c.threads, client_policy=c.client_policy,
                           server_policy=c.server_policy, tp_s=self.profile.tp_s,  # T_q: Profile.serve_args
-                          adaptive_gamma=c.adaptive_gamma, branch_blocks=c.branch_blocks)
+                          adaptive_gamma=c.adaptive_gamma, branch_blocks=c.branch_blocks,
+                          first_block=c.first_block, pipeline_gamma=c.pipeline_gamma)
         edge = dataclasses.replace(edge, **overrides)
         warm = dataclasses.replace(edge, decode=dataclasses.replace(decode, max_new_tokens=4))
         client_config = ClientConfig(endpoint=self.endpoint, uplink=self.profile.uplink,

@@ -74,6 +74,8 @@ class RoundTiming:
     bytes_sent: int | None = None  # the block's bytes on the uplink (None: not counted)
     wall_s: float | None = None  # from the previous emission to this round's (None: not measured)
     emitted: int = 0  # tokens this round emitted (accepted + the verifier's own)
+    link_measured: bool = True  # False: the round trip says nothing of the link (a first block that rode with
+    # the Open waited for the prefill: edge.first_block), so only α and T_SLM, T_LLM are learnt from it
 
     @property
     def t_transmit_token_s(self) -> float:
@@ -217,8 +219,13 @@ class AdaptiveGamma:
         return max(1, self._spacing() - self.since_probe)
 
     def observe(self, timing: RoundTiming) -> None:
-        self.controller.observe(timing.accepted, timing.drafted, timing.t_token_s, timing.t_transmit_token_s,
-                                max(timing.t_verify_s, MIN_T_VERIFY_S), timing.bytes_sent)
+        t_verify = max(timing.t_verify_s, MIN_T_VERIFY_S)
+        if timing.link_measured:
+            self.controller.observe(timing.accepted, timing.drafted, timing.t_token_s, timing.t_transmit_token_s,
+                                    t_verify, timing.bytes_sent)
+        else:  # the link's estimates stay as they are: T_V at the current b, no bytes for the regression
+            self.controller.observe(timing.accepted, timing.drafted, timing.t_token_s, self.controller.b * t_verify,
+                                    t_verify)
         if timing.wall_s is not None and timing.emitted > 0:
             self.spec_s = _ema(self.spec_s, timing.wall_s / timing.emitted)
             self.spec_rounds += 1

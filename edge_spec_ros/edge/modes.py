@@ -285,11 +285,13 @@ class EdgeDecoder:
             round_ = state.new_round(state.number)
             final = round_.verdict(state.seq, state.kv, draft, gamma)
             round_trip = time.perf_counter() - sent
-            record_round(stats, draft, final, round_trip)
+            measured = block is not opening.first  # the first block's round trip waited for the prefill
+            record_round(stats, draft, final, round_trip, measured)
             tokens = verdict_tokens(final, draft, rng, self.drafter.stack.vocab_size)
             now = time.perf_counter()
             policy.observe(RoundTiming(final.accepted, draft.gamma, block.t_token_s, round_trip, final.compute_s,
-                                       link.sent_bytes(state.number), wall_s=now - state.mark, emitted=len(tokens)))
+                                       link.sent_bytes(state.number), wall_s=now - state.mark, emitted=len(tokens),
+                                       link_measured=measured))
             if state.commit(tokens, now, tokens[-1] if final.resample else -1):  # DSSD: the next block tells it
                 return state.out
             settled = round_.settle(draft, final, tokens)
@@ -312,15 +314,18 @@ class EdgeDecoder:
                                 sampling=d.sampling, rng=rng, tp_s=c.tp_s, pipeline=pipeline, split=spec.split)
 
 
-def record_round(stats: DecodeStats, draft: Draft, final: ExitResult, round_trip_s: float) -> None:
-    """A verified round's counters: γ drafted, δ accepted, its round trip and the server's T_q."""
+def record_round(stats: DecodeStats, draft: Draft, final: ExitResult, round_trip_s: float,
+                 link_measured: bool = True) -> None:
+    """A verified round's counters: γ drafted, δ accepted, its round trip and the server's T_q; its
+    overhead (round trip less T_q) unless the round trip says nothing of the link (``link_measured``)."""
     stats.rounds += 1
     stats.drafted += draft.gamma
     stats.accepted += final.accepted
     stats.full_rounds += final.accepted == draft.gamma
     stats.round_trip_s += round_trip_s
     stats.server_s += final.compute_s
-    stats.round_overheads_s.append(round_trip_s - final.compute_s)
+    if link_measured:
+        stats.round_overheads_s.append(round_trip_s - final.compute_s)
     if final.resample:  # DSSD: the robot resampled the rejected position
         stats.resamples += 1
         stats.tv_sum += final.p_tv

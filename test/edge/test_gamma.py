@@ -3,6 +3,8 @@ measured wall times per token of both regimes overruling the model once known, p
 
 from __future__ import annotations
 
+import pytest
+
 from edge_spec_ros.edge.gamma import (
     CLOUD_PROBE_TOKENS, FIRST_CLOUD_PROBE_ROUNDS, PROBE_BUDGET, AdaptiveGamma, CloudWall, FixedGamma, RoundTiming,
 )
@@ -137,3 +139,15 @@ def test_a_pipelined_policy_prices_gamma_by_the_pipeline():
     expected = pipelined_gamma(c.alpha, c_ratio * c.t_llm_s, c.t_llm_s, d * c.t_llm_s, 16, b * c.t_llm_s)
     assert pipelined.gamma() == expected and serial.gamma() == serial.controller.choice().gamma
     assert expected != serial.controller.choice().gamma  # the two models disagree here (3 against 4)
+
+
+def test_a_round_whose_round_trip_says_nothing_of_the_link_leaves_the_link_estimates():
+    """A first block that rode with the Open (edge/first_block.py) waited for the prefill: its round trip
+    teaches α, T_SLM and T_LLM, not b nor the link's regression."""
+    policy = AdaptiveGamma(DraftLengthController(0.5, 0.05, 0.05))
+    policy.observe(RoundTiming(2, 4, 0.01, 0.5, 0.1, bytes_sent=400))
+    c = policy.controller
+    b, rounds, alpha, c_ratio = c.b, c.link.rounds, c.alpha, c.c
+    policy.observe(RoundTiming(4, 4, 0.02, 0.1, 0.1, bytes_sent=400, link_measured=False))
+    assert c.b == pytest.approx(b) and c.link.rounds == rounds
+    assert c.alpha > alpha and c.c > c_ratio and c.observations == 2
