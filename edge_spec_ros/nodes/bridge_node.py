@@ -49,7 +49,7 @@ from edge_spec_ros.nodes.lifecycle import main_for
 from edge_spec_ros.nodes.managed import ManagedConfig, ManagedNode
 from edge_spec_ros.nodes.matched import matched_line
 from edge_spec_ros.nodes.params import declare_config, doc
-from edge_spec_ros.nodes.ros_link import MATCH_WAIT_S, RELIABLE, Receiver, unmatched
+from edge_spec_ros.nodes.ros_link import MATCH_WAIT_S, OPEN_RETRY_S, RELIABLE, Receiver, unmatched
 from edge_spec_ros.nodes.wire_ros import LinkLost, from_ros, session_id, to_ros
 from edge_spec_ros.wire.curve import client_keys
 from edge_spec_ros.wire.emulator import LinkShape
@@ -58,6 +58,10 @@ from edge_spec_ros.wire.messages import Close, Error, ErrorCode, ExitResult, Ope
 
 POLL_S = 0.1  # how often a session's watcher looks at the link (and for shutdown)
 NO_DECISION = 0  # the decision id of a link-wide status (the drafter's decisions start at 1)
+# A draft for a decision not open yet waits this long for its OPEN: a decision's first block leaves right
+# behind its OPEN (edge/first_block.py), on another topic, and DDS orders one topic's messages, not two's;
+# longer than the drafter's link takes to repeat an OPEN it heard no answer to
+EARLY_DRAFT_WAIT_S = 2.5 * OPEN_RETRY_S
 INACTIVE_CODE = -4  # BridgeStatus.code of an ERROR: the bridge is not active (negative: the bridge's own codes,
 # beside -1, a reply timeout, and VerifierLost.CODE; not retried by the decoder)
 
@@ -118,6 +122,7 @@ class _Session:
         self.timeout_s = timeout_s  # how long a request may go unanswered (open, then reply timeout)
         self.thread: threading.Thread | None = None  # watches for a silent verifier
         self.on_verifier = True  # its Open went to the verifier (not answered LINK_LOST by the bridge itself)
+        self.drafts = 0  # drafts forwarded to the verifier
 
 
 class BridgeNode(ManagedNode):
@@ -125,6 +130,7 @@ class BridgeNode(ManagedNode):
         super().__init__("bridge")
         self.config = declare_config(self, BridgeConfig)
         self.sessions: dict[int, _Session] = {}
+        self._early: dict[int, list[tuple[float, DraftBlockMsg]]] = {}  # decision -> drafts ahead of its OPEN
         self.client: VerifierClient | None = None  # configure() .. cleanup()
         self._receiver: Receiver | None = None
         self.results = self.create_publisher(ExitResultMsg, "edge_spec/exit_result", RELIABLE)
@@ -232,6 +238,8 @@ class BridgeNode(ManagedNode):
         session.thread = threading.Thread(target=self._watch, args=(session,), name=f"bridge-{msg.decision}",
                                           daemon=True)
         session.thread.start()
+        for _, early in self._early.pop(msg.decision, []):  # its first block, come ahead of it
+            self._forward_draft(early)
 
     def on_draft(self, msg: DraftBlockMsg) -> None:
         try:
@@ -241,17 +249,30 @@ class BridgeNode(ManagedNode):
             self._publish_status(msg.decision, Error(3, f"malformed draft: {exc}"))
 
     def _forward_draft(self, msg: DraftBlockMsg) -> None:
+        """Send a draft to the verifier on its decision's session. A draft for a decision not open yet
+        waits for its OPEN (``EARLY_DRAFT_WAIT_S``; then it is answered as belonging to no decision)."""
+        now = time.monotonic()
+        self._expire_early(now)
         session = self.sessions.get(msg.decision)
         if session is None:
-            self._publish_status(msg.decision, Error(3, "draft for a decision that is not open"))
+            from_ros(msg)  # a malformed draft is refused now, not held
+            self._early.setdefault(msg.decision, []).append((now, msg))
+            self.get_logger().info(f"draft of decision {msg.decision} round {msg.round} came ahead of its OPEN: "
+                                   "held for it")
             return
         out = from_ros(msg)
-        now = time.monotonic()
         if session.waiting_since is None:
             session.waiting_since = now
         if session.sent_at is None:
             session.sent_at = now
+        session.drafts += 1
         self.client.send(session.sid, out)
+
+    def _expire_early(self, now: float) -> None:
+        """Answer the drafts that waited ``EARLY_DRAFT_WAIT_S`` for an OPEN that did not come."""
+        for decision in [d for d, held in self._early.items() if now - held[0][0] > EARLY_DRAFT_WAIT_S]:
+            del self._early[decision]
+            self._publish_status(decision, Error(3, "draft for a decision that is not open"))
 
     def _on_replies(self) -> None:
         """On the client's I/O thread, after every frame set from the verifier: publish what the open
@@ -292,7 +313,9 @@ class BridgeNode(ManagedNode):
         else:  # Opened
             self._publish_status(session.decision, msg)
             session.timeout_s = self.config.reply_timeout_s
-            session.waiting_since = session.sent_at = None
+            # a first block sent right behind the OPEN is outstanding: its wait starts now
+            session.waiting_since = time.monotonic() if session.drafts else None
+            session.sent_at = None
             session.answer = msg
 
     def _watch(self, session: _Session) -> None:

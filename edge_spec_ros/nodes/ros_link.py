@@ -8,13 +8,11 @@ heartbeat (nodes/bridge_node.py) tells a lost verifier as LINK_LOST with code ``
 the wait in progress (open or receive) raises ``VerifierLost`` at once, and the decoder does not open
 the decision again.
 
-No first block with the Open (``edge.first_block``): this link has no ``open_with``, so a decision
-through the bridge takes the Open, ``Opened``, then the first draft. The OPEN travels on
-``edge_spec/decision_request`` and drafts on ``edge_spec/draft``: DDS orders the messages of one topic,
-not those of two, so a first block published right behind its OPEN may reach the bridge first, which
-answers a draft for a decision it has not opened with an error. Carrying it needs the bridge to hold
-such a draft until its OPEN comes (a bounded wait) and its watchdog to keep watching round 0 after
-``Opened``.
+The first block rides with the Open here too (``open_with``, ``edge.first_block``): the OPEN travels on
+``edge_spec/decision_request`` and the block right behind it on ``edge_spec/draft``. DDS orders the
+messages of one topic, not those of two, so the block may reach the bridge first: the bridge holds a
+draft for a decision it has not opened yet until its OPEN comes (``bridge_node.EARLY_DRAFT_WAIT_S``) and
+forwards it right behind it.
 """
 
 from __future__ import annotations
@@ -243,6 +241,12 @@ class RosVerifierLink:
         self._receiver.close()
 
     def open(self, request: Open) -> tuple[bytes, Opened]:
+        return self.open_with(request, None)
+
+    def open_with(self, request: Open, first: Callable[[bytes], None] | None) -> tuple[bytes, Opened]:
+        """``open``, calling ``first(sid)`` right after the OPEN is published and before waiting for
+        ``Opened``: the decision's first block follows its OPEN (``edge.first_block``). When ``first``
+        raises, the decision is closed and the error goes on."""
         with self._lock:
             if self._closed:
                 raise VerifierError(int(ErrorCode.INTERNAL), "the drafter is shutting down")
@@ -265,6 +269,12 @@ class RosVerifierLink:
             raise
         self._requests.publish(msg)
         self._count(sid, request)
+        if first is not None:
+            try:
+                first(sid)
+            except BaseException:
+                self.end(sid)
+                raise
         deadline = time.monotonic() + self.open_timeout_s
         while True:
             try:

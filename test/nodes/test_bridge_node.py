@@ -3,7 +3,8 @@ answered with an ERROR status and dropped; the bridge keeps bridging (the next d
 repeated OPEN (the same decision and stamp) is answered again. A SIGKILLed verifier is known at once
 (the bridge's heartbeat): LINK_LOST with the reason for the decision in progress and for decision 0,
 /diagnostics at ERROR, an OPEN answered LINK_LOST at once; after a restart the bridge is OK again by
-itself and the next decision opens."""
+itself and the next decision opens. A decision's first block that comes ahead of its OPEN is held and
+forwarded behind it."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def test_a_malformed_draft_is_refused_and_the_bridge_goes_on(ros, server_endpoin
     drafts = ros.node.create_publisher(DraftBlockMsg, "edge_spec/draft", RELIABLE)
     status: list[BridgeStatus] = []
     status_sub = ros.node.create_subscription(BridgeStatus, "edge_spec/bridge_status", status.append, RELIABLE)
-    results_sub = ros.node.create_subscription(ExitResultMsg, "edge_spec/exit_result", lambda m: None, RELIABLE)
+    results: list[ExitResultMsg] = []
+    results_sub = ros.node.create_subscription(ExitResultMsg, "edge_spec/exit_result", results.append, RELIABLE)
     cmd = node_command("bridge_node", "-p", f"verifier_endpoint:={server_endpoint}")
     log = tmp_path / "bridge.log"
     with process(cmd, log) as proc:
@@ -63,6 +65,17 @@ def test_a_malformed_draft_is_refused_and_the_bridge_goes_on(ros, server_endpoin
         requests.publish(open_request(2, text_prompt))
         wait_for(lambda: any(s.decision == 2 and s.state == BridgeStatus.OPENED for s in status), OPEN_S,
                  "the next decision to open")
+        # a first block (edge/first_block.py) that reaches the bridge ahead of its OPEN (another topic) is
+        # held until the OPEN comes and forwarded right behind it: its verdict comes back
+        first = DraftBlockMsg()
+        first.decision, first.round, first.position = 3, 0, len(text_prompt.input_ids)
+        first.tokens = [int(t) for t in text_prompt.input_ids[:3]]
+        drafts.publish(first)
+        wait_for(lambda: "draft of decision 3 round 0 came ahead of its OPEN" in log.read_text(), 10, "the draft held")
+        requests.publish(open_request(3, text_prompt))
+        wait_for(lambda: any(r.decision == 3 and r.round == 0 and r.is_final for r in results), OPEN_S,
+                 "the first block's verdict")
+        assert not any(s.decision == 3 and s.state == BridgeStatus.ERROR for s in status)
         assert proc.poll() is None
 
 

@@ -67,7 +67,9 @@ class StandInBridge:
             self.add_replies()
         self.sub = ros.node.create_subscription(DecisionRequest, f"{ns}/edge_spec/decision_request",
                                                 self._on_request, RELIABLE)
-        self.drafts = ros.node.create_subscription(DraftBlockMsg, f"{ns}/edge_spec/draft", lambda m: None, RELIABLE)
+        self.drafted: list[DraftBlockMsg] = []
+        self.drafts = ros.node.create_subscription(DraftBlockMsg, f"{ns}/edge_spec/draft", self.drafted.append,
+                                                   RELIABLE)
         self.answer_opens = True
         self.lose_opens = 0  # this many OPENs are taken as lost (not answered)
         self.answers_per_open = 1
@@ -190,6 +192,37 @@ def test_an_unanswered_open_is_repeated_with_its_stamp_and_a_second_answer_is_dr
     bridge.exit(1, 0, [5], is_final=True)
     reply = robot.link.receive(sid)  # the second OPENED never reaches the decoder
     assert isinstance(reply, Tokens) and list(reply.tokens) == [5]
+
+
+def test_open_with_sends_the_first_block_before_opened_and_closes_the_decision_when_it_fails(pair):
+    """``open_with`` (edge/first_block.py): the first block is published right behind the OPEN, before
+    ``Opened`` arrives (the bridge answers only once it has the block); a first block that fails closes
+    the decision (CLOSE) and the error goes on."""
+    from edge_spec_ros.wire.messages import DraftBlock
+
+    robot, bridge = pair
+    bridge.answer_opens = False
+
+    def first(sid: bytes) -> None:
+        robot.link.send(sid, DraftBlock(round=0, position=3, tokens=np.array([7, 8], dtype=np.int32)))
+
+    outcome: list = []
+    opening = threading.Thread(target=lambda: outcome.append(
+        robot.link.open_with(Open(input_ids=np.arange(3, dtype=np.int32)), first)))
+    opening.start()
+    wait_for(lambda: len(bridge.drafted) == 1, WAIT_S, "the first block")
+    assert opening.is_alive() and list(bridge.drafted[0].tokens) == [7, 8] and bridge.drafted[0].decision == 1
+    bridge.opened(1)
+    opening.join(timeout=WAIT_S)
+    assert not opening.is_alive() and outcome[0][1].num_layers == 4
+
+    def failing(sid: bytes) -> None:
+        raise RuntimeError("the drafter failed")
+
+    with pytest.raises(RuntimeError, match="drafter failed"):
+        robot.link.open_with(Open(input_ids=np.arange(3, dtype=np.int32)), failing)
+    wait_for(lambda: any(r.decision == 2 and r.command == DecisionRequest.CLOSE for r in bridge.requests), WAIT_S,
+             "the failed decision's CLOSE")
 
 
 def test_open_waits_until_the_link_has_matched_the_bridges_reply_writers(ros):
