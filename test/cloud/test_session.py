@@ -137,3 +137,25 @@ def test_a_long_prompt_is_prefilled_in_slices_that_give_the_worker_back(verifier
     cancel.set()
     with pytest.raises(Cancelled):
         next(work)
+
+
+@pytest.mark.parametrize("want_exits", [True, False])
+def test_a_first_block_admitted_before_the_prefill_ran_gets_the_same_verdicts(verifier, tokenizer, text_prompt,
+                                                                             want_exits):
+    """The first block rides with the Open (edge/first_block.py): admitted right behind the Open, before
+    the Open's work (the prefill) has run, it is verified right after it, by the forward that continues
+    the prefill (the last prompt position and the draft's), with the exits and verdict of a block sent
+    after ``Opened``, which come after ``Opened``."""
+    request = Open(input_ids=text_prompt.input_ids.numpy().astype(np.int32), want_exits=want_exits)
+    reference, late = session(verifier, tokenizer, text_prompt, want_exits=want_exits), []
+    handle(reference, block(text_prompt, [30, 31, 32]), late.append)
+    s = VerifySession(verifier, PromptEncoder(tokenizer), request)
+    replies: list = []
+    opening = s.handle(request, replies.append)
+    verifying = s.handle(block(text_prompt, [30, 31, 32]), replies.append)  # admitted before the prefill ran
+    for work in (opening, verifying):  # a worker runs them in admission order
+        for _ in work:
+            pass
+    assert type(replies[0]).__name__ == "Opened"
+    assert [(r.layer, r.accepted, r.tokens.tolist(), r.is_final) for r in replies[1:]] == \
+        [(r.layer, r.accepted, r.tokens.tolist(), r.is_final) for r in late]
