@@ -58,6 +58,7 @@ class Opening:
     sid: bytes
     link: RoundLink
     first: SourcedDraft | None = None
+    server_prefill_s: float | None = None  # with a first block: the verifier's prefill (``Opened.prefill_s``)
 
 
 def first_gamma(config: EdgeConfig, policy: GammaPolicy, times: OpenTimes | None) -> int | None:
@@ -76,14 +77,19 @@ def first_gamma(config: EdgeConfig, policy: GammaPolicy, times: OpenTimes | None
     return first_block_gamma(policy.controller.alpha, times, config.max_gamma)
 
 
-def observed_open_times(stats: DecodeStats, before: OpenTimes | None) -> OpenTimes | None:
+def observed_open_times(stats: DecodeStats, before: OpenTimes | None,
+                        server_prefill_s: float | None = None) -> OpenTimes | None:
     """The decision's start as ``stats`` measured it (the Open's round trip, T_p, T_q, T_c), averaged
     with ``before`` (weight ``OPEN_TIMES_WEIGHT`` for the newest); ``before`` when the decision ran no
-    speculative round."""
+    speculative round. The Open's round trip: as the robot waited for ``Opened`` (``stats.prefill_s``),
+    or, when a first block was drafted meanwhile (``server_prefill_s`` given: ``Opened`` may have come
+    while the robot drafted, so the wait says how long the drafting took, not the Open), the verifier's
+    prefill plus the rounds' median overhead 2T_c (the Open's upload beyond a block's is not in it)."""
     if not stats.rounds or not stats.draft_forwards or not stats.prefill_s:
         return before
     t_c = stats.overhead_median_s / 2
-    new = OpenTimes(stats.prefill_s, stats.tp_s, stats.tq_s, max(0.0, t_c))
+    t_open = stats.prefill_s if server_prefill_s is None else server_prefill_s + 2 * t_c
+    new = OpenTimes(t_open, stats.tp_s, stats.tq_s, max(0.0, t_c))
     if before is None:
         return new
     w = OPEN_TIMES_WEIGHT

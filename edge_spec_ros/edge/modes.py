@@ -163,7 +163,8 @@ class EdgeDecoder:
                        queue_policy=c.server_policy,
                        p_top_k=c.lossy_p_k if spec.lossy_p else 0, pipelined=spec.pipelined)
         if spec.speculative:
-            tokens, sid = self._speculative_decision(request, prompt, stats, t0, spec)
+            tokens, opening = self._speculative_decision(request, prompt, stats, t0, spec)
+            sid = opening.sid
         else:
             sid, _ = self.client.open(request)
             stats.prefill_s = time.perf_counter() - t0
@@ -179,18 +180,18 @@ class EdgeDecoder:
         stats.steady_tokens = max(0, stats.tokens - stats.first_tokens)
         stats.steady_rounds = max(0, stats.rounds - 1)
         if spec.speculative:
-            self._open_times = observed_open_times(stats, self._open_times)
+            self._open_times = observed_open_times(stats, self._open_times, opening.server_prefill_s)
         return DecodeResult(tokens, stats)
 
     def _speculative_decision(self, request: Open, prompt: EncodedPrompt, stats: DecodeStats, t0: float,
-                              spec: Mode) -> tuple[list[int], bytes]:
+                              spec: Mode) -> tuple[list[int], Opening]:
         """Open a speculative decision (with its first block where it can travel: ``_open_first``),
-        decode it (``_speculative``) and close it; its tokens and session id."""
+        decode it (``_speculative``) and close it; its tokens and how it was opened."""
         rng = PositionalRNG(self.config.decode.seed)
         with self._parts.decision(self.config, self.drafter, spec, rng) as (policy, predrafter):
             opening = self._open_first(request, prompt, stats, t0, spec, rng, policy)
             try:
-                return self._speculative(opening, prompt, stats, t0, spec, rng, policy, predrafter), opening.sid
+                return self._speculative(opening, prompt, stats, t0, spec, rng, policy, predrafter), opening
             finally:
                 self.client.end(opening.sid)
 
@@ -218,11 +219,11 @@ class EdgeDecoder:
             link.send(0, sourced.draft, -1)
             box["first"] = sourced
 
-        sid, _ = open_with(request, first)
+        sid, opened = open_with(request, first)
         opened_at = time.perf_counter()
         stats.prefill_s = opened_at - t0
         # round 0's round trip counts from Opened: the verifier starts on the block once it has prefilled
-        return Opening(sid, box["link"], replace(box["first"], sent_at=opened_at))
+        return Opening(sid, box["link"], replace(box["first"], sent_at=opened_at), opened.prefill_s)
 
     def _cloud_ar(self, sid: bytes, stats: DecodeStats, t0: float, budget: int, resampled: int = -1) -> CloudTokens:
         """Cloud-only decoding of up to ``budget`` tokens (the baseline, or AS²'s fallback)."""

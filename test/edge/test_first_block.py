@@ -118,3 +118,5 @@ def test_open_times_are_measured_and_averaged():
     again = observed_open_times(stats, OpenTimes(0.2, 0.05, 0.5, 0.12))
     assert again.t_open == pytest.approx(0.3) and again.t_p == pytest.approx(0.05)
     assert observed_open_times(DecodeStats("SD"), first) is first  # no speculative round: nothing learnt
+    # a first block rode: the robot's wait for Opened measured its drafting; the verifier's prefill + 2T_c
+    assert observed_open_times(stats, None, server_prefill_s=0.05).t_open == pytest.approx(0.05 + 0.24)
