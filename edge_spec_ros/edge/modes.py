@@ -286,13 +286,15 @@ class EdgeDecoder:
             round_ = state.new_round(state.number)
             final = round_.verdict(state.seq, state.kv, draft, gamma)
             round_trip = time.perf_counter() - sent
-            measured = block is not opening.first  # the first block's round trip waited for the prefill
+            # the first block's round trip waited for the prefill, and its drafting overlapped the Open: neither
+            # its round trip nor its wall time is what a round costs
+            measured = block is not opening.first
             record_round(stats, draft, final, round_trip, measured)
             tokens = verdict_tokens(final, draft, rng, self.drafter.stack.vocab_size)
             now = time.perf_counter()
             policy.observe(RoundTiming(final.accepted, draft.gamma, block.t_token_s, round_trip, final.compute_s,
-                                       link.sent_bytes(state.number), wall_s=now - state.mark, emitted=len(tokens),
-                                       link_measured=measured))
+                                       link.sent_bytes(state.number), wall_s=now - state.mark if measured else None,
+                                       emitted=len(tokens), link_measured=measured))
             if state.commit(tokens, now, tokens[-1] if final.resample else -1):  # DSSD: the next block tells it
                 return state.out
             settled = round_.settle(draft, final, tokens)
