@@ -48,6 +48,8 @@ the round trip less the server's T_LLM.
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,6 +61,7 @@ MIN_T_VERIFY_S = 1e-6  # a verdict reporting no server time still divides b and 
 CLOUD_PROBE_TOKENS = 4  # a cloud-only chunk that measures the cloud's wall time per token while speculating
 FIRST_CLOUD_PROBE_ROUNDS = 2  # speculative rounds before the first cloud probe (the cloud not measured yet)
 WALL_SMOOTHING = 0.2  # weight of the newest measurement in each regime's wall time per token
+OVERHEAD_ROUNDS = 16  # rounds whose median overhead (round trip less T_LLM: 2T_c) prices a pipelined γ
 HORIZON_TOKENS = 32  # tokens a hand-over to the cloud is priced over when the caller does not say
 
 
@@ -153,6 +156,7 @@ class AdaptiveGamma:
             raise ValueError(f"probe budget must be in (0, 1), got {probe_budget}")
         self.controller = controller
         self.pipelined = pipelined  # PicoSpec's modes: γ by the pipeline's model (``pipeline_gamma``)
+        self.overheads: deque[float] = deque(maxlen=OVERHEAD_ROUNDS)  # round trip less T_LLM of recent rounds
         self.probe_budget = probe_budget
         self.use_walls = measured  # False: the model alone decides (TK-SLT's AS² as published)
         self.since_probe = 0  # cloud-only tokens since the last speculative round
@@ -204,14 +208,15 @@ class AdaptiveGamma:
 
     def pipeline_gamma(self, serial: int) -> int:
         """γ of the next round: ODLD's ``serial`` γ*, or in a pipelined mode (once a round has measured
-        T_q) ``spec.pipeline.pipelined_gamma`` over the same estimates: α, T_p = c·T_q, the link's
-        propagation d·T_q per round and its transmission b·T_q per draft token."""
+        T_q) ``spec.pipeline.pipelined_gamma`` over α, T_p = c·T_q, T_q and T_RTT = the median overhead of
+        the recent rounds (round trip less T_LLM). Not ODLD's link estimates: a pipelined block's round
+        trip counts from when it left, which for a chained block is before the previous verdict, and its
+        payload is a few bytes, so the per-byte regression there is noise; the median is the link."""
         c = self.controller
         t_q = c.t_llm_s
-        if not self.pipelined or t_q <= 0.0:
+        if not self.pipelined or t_q <= 0.0 or not self.overheads:
             return serial
-        b, c_ratio, d, _ = c.cost_ratios()
-        return pipelined_gamma(c.alpha, c_ratio * t_q, t_q, d * t_q, c.max_gamma, b * t_q)
+        return pipelined_gamma(c.alpha, c.c * t_q, t_q, statistics.median(self.overheads), c.max_gamma)
 
     def cloud_chunk(self) -> int | None:
         if self._probing_cloud:
@@ -221,6 +226,7 @@ class AdaptiveGamma:
     def observe(self, timing: RoundTiming) -> None:
         t_verify = max(timing.t_verify_s, MIN_T_VERIFY_S)
         if timing.link_measured:
+            self.overheads.append(max(0.0, timing.round_trip_s - timing.t_verify_s))
             self.controller.observe(timing.accepted, timing.drafted, timing.t_token_s, timing.t_transmit_token_s,
                                     t_verify, timing.bytes_sent)
         else:  # the link's estimates stay as they are: T_V at the current b, no bytes for the regression

@@ -135,8 +135,7 @@ def test_a_pipelined_policy_prices_gamma_by_the_pipeline():
         for _ in range(6):  # T_p 72 ms, T_q 620 ms, 240 ms of link per round, 3 of 4 accepted
             policy.observe(RoundTiming(3, 4, 0.072, 0.24 + 0.62, 0.62))
     c = pipelined.controller
-    b, c_ratio, d, _ = c.cost_ratios()
-    expected = pipelined_gamma(c.alpha, c_ratio * c.t_llm_s, c.t_llm_s, d * c.t_llm_s, 16, b * c.t_llm_s)
+    expected = pipelined_gamma(c.alpha, c.c * c.t_llm_s, c.t_llm_s, 0.24, 16)  # T_RTT: the median overhead
     assert pipelined.gamma() == expected and serial.gamma() == serial.controller.choice().gamma
     assert expected != serial.controller.choice().gamma  # the two models disagree here (3 against 4)
 
