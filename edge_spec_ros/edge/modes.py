@@ -269,7 +269,9 @@ class EdgeDecoder:
         if opening.first is not None:
             state.kv = opening.first.kv
             state.sources.preset(opening.first)
-        gamma = opening.first.draft.gamma if opening.first is not None else d.gamma  # γ₀ of a first block
+        # a first block keeps its γ₀; what is drafted while it is verified (PicoSpec's next block, FSD's
+        # pre-drafts) takes the policy's γ for round 0, which the block drafted ahead then carries on
+        gamma = d.gamma if opening.first is None else policy.gamma(state.remaining) or opening.first.draft.gamma
         fallback = CloudFallback(policy, partial(self._cloud_ar, sid, stats, t0))
         for _ in range(d.max_new_tokens + 1):
             if not state.sources.in_flight:  # a block on the link already keeps the γ it was drafted with
