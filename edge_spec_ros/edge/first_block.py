@@ -87,9 +87,9 @@ def observed_open_times(stats: DecodeStats, before: OpenTimes | None,
     prefill plus the rounds' median overhead 2T_c (the Open's upload beyond a block's is not in it)."""
     if not stats.rounds or not stats.draft_forwards or not stats.prefill_s:
         return before
-    t_c = stats.overhead_median_s / 2
-    t_open = stats.prefill_s if server_prefill_s is None else server_prefill_s + 2 * t_c
-    new = OpenTimes(t_open, stats.tp_s, stats.tq_s, max(0.0, t_c))
+    t_c = max(0.0, stats.overhead_median_s / 2)  # a round trip less the server's T_q may come out below 0
+    t_open = stats.prefill_s if server_prefill_s is None else max(0.0, server_prefill_s) + 2 * t_c
+    new = OpenTimes(t_open, stats.tp_s, stats.tq_s, t_c)
     if before is None:
         return new
     w = OPEN_TIMES_WEIGHT

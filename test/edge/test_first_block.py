@@ -120,3 +120,7 @@ def test_open_times_are_measured_and_averaged():
     assert observed_open_times(DecodeStats("SD"), first) is first  # no speculative round: nothing learnt
     # a first block rode: the robot's wait for Opened measured its drafting; the verifier's prefill + 2T_c
     assert observed_open_times(stats, None, server_prefill_s=0.05).t_open == pytest.approx(0.05 + 0.24)
+    # in process a round trip less the server's T_q may come out below 0: no negative time is learnt
+    fast = DecodeStats("SD", prefill_s=0.01, rounds=1, draft_forwards=2, draft_s=0.02, server_s=0.01,
+                       round_overheads_s=[-0.002])
+    assert observed_open_times(fast, None, server_prefill_s=0.003) == OpenTimes(0.003, 0.01, 0.01, 0.0)
