@@ -75,7 +75,7 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def _hog_process(kind: str, endpoint: str, ids: np.ndarray, tokens: int, run, paused, quit_, done,
+def _hog_process(kind: str, endpoint: str, ids: np.ndarray, tokens: int, run, paused, quit_, sent, done,
                  errors, parent: int) -> None:
     """A hog in its own process: while ``run`` is set, long prompts (``kind`` "long_prompts") or long
     generations ("long_generations") back to back; when ``run`` is cleared, it closes its session (the
@@ -105,6 +105,7 @@ def _hog_process(kind: str, endpoint: str, ids: np.ndarray, tokens: int, run, pa
                 c.register(sid)
                 c.send(sid, Open(input_ids=ids, want_exits=False))
                 requests += 1
+                sent.value += 1
                 stage = "prompt"
                 while go_on() and run.is_set():
                     try:
@@ -132,9 +133,10 @@ class Hog:
     def __init__(self, kind: str, endpoint: str, ids: np.ndarray, tokens: int) -> None:
         ctx = mp.get_context("spawn")  # no copy of the robot's threads and torch state
         self.run, self.paused, self.quit = ctx.Event(), ctx.Event(), ctx.Event()
-        self.done, self.errors = ctx.Value("i", 0), ctx.Queue()
+        self.sent, self.done, self.errors = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Queue()
         self.proc = ctx.Process(target=_hog_process, args=(kind, endpoint, ids, tokens, self.run, self.paused,
-                                                           self.quit, self.done, self.errors, os.getpid()),
+                                                           self.quit, self.sent, self.done, self.errors,
+                                                           os.getpid()),
                                 daemon=True)
         self.proc.start()
         if not self.paused.wait(HOG_START_S):
@@ -239,6 +241,7 @@ class _Blocks:
     alone: list[list[float]]
     loads: list[float]
     beside: list[list[float]] = field(default_factory=list)
+    hog_sent: int = 0  # the hog's requests sent (each under way beside the robot or cancelled by a pause)
     hog_requests: int = 0  # the hog's completed requests
 
     def flat(self, blocks: list[list[float]]) -> list[float]:
@@ -257,7 +260,7 @@ class _Blocks:
                 "block_ratios": block_ratios,
                 "beside_ms": [x * 1e3 for x in beside], "alone_ms": [x * 1e3 for x in alone],
                 "load_average": self.loads,
-                "hog_requests_completed": self.hog_requests}
+                "hog_requests_sent": self.hog_sent, "hog_requests_completed": self.hog_requests}
 
 
 def _alternate(robot: _Robot, hog: Hog, name: str, plan: _Plan, blocks: _Blocks) -> None:
@@ -279,7 +282,7 @@ def _beside_hog(robot: _Robot, endpoint: str, name: str, ids: np.ndarray, tokens
         _alternate(robot, hog, name, plan, blocks)
     finally:
         robot.report["hog_errors"] += [f"{robot.setting.label}, {e}" for e in hog.stop()]
-    blocks.hog_requests = hog.done.value
+    blocks.hog_sent, blocks.hog_requests = hog.sent.value, hog.done.value
     return blocks
 
 
