@@ -38,7 +38,7 @@ from edge_spec_ros.wire.heartbeat import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT
 from edge_spec_ros.wire.link import CurveKeys, IOThread
 from edge_spec_ros.wire.messages import Close, Envelope, Error, ErrorCode, Message, Open, Opened, Ping, Pong
 from edge_spec_ros.wire.verifier_link import (  # the protocol's errors and counters, re-exported here
-    Traffic, VerifierAuthError, VerifierError, VerifierLost, VerifierTimeout,
+    Traffic, VerifierAuthError, VerifierError, VerifierLost, VerifierTimeout, send_first,
 )
 
 log = logging.getLogger(__name__)
@@ -258,12 +258,7 @@ class VerifierClient:
         sid = uuid.uuid4().bytes
         self.register(sid)
         self.send(sid, self.with_priority(self.with_downlink(request)))
-        if first is not None:
-            try:
-                first(sid)
-            except BaseException:
-                self.end(sid)
-                raise
+        send_first(self, sid, first)
         reply = self.receive(sid, self.config.open_timeout_s)
         if not isinstance(reply, Opened):
             raise VerifierError(int(ErrorCode.INTERNAL), f"expected Opened, got {type(reply).__name__}")

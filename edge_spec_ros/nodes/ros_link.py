@@ -36,7 +36,7 @@ from edge_spec_ros.nodes.compat import publisher_count
 from edge_spec_ros.nodes.wire_ros import LinkLost, decision_of, from_ros, session_id, to_ros
 from edge_spec_ros.wire.codec import encoded_size
 from edge_spec_ros.wire.messages import Close, DraftBlock, Error, ErrorCode, Generate, Message, Open, Opened
-from edge_spec_ros.wire.verifier_link import Traffic, VerifierError, VerifierLost, VerifierTimeout
+from edge_spec_ros.wire.verifier_link import Traffic, VerifierError, VerifierLost, VerifierTimeout, send_first
 
 # Drafts and results must not be dropped or reordered.
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
@@ -269,12 +269,7 @@ class RosVerifierLink:
             raise
         self._requests.publish(msg)
         self._count(sid, request)
-        if first is not None:
-            try:
-                first(sid)
-            except BaseException:
-                self.end(sid)
-                raise
+        send_first(self, sid, first)
         deadline = time.monotonic() + self.open_timeout_s
         while True:
             try:

@@ -9,6 +9,7 @@ the same things without importing another link.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -85,3 +86,16 @@ class VerifierLink(Protocol):
 
     def end(self, sid: bytes) -> None:
         """Close the decision and forget the session."""
+
+
+def send_first(link: VerifierLink, sid: bytes, first: Callable[[bytes], None] | None) -> None:
+    """A link's ``open_with``, once the Open of ``sid`` is on its way: ``first(sid)`` drafts and sends the
+    first block behind it (edge/first_block.py); when it raises, the decision is ended on the link (its
+    session closed on the server) and the error goes on."""
+    if first is None:
+        return
+    try:
+        first(sid)
+    except BaseException:
+        link.end(sid)
+        raise
