@@ -30,7 +30,9 @@ held; then nothing until it is activated again. An idle node publishes nothing (
 input may be driving).
 /diagnostics: ``action: motion``: the motion in progress, the watchdog (its timeout, the time since
 the last sign of life of the decision pipeline, how many motions it ended) and the clamp (whether the
-last command was clamped and why); WARN while the last motion ended by the watchdog or stale odometry.
+last command was clamped and why), the age of the last odometry sample (with ``odom_topic``); WARN
+while the last motion ended by the watchdog or stale odometry, and while an active node with
+``odom_topic`` has no fresh odometry (a decision then does not move the robot: "no odometry").
 """
 
 from __future__ import annotations
@@ -320,6 +322,7 @@ class ActionNode(ManagedNode):
             "clamped": plan.clamped if plan is not None else "",
             "clamp_reasons": "; ".join(plan.reasons) if plan is not None else "",
             "last_end": self.last_end,
+            "odometry_age_s": self._odom_age(now),
         }
         if m is not None:
             message = f"moving: decision {m.msg.decision} {m.msg.kind}"
@@ -327,7 +330,16 @@ class ActionNode(ManagedNode):
             message = "idle" if self.active else self.lifecycle_state
         if self.last_end and ("watchdog" in self.last_end or "odometry older" in self.last_end) and m is None:
             return Report(WARN, f"{message}; last motion stopped in doubt: {self.last_end}", values)
+        if self.config.odom_topic and self.active and not self._odom_fresh():
+            return Report(WARN, f"{message}; no fresh odometry on {self.config.odom_topic}: decisions do not "
+                          "move the robot", values)
         return Report(OK, message, values)
+
+    def _odom_age(self, now: float) -> str:
+        """Seconds since the last odometry sample on the node's clock; "none" before the first; "" without."""
+        if not self.config.odom_topic:
+            return ""
+        return "none" if self.odom is None else f"{now - self.odom[2]:.2f}"
 
 
 def main(args: list[str] | None = None) -> int:

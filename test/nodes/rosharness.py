@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import rclpy
+from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.executors import SingleThreadedExecutor
 
 from edge_spec_ros.nodes.matched import matched_publishers
@@ -39,6 +40,18 @@ class RosHarness:
         self.executor.shutdown()
         self.node.destroy_node()
         rclpy.shutdown(context=self.context)
+
+
+def statuses(arrays: list, name: str) -> list:
+    """The DiagnosticStatus entries named ``name`` in the DiagnosticArrays collected so far."""
+    return [s for a in list(arrays) for s in a.status if s.name == name]
+
+
+def odometry_fresh(arrays: list, within_s: float = 0.5, name: str = "action: motion") -> bool:
+    """Whether the action node said (on /diagnostics, ``odometry_age_s``) that its odometry is fresh: a
+    decision before that is refused with "no odometry", as on a robot whose odometry has not come yet."""
+    ages = (v.value for s in statuses(arrays, name) if s.level == DiagnosticStatus.OK for v in s.values if v.key == "odometry_age_s")
+    return any(age not in ("", "none") and float(age) <= within_s for age in ages)
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str | Callable[[], str]) -> None:

@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist, TwistStamped
 from nav_msgs.msg import Odometry
 from rclpy.qos import qos_profile_sensor_data
@@ -19,7 +20,7 @@ from rosgraph_msgs.msg import Clock
 
 from edge_spec_ros.msg import Decision, NavAction as NavActionMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
-from rosharness import node_command, process, wait_for
+from rosharness import node_command, odometry_fresh, process, wait_for
 
 DISCOVERY_S = 20.0
 NS = 1_000_000_000
@@ -67,6 +68,7 @@ def test_at_least_20_hz_while_moving_with_slower_odometry(ros, tmp_path):
     odom_pub = ros.node.create_publisher(Odometry, "rate/odom", qos_profile_sensor_data)
     decisions = ros.node.create_publisher(Decision, "rate/edge_spec/decision", RELIABLE)
     actions = ros.collect(NavActionMsg, "rate/edge_spec/action", RELIABLE)
+    diagnostics = ros.collect(DiagnosticArray, "/diagnostics")
     robot = {"x": 0.0, "t": time.monotonic()}
 
     def odometry() -> None:  # a robot that does what the last command says, sampled at 8 Hz
@@ -84,7 +86,7 @@ def test_at_least_20_hz_while_moving_with_slower_odometry(ros, tmp_path):
         with process(cmd, tmp_path / "action.log") as proc:
             wait_for(lambda: decisions.get_subscription_count() > 0 and odom_pub.get_subscription_count() > 0
                      and ros.node.count_publishers("rate/cmd_vel") > 0, DISCOVERY_S, "the action node")
-            time.sleep(0.3)  # a few odometry samples, so the odometry is fresh when the decision arrives
+            wait_for(lambda: odometry_fresh(diagnostics), DISCOVERY_S, "fresh odometry at the action node")
             send(decisions, 1, "Action: move forward 60 cm")  # 2 s at 0.3 m/s
             wait_for(lambda: any(a.decision == 1 and a.status != NavActionMsg.STARTED for a in actions), 15,
                      "the end of the motion")

@@ -17,7 +17,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Int32
 
 from lifecycle_client import DISCOVERY_S, Lifecycle
-from rosharness import process, wait_for
+from rosharness import process, statuses, wait_for
 
 PROBE = Path(__file__).resolve().parent / "managed_probe.py"
 ROSOUT_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
@@ -35,9 +35,6 @@ def counts(ros):
     yield received
     ros.node.destroy_subscription(subscription)
 
-
-def statuses(arrays: list, name: str) -> list:
-    return [s for a in list(arrays) for s in a.status if s.name == name]
 
 
 def test_autostart_activates_and_deactivate_stops_at_once(ros, counts, tmp_path):

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 from lifecycle_msgs.msg import State, Transition
 
 from lifecycle_client import DISCOVERY_S, Lifecycle
-from rosharness import node_command, process, wait_for
+from rosharness import node_command, process, statuses, wait_for
 from edge_spec_ros.msg import Decision, NavAction as NavActionMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
 
@@ -21,9 +21,6 @@ def send(pub, decision: int, text: str) -> None:
     msg.decision, msg.text, msg.mode = decision, text, "fsd"
     pub.publish(msg)
 
-
-def statuses(arrays: list, name: str) -> list[DiagnosticStatus]:
-    return [s for a in list(arrays) for s in a.status if s.name == name]
 
 
 class Stack:

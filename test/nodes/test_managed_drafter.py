@@ -11,12 +11,12 @@ from pathlib import Path
 
 import cv2
 import yaml
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State, Transition
 from std_msgs.msg import String
 
 from lifecycle_client import Lifecycle
-from rosharness import drafter_matched_instruction, process, wait_for
+from rosharness import drafter_matched_instruction, process, statuses, wait_for
 from edge_spec_ros.msg import Decision, NavAction as NavActionMsg
 from edge_spec_ros.nav.motion import PlanarPose as Pose
 from edge_spec_ros.nodes.ros_link import RELIABLE
@@ -52,9 +52,6 @@ def stack_params(tmp_path: Path, endpoint: str) -> Path:
     path.write_text(yaml.safe_dump(config))
     return path
 
-
-def statuses(arrays: list, name: str) -> list[DiagnosticStatus]:
-    return [s for a in list(arrays) for s in a.status if s.name == name]
 
 
 def test_the_drafter_decides_only_while_active(ros, server_endpoint, tmp_path):

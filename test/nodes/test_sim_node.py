@@ -7,6 +7,7 @@ import math
 import threading
 
 import pytest
+from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, Twist
 from nav_msgs.msg import Odometry
 from rclpy.qos import qos_profile_sensor_data
@@ -17,7 +18,7 @@ from std_msgs.msg import Bool
 from edge_spec_ros.msg import Decision, NavAction as NavActionMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
 from edge_spec_ros.nodes.sim_node import CLOCK_QOS, LATCHED, SimConfig, sim_world
-from rosharness import node_command, process, wait_for
+from rosharness import node_command, odometry_fresh, process, wait_for
 
 NS = 1_000_000_000
 
@@ -138,9 +139,11 @@ def test_a_motion_into_an_object_ends_blocked_not_by_the_watchdog(ros, tmp_path)
     decisions = ros.node.create_publisher(Decision, "blocked/edge_spec/decision", RELIABLE)
     actions = ros.collect(NavActionMsg, "blocked/edge_spec/action", RELIABLE)
     poses = ros.collect(PoseStamped, "blocked/sim/pose", 10)
+    diagnostics = ros.collect(DiagnosticArray, "/diagnostics")
     with process(sim_cmd, tmp_path / "sim.log"), process(action_cmd, tmp_path / "action.log") as action:
         wait_for(lambda: decisions.get_subscription_count() > 0 and len(poses) > 10, 30, "the sim and the action node")
-        wait_for(lambda: stamp_ns(poses[-1].header.stamp) > NS, 30, "a second of simulated time (fresh odometry)")
+        wait_for(lambda: stamp_ns(poses[-1].header.stamp) > NS, 30, "a second of simulated time")
+        wait_for(lambda: odometry_fresh(diagnostics), 30, "fresh odometry at the action node")
         msg = Decision()
         msg.decision, msg.mode, msg.text = 14, "fsd", "Action: move forward 100 cm"
         decisions.publish(msg)
