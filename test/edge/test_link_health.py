@@ -3,8 +3,9 @@ verifier from a slow one within a second or two, decisions or none.
 
 - SIGKILL mid-decision, then a restart: test/edge/test_reconnect.py;
 - a verifier killed between decisions is known dead without any decision;
-- a peer that never answers (a bare ROUTER that reads and never replies), a port nobody listens on and
-  a listener that accepts and drops: dead, and a decision opened there fails at once;
+- a peer that never answers (a bare ROUTER that reads and never replies), a port nobody listens on, a
+  listener that accepts and drops and a black-holed port (its SYNs dropped: no connection, no refusal):
+  dead, and a decision opened there fails at once;
 - a server that predates Ping (it answers every frame with an Error, as revision 1 answers an unknown
   type): alive;
 - a slow verifier (an emulated 5 s forward): alive throughout, its decision finishes.
@@ -147,6 +148,35 @@ def test_a_listener_that_accepts_and_drops_is_dead():
         listener.close()
 
 
+def test_a_black_holed_port_is_dead():
+    """A port whose SYNs are dropped, as a firewall or a lost route drops them: the listener's accept
+    queue (backlog 0) is full and never taken from, so Linux drops every further SYN; the connection
+    neither opens nor is refused, and only the heartbeat's timeout tells."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    address = listener.getsockname()
+    fillers = []
+    for _ in range(3):  # more than the queue holds: the first take its places, the rest wait on SYNs
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(address)
+        fillers.append(filler)
+    probe = socket.socket()
+    probe.settimeout(0.5)
+    try:
+        wait_until(lambda: _connected(fillers[0]), WAIT_S, "the accept queue to fill")
+        with pytest.raises(TimeoutError):  # black-holed: neither accepted nor refused
+            probe.connect(address)
+        with client_at(f"tcp://127.0.0.1:{address[1]}") as client:
+            started = time.monotonic()
+            assert_dead_and_refusing(client)
+            assert "heartbeat" in client.link_state().reason and time.monotonic() - started < LOST_WITHIN_S
+    finally:
+        for sock in (probe, *fillers, listener):
+            sock.close()
+
+
 def test_a_server_that_predates_ping_is_alive():
     router = SilentRouter(answer=True)
     try:
@@ -171,6 +201,14 @@ def test_a_slow_verifier_is_not_taken_for_dead(text_prompt):
         assert time.monotonic() - started >= float(SLOW_TQ_S) - 0.1  # it was slow
         assert client.counters["pongs"] - pongs >= 4  # answered during the 5 s forward
         assert client.counters["link_lost"] == 0 and client.link_state().alive
+
+
+def _connected(sock: socket.socket) -> bool:
+    try:
+        sock.getpeername()
+    except OSError:
+        return False
+    return True
 
 
 def _raised(fn, *args):
