@@ -5,7 +5,8 @@ get — executable, name, namespace, parameters files and overrides, remappings,
 Every executable is a console script and an installed program; every parameter the launch file or the
 YAML sets is declared by its node; every argument has a description and is used; without arguments the
 YAML alone decides; each argument changes exactly what it names; a camera, or a node on the way from an
-instruction to a velocity command, that exits ends the launch.
+instruction to a velocity command, that exits ends the launch; nav2's lifecycle manager's file names the
+launch's managed nodes.
 """
 
 from __future__ import annotations
@@ -359,3 +360,19 @@ def test_the_memory_node_comes_up_with_the_stack_and_shares_its_directory_with_t
         nodes, _ = launch(**given)
         assert nodes["memory"]["executable"] == "memory_node"
     assert "memory_node" in console_scripts() and "memory_node" in cmake_programs()
+
+
+def test_nav2s_lifecycle_manager_owns_every_managed_node_of_the_launch():
+    """config/lifecycle_manager.yaml names exactly the launched nodes that are managed (those with an
+    ``autostart`` parameter), the bridge first (configured and activated first: the drafter decides
+    through it) and the action node last (deactivated first: zero velocity), without nav2's bond."""
+    config = yaml.safe_load((ROOT / "config" / "lifecycle_manager.yaml").read_text())
+    (manager,) = config.values()
+    params = manager["ros__parameters"]
+    names = params["node_names"]
+    for given in ALL_LAUNCHES:
+        nodes, _ = launch(**given)
+        managed = {name for name, node in nodes.items() if "autostart" in declared(node["executable"])}
+        assert set(names) == managed and len(names) == len(managed), (names, managed, given)
+    assert names[0] == "bridge" and names[-1] == "action", names
+    assert params["autostart"] is True and params["bond_timeout"] == 0.0
