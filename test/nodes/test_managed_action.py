@@ -1,6 +1,7 @@
 """action_node as a managed node, in its own process, driven through its lifecycle services: active it
 moves on a decision; deactivated mid-motion it ends the motion with a final zero and commands nothing
-more; inactive or unconfigured it ignores decisions; its /diagnostics (``action: motion``) say so."""
+more; inactive or unconfigured it ignores decisions; its /diagnostics (``action: motion``) say so, and
+give the watchdog's timeout and time since the last sign of life and the last command's clamp."""
 
 from __future__ import annotations
 
@@ -91,4 +92,16 @@ def test_unconfigured_it_ignores_decisions_until_a_manager_activates_it(ros, tmp
         wait_for(lambda: stack.twists and stack.twists[-1][1] > 0, 10, "motion once a manager activated it")
         wait_for(lambda: any(a.decision == 2 and a.status == NavActionMsg.DONE for a in stack.actions), 10,
                  "the motion's end")
+
+        # the watchdog's and the clamp's state in the diagnostics: a turn over the limits is clamped
+        send(stack.decisions, 3, "Action: turn left 720 degrees")
+
+        def clamped() -> list[dict[str, str]]:
+            reports = ({v.key: v.value for v in s.values} for s in statuses(stack.diagnostics, "action: motion"))
+            return [r for r in reports if r["motion"] == "decision 3 turn" and r["clamped"] == "True"]
+
+        wait_for(clamped, 15, "the clamped turn in the diagnostics")
+        report = clamped()[0]
+        assert report["clamp_reasons"] and report["watchdog_timeout_s"] == "6", report
+        assert 0.0 <= float(report["since_sign_of_life_s"]) < 6.0, report
         assert proc.poll() is None, log.read_text()
