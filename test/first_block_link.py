@@ -1,20 +1,11 @@
-"""An in-process verifier link that can carry a decision's first block right behind its Open
-(``open_with``, as ``edge.client.VerifierClient`` does), and logs what crossed it in which order.
-
-``LocalVerifierLink`` itself has no ``open_with``: decisions over it take today's sequence (Open,
-``Opened``, then the first draft), the fallback of ``edge.first_block``."""
+"""In-process verifier links that log what crossed them in which order (``LoggedLocalLink``), and one
+without ``open_with`` (``OpenOnlyLink``: a link of a revision before the first block), over which a
+decision takes the fallback of ``edge.first_block``: the Open, ``Opened``, then the first draft."""
 
 from __future__ import annotations
 
-import queue
-import threading
-import uuid
-from collections.abc import Callable
-
 from edge_spec_ros.cloud.local_link import LocalVerifierLink
-from edge_spec_ros.cloud.session import VerifySession
-from edge_spec_ros.wire.messages import ErrorCode, Message, Open, Opened
-from edge_spec_ros.wire.verifier_link import Traffic, VerifierError
+from edge_spec_ros.wire.messages import Message, Open, Opened
 
 
 def event(direction: str, message: Message) -> tuple[str, str, int]:
@@ -23,7 +14,7 @@ def event(direction: str, message: Message) -> tuple[str, str, int]:
 
 
 class LoggedLocalLink(LocalVerifierLink):
-    """``LocalVerifierLink`` (no ``open_with``) that logs every message up and down: ``log``."""
+    """``LocalVerifierLink`` that logs every message up and down: ``log``."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -39,25 +30,22 @@ class LoggedLocalLink(LocalVerifierLink):
         return message
 
 
-class FirstBlockLocalLink(LoggedLocalLink):
-    """``LoggedLocalLink`` with ``open_with(request, first)``: ``first(sid)`` runs after the Open was
-    handed to the session's thread and before ``Opened`` is awaited."""
+class OpenOnlyLink:
+    """The verifier-link protocol without ``open_with``: ``LoggedLocalLink``'s open, send, receive and end."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.inner = LoggedLocalLink(*args, **kwargs)
+        self.log = self.inner.log
+        self.traffic = self.inner.traffic
 
     def open(self, request: Open) -> tuple[bytes, Opened]:
-        return self.open_with(request, None)
+        return self.inner.open(request)
 
-    def open_with(self, request: Open, first: Callable[[bytes], None] | None) -> tuple[bytes, Opened]:
-        sid = uuid.uuid4().bytes
-        self.traffic[sid] = Traffic()
-        session = VerifySession(self.verifier, self.encoder, request)
-        jobs: queue.Queue = queue.Queue()
-        replies: queue.Queue = queue.Queue()
-        self._sessions[sid] = (jobs, replies)
-        threading.Thread(target=self._serve, args=(session, jobs, replies), daemon=True).start()
-        self.send(sid, request)
-        if first is not None:
-            first(sid)
-        reply = self.receive(sid)
-        if not isinstance(reply, Opened):
-            raise VerifierError(int(ErrorCode.INTERNAL), f"expected Opened, got {type(reply).__name__}")
-        return sid, reply
+    def send(self, sid: bytes, message: Message) -> None:
+        self.inner.send(sid, message)
+
+    def receive(self, sid: bytes, timeout_s: float | None = None) -> Message:
+        return self.inner.receive(sid, timeout_s)
+
+    def end(self, sid: bytes) -> None:
+        self.inner.end(sid)

@@ -1,7 +1,8 @@
 """An in-process verifier link: the robot's decoders against a ``VerifySession`` with no sockets.
 
-It implements the verifier-link protocol (``wire.verifier_link.VerifierLink``), so every mode of
-``edge.modes.EdgeDecoder`` runs unchanged on one machine. Each session's requests go through the
+It implements the verifier-link protocol (``wire.verifier_link.VerifierLink``, with ``open_with``: a
+decision's first block rides right behind its Open), so every mode of ``edge.modes.EdgeDecoder`` runs
+unchanged on one machine. Each session's requests go through the
 session's one entry point (``VerifySession.handle``, the state machine the server runs too) and are
 served in order by one thread per session, as the server's workers serve a session. Statistical
 exactness tests use it to run thousands of decodes with small models; the network tests show the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 import uuid
+from collections.abc import Callable
 
 from edge_spec_ros.cloud.limits import RequestError
 from edge_spec_ros.cloud.session import VerifySession
@@ -20,7 +22,7 @@ from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.wire.codec import encoded_size
 from edge_spec_ros.wire.messages import Close, Error, ErrorCode, Message, Open, Opened
-from edge_spec_ros.wire.verifier_link import Traffic, VerifierError, VerifierTimeout
+from edge_spec_ros.wire.verifier_link import Traffic, VerifierError, VerifierTimeout, send_first
 
 REPLY_TIMEOUT_S = 60.0
 
@@ -35,6 +37,12 @@ class LocalVerifierLink:
         self._sessions: dict[bytes, tuple[queue.Queue, queue.Queue]] = {}
 
     def open(self, request: Open) -> tuple[bytes, Opened]:
+        return self.open_with(request, None)
+
+    def open_with(self, request: Open, first: Callable[[bytes], None] | None) -> tuple[bytes, Opened]:
+        """``open``, calling ``first(sid)`` once the Open is queued to the session's thread and before
+        waiting for ``Opened``: the first block rides right behind the Open (``edge.first_block``), as
+        over the ZeroMQ client and the ROS link."""
         sid = uuid.uuid4().bytes
         self.traffic[sid] = Traffic()
         session = VerifySession(self.verifier, self.encoder, request)
@@ -43,10 +51,11 @@ class LocalVerifierLink:
         self._sessions[sid] = (jobs, replies)
         threading.Thread(target=self._serve, args=(session, jobs, replies), daemon=True).start()
         self.send(sid, request)
+        send_first(self, sid, first)
         try:
             reply = self.receive(sid)
         except VerifierError:
-            self._sessions.pop(sid)[0].put(None)
+            self.end(sid)
             raise
         if not isinstance(reply, Opened):
             raise VerifierError(int(ErrorCode.INTERNAL), f"expected Opened, got {type(reply).__name__}")

@@ -18,10 +18,10 @@ same. Exactness is untouched: the block is a fresh draft of γ₀ from the promp
 position-indexed draws every other source uses (``edge.draft_sources``), and its verification is a
 round's like any other.
 
-The links that carry it: the ZeroMQ client (``edge.client.VerifierClient.open_with``) and the bridge's
+The links that carry it: the ZeroMQ client (``edge.client.VerifierClient.open_with``), the bridge's
 (``nodes.ros_link.RosVerifierLink.open_with``: the bridge holds a block that comes ahead of its OPEN on
-the other topic). Falls back to today's sequence (Open, ``Opened``, then the first draft): a link
-without ``open_with`` (the in-process ``cloud.local_link``), ``EdgeConfig.first_block`` off, and a γ
+the other topic) and the in-process one (``cloud.local_link``). Falls back to today's sequence (Open,
+``Opened``, then the first draft): a link without ``open_with``, ``EdgeConfig.first_block`` off, and a γ
 policy that hands the decision to the cloud from its start (AS²). A refused Open (a prompt too long
 for the server's limits, a busy server) fails the decision with the Open's error, as before; the block
 behind it is answered as belonging to no session, which the robot never reads.

@@ -19,7 +19,7 @@ from edge_spec_ros.models.tiny import truncated_copy
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.spec.draft_length import DraftLengthController, SpeculationChoice
 from edge_spec_ros.spec.pipeline import OpenTimes, first_block_gamma
-from first_block_link import FirstBlockLocalLink, LoggedLocalLink
+from first_block_link import LoggedLocalLink, OpenOnlyLink
 
 SPECULATIVE = [m for m in MODES if get_mode(m).speculative]
 CONFIG = DecodeConfig(max_new_tokens=20, gamma=3)
@@ -51,7 +51,7 @@ def first_block_rode(decision: list[tuple[str, str, int]]) -> bool:
 @pytest.mark.parametrize("mode", SPECULATIVE)
 def test_greedy_with_the_first_block_equals_target_greedy(setup, mode):
     verifier, encoder, drafter, prompt, greedy = setup
-    link = FirstBlockLocalLink(verifier, encoder)
+    link = LoggedLocalLink(verifier, encoder)
     with EdgeDecoder(link, drafter, EdgeConfig(decode=CONFIG, threads=2)) as decoder:
         results = [decoder.decode(mode, prompt, b"") for _ in range(2)]
     assert [r.tokens for r in results] == [greedy, greedy]
@@ -65,7 +65,7 @@ def test_greedy_with_the_first_block_equals_target_greedy(setup, mode):
 @pytest.mark.parametrize("mode", ["sd", "dssd", "pico"])
 def test_a_link_without_open_with_takes_todays_sequence(setup, mode):
     verifier, encoder, drafter, prompt, greedy = setup
-    link = LoggedLocalLink(verifier, encoder)
+    link = OpenOnlyLink(verifier, encoder)
     with EdgeDecoder(link, drafter, EdgeConfig(decode=CONFIG, threads=2)) as decoder:
         assert decoder.decode(mode, prompt, b"").tokens == greedy
     (decision,) = decisions(link.log)
@@ -74,7 +74,7 @@ def test_a_link_without_open_with_takes_todays_sequence(setup, mode):
 
 def test_the_option_off_takes_todays_sequence(setup):
     verifier, encoder, drafter, prompt, greedy = setup
-    link = FirstBlockLocalLink(verifier, encoder)
+    link = LoggedLocalLink(verifier, encoder)
     with EdgeDecoder(link, drafter, EdgeConfig(decode=CONFIG, threads=2, first_block=False)) as decoder:
         assert decoder.decode("fsd", prompt, b"").tokens == greedy
     (decision,) = decisions(link.log)
@@ -89,7 +89,7 @@ def test_a_decision_as2_hands_to_the_cloud_sends_no_first_block(setup, monkeypat
             return SpeculationChoice(False, CONFIG.gamma, 0.5)
 
     monkeypatch.setattr(long_lived, "DraftLengthController", Cloud)
-    link = FirstBlockLocalLink(verifier, encoder)
+    link = LoggedLocalLink(verifier, encoder)
     edge = EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True, measured_fallback=False)
     with EdgeDecoder(link, drafter, edge) as decoder:
         result = decoder.decode("sd", prompt, b"")

@@ -15,15 +15,15 @@ from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.tiny import truncated_copy
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 
-from first_block_link import FirstBlockLocalLink
+from first_block_link import OpenOnlyLink
 from small_vocab import SAMPLING, chi_square_pvalue, exact_two_token_distribution, small_target
 
 N_RUNS = 1000
 
 
 def run_mode(target, prompt, encoder, mode: str, n: int, link=LocalVerifierLink, **edge) -> list[tuple[int, int]]:
-    """``link``: LocalVerifierLink takes today's sequence (no ``open_with``); FirstBlockLocalLink carries
-    the first block with the Open."""
+    """``link``: LocalVerifierLink carries the first block with the Open; OpenOnlyLink (no ``open_with``)
+    takes the fallback, the Open, ``Opened``, then the first draft."""
     verifier = EarlyExitVerifier(target)
     decoder = EdgeDecoder(link(verifier, encoder), Drafter(truncated_copy(target, 1)),
                           EdgeConfig(threads=1, **edge))
@@ -52,14 +52,14 @@ def small_pair(tokenizer):
 ])
 def test_exact_modes_follow_the_target(small_pair, encoder, mode, edge):
     target, prompt = small_pair
-    samples = run_mode(target, prompt, encoder, mode, N_RUNS, **edge)
+    samples = run_mode(target, prompt, encoder, mode, N_RUNS, link=OpenOnlyLink, **edge)
     assert chi_square_pvalue(samples, exact_two_token_distribution(target, prompt)) > 1e-3
 
 
 def test_lossy_top_k_downlink_is_detectably_wrong(small_pair, encoder):
     """Negative control: resampling from a top-1 pruned p_δ (PicoSpec's lossy downlink) must fail."""
     target, prompt = small_pair
-    samples = run_mode(target, prompt, encoder, "dssd-topk-lossy", N_RUNS, lossy_p_k=1)
+    samples = run_mode(target, prompt, encoder, "dssd-topk-lossy", N_RUNS, link=OpenOnlyLink, lossy_p_k=1)
     assert chi_square_pvalue(samples, exact_two_token_distribution(target, prompt)) < 1e-6
 
 
@@ -70,12 +70,12 @@ def test_lossy_top_k_downlink_is_detectably_wrong(small_pair, encoder):
 def test_exact_modes_with_the_first_block_follow_the_target(small_pair, encoder, mode, edge):
     """γ = 2 tokens of 2: the whole decision is the first block, drafted while the Open travels."""
     target, prompt = small_pair
-    samples = run_mode(target, prompt, encoder, mode, N_RUNS, link=FirstBlockLocalLink, **edge)
+    samples = run_mode(target, prompt, encoder, mode, N_RUNS, **edge)
     assert chi_square_pvalue(samples, exact_two_token_distribution(target, prompt)) > 1e-3
 
 
 def test_lossy_top_k_downlink_with_the_first_block_is_detectably_wrong(small_pair, encoder):
     """Negative control of the first block's path: it must not hide a wrong distribution."""
     target, prompt = small_pair
-    samples = run_mode(target, prompt, encoder, "dssd-topk-lossy", N_RUNS, link=FirstBlockLocalLink, lossy_p_k=1)
+    samples = run_mode(target, prompt, encoder, "dssd-topk-lossy", N_RUNS, lossy_p_k=1)
     assert chi_square_pvalue(samples, exact_two_token_distribution(target, prompt)) < 1e-6
