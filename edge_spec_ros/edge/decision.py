@@ -83,10 +83,12 @@ class DecisionState:
 
 
 def emit(out: list[int], tokens: tuple[int, ...], config: DecodeConfig, stats: DecodeStats, t0: float) -> bool:
-    """Append a verdict's tokens to the output (to a stop token or the budget); True when done."""
+    """Append a verdict's tokens to the output (to a stop token or the budget); True when done. The
+    first tokens set the time to first token, unless a cloud-only chunk already did as they streamed in
+    (``_cloud_ar``: its first ``Tokens`` message, not the chunk's end)."""
     first = not out
     done = append_until_stop(out, tokens, config)
-    if first:
+    if first and not stats.ttft_s:
         stats.ttft_s = time.perf_counter() - t0
         stats.first_tokens = len(out)
     return done

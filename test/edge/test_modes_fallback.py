@@ -4,6 +4,8 @@ verifier's own, token for token, across the switches."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from edge_spec_ros.cloud.local_link import LocalVerifierLink
@@ -43,8 +45,9 @@ def test_a_decode_handed_to_the_cloud_comes_back_and_stays_exact(setup, monkeypa
             return SPACING
 
     monkeypatch.setattr(long_lived, "DraftLengthController", Scripted)
-    # the scripted model decides: measured wall times would overrule it (edge.gamma)
-    edge = EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True, measured_fallback=False)
+    # the scripted model decides: measured wall times would overrule it (edge.gamma); the script counts
+    # the decoder's choices, and the first block would ask one more (test_first_block covers AS² with it)
+    edge = EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True, measured_fallback=False, first_block=False)
     with EdgeDecoder(link, drafter, edge) as decoder:
         result = decoder.decode(mode, prompt, b"")
         policy = decoder._parts.adaptive[mode][1]
@@ -67,3 +70,34 @@ def test_the_decoder_measures_both_regimes_and_stays_exact(setup, mode):
     assert result.tokens == greedy
     assert policy.spec_s > 0 and policy.cloud_first_s > 0 and policy.cloud_token_s > 0 and policy.measured()
     assert policy.cloud_probes + policy.hand_overs >= 1 and policy.controller.cloud_tokens >= 1
+
+
+def test_a_decision_handed_to_the_cloud_counts_its_first_token_as_it_streams_in(setup, monkeypatch):
+    """The time to first token of a decision AS² hands to the cloud is its first Tokens message's, as
+    cloud-only decoding's, not the end of the chunk that carried it."""
+    link, drafter, prompt, greedy = setup
+    received: list[float] = []
+
+    class Cloud(DraftLengthController):
+        def choice(self) -> SpeculationChoice:
+            return SpeculationChoice(False, CONFIG.gamma, 0.5)
+
+        def probe_spacing(self, budget: float) -> int:
+            return CONFIG.max_new_tokens  # one chunk: the whole decision
+
+    class Timed(type(link)):
+        def receive(self, sid: bytes, timeout_s: float | None = None):
+            message = super().receive(sid, timeout_s)
+            received.append(time.perf_counter())
+            return message
+
+    monkeypatch.setattr(long_lived, "DraftLengthController", Cloud)
+    timed = Timed(link.verifier, link.encoder)
+    edge = EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True, measured_fallback=False)
+    with EdgeDecoder(timed, drafter, edge) as decoder:
+        before = time.perf_counter()
+        result = decoder.decode("sd", prompt, b"")
+    s = result.stats
+    assert result.tokens == greedy and s.cloud_fallback == 1 and s.drafted == 0
+    assert len(received) > 2  # Opened, then the tokens as they stream
+    assert before + s.ttft_s < received[-1], "the first token was counted at the chunk's end"
