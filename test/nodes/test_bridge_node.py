@@ -2,9 +2,9 @@
 answered with an ERROR status and dropped; the bridge keeps bridging (the next decision opens). A
 repeated OPEN (the same decision and stamp) is answered again. A SIGKILLed verifier is known at once
 (the bridge's heartbeat): LINK_LOST with the reason for the decision in progress and for decision 0,
-/diagnostics at ERROR, an OPEN answered LINK_LOST at once; after a restart the bridge is OK again by
-itself and the next decision opens. A decision's first block that comes ahead of its OPEN is held and
-forwarded behind it."""
+/diagnostics at ERROR within 1.5 s, an OPEN answered LINK_LOST at once; after a restart the bridge is OK
+again by itself and the next decision opens. A decision's first block that comes ahead of its OPEN is
+held and forwarded behind it."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ from waiting import free_port
 DISCOVERY_S = 60.0  # discovery and matching on a loaded 2-core machine
 OPEN_S = 60.0
 LOST_WITHIN_S = 5.0  # a generous functional bound: the heartbeat knows a closed connection at once
+# /diagnostics at ERROR within 1.5 s of a SIGKILL, the robot's bound (the heartbeat knows the closed
+# connection at once: 0.13-0.30 s to dead measured, docs/protocol.md)
+ERROR_WITHIN_S = 1.5
 
 
 def open_request(decision: int, prompt) -> DecisionRequest:
@@ -124,7 +127,7 @@ def test_a_sigkilled_verifier_is_lost_at_once_and_the_bridge_recovers_by_itself(
         first.proc.wait()
         wait_for(lambda: lost(1, killed) and lost(0, killed) and level_since(killed, DiagnosticStatus.ERROR),
                  LOST_WITHIN_S * 4, lambda: f"the loss to be told\n{log.read_text()}")
-        assert level_since(killed, DiagnosticStatus.ERROR) - killed < LOST_WITHIN_S
+        assert level_since(killed, DiagnosticStatus.ERROR) - killed < ERROR_WITHIN_S
         for decision in (1, 0):
             msg = lost(decision, killed)
             assert msg.code == VerifierLost.CODE and "lost" in msg.message and endpoint in msg.message, msg
