@@ -30,6 +30,7 @@ class DecodeStats:
     steady_tokens: int = 0  # ... and the tokens emitted in it (tokens − first_tokens) ...
     steady_rounds: int = 0  # ... by its rounds (rounds − 1)
     prefill_s: float = 0.0
+    draft_prefill_s: float = 0.0  # T_pre: the drafter's prefill of the prompt, before its first draft step
     draft_s: float = 0.0  # Σ drafting time (γ·T_p per round)
     verify_s: float = 0.0  # Σ verification time as the robot waits for it (AR: per token)
     draft_forwards: int = 0  # drafter forward passes on the critical path

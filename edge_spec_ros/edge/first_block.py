@@ -28,16 +28,17 @@ behind it is answered as belonging to no session, which the robot never reads.
 
 γ₀ (``spec.pipeline.first_block_gamma``): the published fixed γ with a fixed-γ policy (the papers'
 schedules, first round included); with the adaptive policy, from the times measured at the last
-speculative decision (``OpenTimes``): at most what the Open's round trip hides (γ₀T_p ≤ t_open), the
-rate of the first round maximised.
+speculative decision (``OpenTimes``): at most what the Open's round trip hides (T_pre + γ₀T_p ≤ t_open,
+T_pre the drafter's own prefill of the prompt), the rate of the first round maximised.
 
 Legend: γ₀ — the first block's draft length; T_p, T_q, T_c — draft step, verification, one-way link
-time; t_open — the Open's round trip to ``Opened``; α — acceptance rate.
+time; t_open — the Open's round trip to ``Opened``; T_pre — the drafter's prefill of the prompt; α —
+acceptance rate.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.edge.config import EdgeConfig
@@ -63,14 +64,14 @@ class Opening:
 
 def first_gamma(config: EdgeConfig, policy: GammaPolicy, times: OpenTimes | None) -> int | None:
     """γ₀ of the decision's first block, or None when none should ride with the Open: the option is
-    off, or the adaptive policy would hand the decision to the cloud (AS², asked without changing its
-    state). Fixed γ: γ. Adaptive: ``first_block_gamma`` over the measured ``times`` and ODLD's current
+    off, or the adaptive policy starts the decision with the cloud (AS²'s hand-over or its cloud probe:
+    ``AdaptiveGamma.opening``, whose answer counts as the decision's first). Fixed γ: γ. Adaptive: ``first_block_gamma`` over the measured ``times`` and ODLD's current
     α, up to ``max_gamma``; ODLD's γ* until a decision has been measured."""
     if not config.first_block:
         return None
     if not isinstance(policy, AdaptiveGamma):
         return config.decode.gamma
-    if not policy.speculates(config.decode.max_new_tokens):
+    if policy.opening(config.decode.max_new_tokens) is None:
         return None
     if times is None:
         return policy.controller.choice().gamma
@@ -89,9 +90,8 @@ def observed_open_times(stats: DecodeStats, before: OpenTimes | None,
         return before
     t_c = max(0.0, stats.overhead_median_s / 2)  # a round trip less the server's T_q may come out below 0
     t_open = stats.prefill_s if server_prefill_s is None else max(0.0, server_prefill_s) + 2 * t_c
-    new = OpenTimes(t_open, stats.tp_s, stats.tq_s, t_c)
+    new = OpenTimes(t_open, stats.tp_s, stats.tq_s, t_c, stats.draft_prefill_s)
     if before is None:
         return new
     w = OPEN_TIMES_WEIGHT
-    return OpenTimes(*(w * a + (1 - w) * b for a, b in ((new.t_open, before.t_open), (new.t_p, before.t_p),
-                                                         (new.t_q, before.t_q), (new.t_c, before.t_c))))
+    return OpenTimes(*(w * a + (1 - w) * b for a, b in zip(astuple(new), astuple(before))))

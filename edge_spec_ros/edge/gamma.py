@@ -169,6 +169,7 @@ class AdaptiveGamma:
         self.cloud_first_s = 0.0  # a cloud-only chunk's fixed cost: its first tokens' arrival (EMA)
         self.cloud_token_s = 0.0  # and its cost per further token (EMA; 0: not measured)
         self._probing_cloud = False
+        self._handed_at_open = False  # ``opening`` said None: the decision's first ``gamma`` says it again
 
     def begin(self, gamma: int) -> None:
         pass
@@ -190,7 +191,19 @@ class AdaptiveGamma:
             return (choice or self.controller.choice()).use_speculation
         return self.spec_s <= self.cloud_s(HORIZON_TOKENS if remaining is None else remaining)
 
+    def opening(self, remaining: int | None = None) -> int | None:
+        """``gamma`` asked as a decision opens, before its first block is drafted: an int, a round rides
+        with the Open (speculation, or AS²'s probe round); None, the decision starts with the cloud (a
+        hand-over or a cloud probe), and its first ``gamma`` answers None again without counting twice."""
+        self._handed_at_open = False  # a decision opened again after a lost link asks afresh
+        answer = self.gamma(remaining)
+        self._handed_at_open = answer is None
+        return answer
+
     def gamma(self, remaining: int | None = None) -> int | None:
+        if self._handed_at_open:
+            self._handed_at_open = False
+            return None
         choice = self.controller.choice()
         if self.speculates(remaining, choice):
             if self._cloud_probe_due():

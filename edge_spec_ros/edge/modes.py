@@ -73,6 +73,7 @@ from edge_spec_ros.edge.predraft import PreDrafter
 from edge_spec_ros.edge.registry import MODES, REGISTRY, Mode, get_mode
 from edge_spec_ros.edge.round_link import RoundLink, verdict_tokens
 from edge_spec_ros.models.drafter import Draft, Drafter
+from edge_spec_ros.models.kv_cache import KVCache
 from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.spec.pipeline import OpenTimes
 from edge_spec_ros.spec.sampling import PositionalRNG
@@ -215,7 +216,7 @@ class EdgeDecoder:
         def first(sid: bytes) -> None:
             link = box["link"] = RoundLink(self.client, sid, spec, distribution)
             fresh = FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, False, stats)
-            sourced = fresh.draft(0, self.drafter.start(prompt), prompt.input_ids.tolist(), gamma0, -1)
+            sourced = fresh.draft(0, self._draft_prefill(prompt, stats), prompt.input_ids.tolist(), gamma0, -1)
             link.send(0, sourced.draft, -1)
             box["first"] = sourced
 
@@ -224,6 +225,13 @@ class EdgeDecoder:
         stats.prefill_s = opened_at - t0
         # round 0's round trip counts from Opened: the verifier starts on the block once it has prefilled
         return Opening(sid, box["link"], replace(box["first"], sent_at=opened_at), opened.prefill_s)
+
+    def _draft_prefill(self, prompt: EncodedPrompt, stats: DecodeStats) -> KVCache:
+        """The drafter's prefill of the prompt, timed (``stats.draft_prefill_s``: T_pre of ``OpenTimes``)."""
+        start = time.perf_counter()
+        kv = self.drafter.start(prompt)
+        stats.draft_prefill_s += time.perf_counter() - start
+        return kv
 
     def _cloud_ar(self, sid: bytes, stats: DecodeStats, t0: float, budget: int, resampled: int = -1) -> CloudTokens:
         """Cloud-only decoding of up to ``budget`` tokens (the baseline, or AS²'s fallback)."""
@@ -279,7 +287,7 @@ class EdgeDecoder:
                 if gamma is None:  # the cloud's chunks finished the decision
                     return state.out
             if state.kv is None:  # a decision AS² hands to the cloud at once never pays the drafter's prefill
-                state.kv = self.drafter.start(prompt)
+                state.kv = self._draft_prefill(prompt, stats)
             block = state.sources.draft(state.number, state.kv, state.seq, gamma, state.resampled)
             sent = block.sent_at if block.sent_at is not None else \
                 link.send(state.number, block.draft, state.resampled)

@@ -73,22 +73,28 @@ def async_throughput(alpha: float, gamma: int, times: PipelineTimes) -> float:
 class OpenTimes:
     """Measured times of a decision's start: t_open — the Open's round trip to ``Opened`` (its upload,
     the verifier's prefill and 2T_c: what cloud-only decoding waits before its first ``Generate``);
-    t_p — T_p, one draft step; t_q — T_q, one verification; t_c — T_c, one way."""
+    t_p — T_p, one draft step; t_q — T_q, one verification; t_c — T_c, one way; t_pre — T_pre, the
+    drafter's own prefill of the prompt, which comes before its first draft step."""
 
     t_open: float
     t_p: float
     t_q: float
     t_c: float
+    t_pre: float = 0.0
 
     def __post_init__(self) -> None:
-        if min(self.t_open, self.t_p, self.t_q, self.t_c) < 0:
+        if min(self.t_open, self.t_p, self.t_q, self.t_c, self.t_pre) < 0:
             raise ValueError(f"times must be >= 0, got {self}")
+
+    def drafted(self, gamma: int) -> float:
+        """When a first block of γ drafted from the prompt is ready (t = 0: the Open leaves): T_pre + γT_p."""
+        return self.t_pre + gamma * self.t_p
 
     def first_verdict(self, gamma: int) -> float:
         """When the verdict on a first block of γ drafted from the prompt while the Open travels is back
         (t = 0: the Open leaves): the verifier has prefilled at t_open − T_c, the block reaches it at
-        γT_p + T_c, and its verdict takes T_q + T_c more."""
-        return self.t_q + self.t_c + max(self.t_open - self.t_c, gamma * self.t_p + self.t_c)
+        T_pre + γT_p + T_c, and its verdict takes T_q + T_c more."""
+        return self.t_q + self.t_c + max(self.t_open - self.t_c, self.drafted(gamma) + self.t_c)
 
     @property
     def cloud_first_token(self) -> float:
@@ -99,8 +105,9 @@ class OpenTimes:
 def first_block_gamma(alpha: float, times: OpenTimes, gamma_max: int) -> int:
     """γ₀ of the first block, drafted from the prompt while the Open travels and is prefilled.
 
-    Drafting it costs γ₀·T_p, hidden by the Open's travel and prefill as long as γ₀T_p ≤ t_open − 2T_c;
-    beyond, each draft step delays the first verdict by T_p. Within γ₀T_p ≤ t_open the first verdict
+    Drafting it costs T_pre + γ₀·T_p (the drafter's prefill of the prompt, then γ₀ steps), hidden by the
+    Open's travel and prefill as long as T_pre + γ₀T_p ≤ t_open − 2T_c; beyond, each draft step delays
+    the first verdict by T_p. Within T_pre + γ₀T_p ≤ t_open the first verdict
     (``OpenTimes.first_verdict``) is never later than cloud-only decoding's first token
     (``OpenTimes.cloud_first_token``: t_open + 2T_c + T_q); among those γ (1 ≤ γ ≤ ``gamma_max``) γ₀
     maximises the first round's rate τ(α, γ) / first_verdict(γ), the smallest on a tie. A γ of 1 when
@@ -108,7 +115,7 @@ def first_block_gamma(alpha: float, times: OpenTimes, gamma_max: int) -> int:
     would cost."""
     if gamma_max < 1:
         raise ValueError(f"need gamma_max >= 1, got {gamma_max}")
-    fits = [g for g in range(1, gamma_max + 1) if g * times.t_p <= times.t_open] or [1]
+    fits = [g for g in range(1, gamma_max + 1) if times.drafted(g) <= times.t_open] or [1]
     return max(fits, key=lambda g: (expected_round_tokens(alpha, g) / max(times.first_verdict(g), 1e-9), -g))
 
 

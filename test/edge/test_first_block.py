@@ -113,10 +113,11 @@ def test_first_gamma_fixed_adaptive_and_off():
 def test_open_times_are_measured_and_averaged():
     stats = DecodeStats("SD", prefill_s=0.4, rounds=2, draft_forwards=4, draft_s=0.2, server_s=1.0,
                         round_overheads_s=[0.2, 0.3, 0.24])
+    stats.draft_prefill_s = 0.03
     first = observed_open_times(stats, None)
-    assert first == OpenTimes(0.4, 0.05, 0.5, 0.12)
-    again = observed_open_times(stats, OpenTimes(0.2, 0.05, 0.5, 0.12))
-    assert again.t_open == pytest.approx(0.3) and again.t_p == pytest.approx(0.05)
+    assert first == OpenTimes(0.4, 0.05, 0.5, 0.12, t_pre=0.03)
+    again = observed_open_times(stats, OpenTimes(0.2, 0.05, 0.5, 0.12, t_pre=0.01))
+    assert again.t_open == pytest.approx(0.3) and again.t_p == pytest.approx(0.05) and again.t_pre == pytest.approx(0.02)
     assert observed_open_times(DecodeStats("SD"), first) is first  # no speculative round: nothing learnt
     # a first block rode: the robot's wait for Opened measured its drafting; the verifier's prefill + 2T_c
     assert observed_open_times(stats, None, server_prefill_s=0.05).t_open == pytest.approx(0.05 + 0.24)
@@ -124,3 +125,24 @@ def test_open_times_are_measured_and_averaged():
     fast = DecodeStats("SD", prefill_s=0.01, rounds=1, draft_forwards=2, draft_s=0.02, server_s=0.01,
                        round_overheads_s=[-0.002])
     assert observed_open_times(fast, None, server_prefill_s=0.003) == OpenTimes(0.003, 0.01, 0.01, 0.0)
+
+
+def test_a_decision_opened_with_the_cloud_asks_the_policy_once():
+    """AS²'s answer at the opening counts as the decision's first: a hand-over at the Open is not asked
+    (and counted) again by the first round; a probe round due at the Open rides with it as its first
+    block; a decision opened again asks afresh."""
+    class Cloud(DraftLengthController):  # AS² says the cloud, a probe after 10 cloud-only tokens
+        def choice(self) -> SpeculationChoice:
+            return SpeculationChoice(False, 4, 0.5)
+
+        def probe_spacing(self, budget: float) -> int:
+            return 10
+
+    policy = AdaptiveGamma(Cloud(0.8, 0.01, 0.01, max_gamma=12), measured=False)
+    assert policy.opening(48) is None and policy.hand_overs == 1
+    assert policy.gamma(48) is None and policy.hand_overs == 1  # the first round: the opening's answer
+    assert policy.opening(48) is None and policy.gamma(48) is None and policy.hand_overs == 2
+    policy.since_probe = 10  # a probe is due at the next decision's opening: its first block is the probe
+    assert policy.opening(48) == 4 and policy.probes == 1 and policy.since_probe == 0
+    policy.opening(48)  # handed over; the decision fails and opens again: asked afresh, counted again
+    assert policy.opening(48) is None and policy.hand_overs == 4

@@ -45,9 +45,8 @@ def test_a_decode_handed_to_the_cloud_comes_back_and_stays_exact(setup, monkeypa
             return SPACING
 
     monkeypatch.setattr(long_lived, "DraftLengthController", Scripted)
-    # the scripted model decides: measured wall times would overrule it (edge.gamma); the script counts
-    # the decoder's choices, and the first block would ask one more (test_first_block covers AS² with it)
-    edge = EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True, measured_fallback=False, first_block=False)
+    # the scripted model decides: measured wall times would overrule it (edge.gamma)
+    edge = EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True, measured_fallback=False)
     with EdgeDecoder(link, drafter, edge) as decoder:
         result = decoder.decode(mode, prompt, b"")
         policy = decoder._parts.adaptive[mode][1]

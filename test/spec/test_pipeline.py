@@ -74,10 +74,17 @@ def test_first_block_gamma_fits_the_open_and_maximises_the_first_rate():
     assert first_block_gamma(0.0, t, 16) == 1  # nothing is accepted: the shortest block is the soonest verdict
     assert first_block_gamma(0.9, OpenTimes(0.30, 0.0, 0.62, 0.12), 16) == 16  # free drafting
     assert first_block_gamma(0.9, OpenTimes(0.05, 0.072, 0.62, 0.0), 16) == 1  # not even one step hides
+    # the drafter's own prefill of the prompt comes first: what it takes of the Open's time is not drafted
+    slow_prefill = OpenTimes(0.30, 0.072, 0.62, 0.12, t_pre=0.15)
+    assert slow_prefill.first_verdict(2) == pytest.approx(0.62 + 0.12 + max(0.30 - 0.12, 0.15 + 0.144 + 0.12))
+    assert first_block_gamma(0.8, slow_prefill, 16) == 2 and slow_prefill.drafted(2) <= 0.30 < slow_prefill.drafted(3)
+    assert first_block_gamma(0.9, OpenTimes(0.30, 0.0, 0.62, 0.12, t_pre=0.4), 16) == 1  # the prefill alone is longer
     with pytest.raises(ValueError):
         first_block_gamma(0.8, t, 0)
     with pytest.raises(ValueError):
         OpenTimes(-1.0, 0.0, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        OpenTimes(0.3, 0.0, 0.0, 0.0, t_pre=-0.1)
 
 
 def test_pipelined_gamma_maximises_the_pipelines_rate_and_is_never_below_fixed_gamma():
