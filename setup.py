@@ -31,6 +31,7 @@ CORE = [
     "pyzmq>=27.3.0,<28",
     "lz4>=4.4.5,<5",
     "bm25s>=0.3.16,<0.4",
+    "xgrammar>=0.2.8,<0.3",  # both sides mask their distributions with the same grammar (models/grammar.py)
 ]
 # what each side adds (edge_spec_ros/extras.py: MODULES names what they are imported as)
 ROBOT = [
