@@ -1,6 +1,7 @@
 """bridge_node as a managed node, in its own process: unconfigured it reports STALE and opens
 nothing; configured but inactive it answers an OPEN with ERROR ``INACTIVE_CODE`` at once; active it
-opens decisions on the verifier."""
+opens decisions on the verifier; cleaned up it is unconfigured again, and configured and activated anew
+it opens decisions again."""
 
 from __future__ import annotations
 
@@ -65,4 +66,18 @@ def test_the_bridge_opens_decisions_only_while_active(ros, server_endpoint, text
                  "the open decision's end")
         ended = [s for s in status if s.decision == 2 and s.state == BridgeStatus.ERROR][-1]
         assert ended.code == INACTIVE_CODE and ended.message == "the bridge was deactivated", ended
+
+        # cleanup: back to unconfigured (the link and the receiver closed); configured again it opens
+        matches = log.read_text().count("decision_request: 1 publisher(s) matched")
+        assert bridge.set(Transition.TRANSITION_CLEANUP)
+        assert bridge.state() == State.PRIMARY_STATE_UNCONFIGURED
+        wait_for(lambda: requests.get_subscription_count() == 0, 10, "the receiver's subscriptions gone")
+        wait_for(lambda: mine()[-1].message == "unconfigured", 10, "unconfigured in the diagnostics")
+        assert mine()[-1].level == DiagnosticStatus.STALE
+        assert bridge.set(Transition.TRANSITION_CONFIGURE) and bridge.set(Transition.TRANSITION_ACTIVATE)
+        wait_for(lambda: log.read_text().count("decision_request: 1 publisher(s) matched") > matches, DISCOVERY_S,
+                 "the new receiver's match")
+        requests.publish(open_request(3, text_prompt))
+        wait_for(lambda: any(s.decision == 3 and s.state == BridgeStatus.OPENED for s in status), OPEN_S,
+                 lambda: f"OPENED after cleanup and configure\n{log.read_text()[-2000:]}")
         assert proc.poll() is None, log.read_text()[-2000:]
