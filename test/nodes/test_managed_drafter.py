@@ -1,8 +1,8 @@
 """drafter_node as a managed node, with the stack (bridge, action node, camera) in one process and the
 verifier in another: autostart false leaves it unconfigured (an instruction decides nothing); once a
-manager configures and activates it, it decides; deactivated mid-cycle it decides nothing more; its
-/diagnostics (``drafter: decisions``) report the decisions' latency and mode, and the bridge's its
-link under the same naming."""
+manager configures and activates it, it decides; deactivated mid-cycle it decides nothing more; cleaned
+up, then configured and activated anew, it decides again; its /diagnostics (``drafter: decisions``)
+report the decisions' latency and mode, and the bridge's its link under the same naming."""
 
 from __future__ import annotations
 
@@ -96,4 +96,16 @@ def test_the_drafter_decides_only_while_active(ros, server_endpoint, tmp_path):
         link = statuses(diagnostics, "bridge: verifier link")[-1]
         assert link.hardware_id == server_endpoint, link
         assert statuses(diagnostics, "action: motion") and statuses(diagnostics, "camera: frame rate")
+
+        # cleanup: unconfigured again (threads joined, the link ended, the models dropped); a manager that
+        # configures and activates it anew gets a drafter that decides again
+        assert drafter.set(Transition.TRANSITION_CLEANUP), log.read_text()[-3000:]
+        assert drafter.state() == State.PRIMARY_STATE_UNCONFIGURED
+        wait_for(lambda: statuses(diagnostics, "drafter: decisions")[-1].message == "unconfigured", 15,
+                 "unconfigured in the diagnostics")
+        assert drafter.set(Transition.TRANSITION_CONFIGURE), log.read_text()[-3000:]
+        assert drafter.set(Transition.TRANSITION_ACTIVATE)
+        instruction.publish(String(data=MOVE))
+        wait_for(lambda: len(decisions) > 1, UP_S, lambda: f"a decision after cleanup\n{log.read_text()[-3000:]}")
+        assert decisions[1].text and decisions[1].instruction == MOVE, decisions[1]
         assert proc.poll() is None, log.read_text()[-3000:]
