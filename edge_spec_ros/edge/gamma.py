@@ -193,10 +193,11 @@ class AdaptiveGamma:
 
     def opening(self, remaining: int | None = None) -> int | None:
         """``gamma`` asked as a decision opens, before its first block is drafted: an int, a round rides
-        with the Open (speculation, or AS²'s probe round); None, the decision starts with the cloud (a
-        hand-over or a cloud probe), and its first ``gamma`` answers None again without counting twice."""
+        with the Open (speculation, or AS²'s probe round); None, AS² hands the decision to the cloud, and
+        its first ``gamma`` answers None again without counting twice. A cloud probe due now waits for a
+        later round: it would only delay the decision's speculation, its first block and all."""
         self._handed_at_open = False  # a decision opened again after a lost link asks afresh
-        answer = self.gamma(remaining)
+        answer = self._answer(remaining, cloud_probe=False)
         self._handed_at_open = answer is None
         return answer
 
@@ -204,9 +205,12 @@ class AdaptiveGamma:
         if self._handed_at_open:
             self._handed_at_open = False
             return None
+        return self._answer(remaining, cloud_probe=True)
+
+    def _answer(self, remaining: int | None, cloud_probe: bool) -> int | None:
         choice = self.controller.choice()
         if self.speculates(remaining, choice):
-            if self._cloud_probe_due():
+            if cloud_probe and self._cloud_probe_due():
                 self._probing_cloud = True
                 self.cloud_probes += 1
                 return None

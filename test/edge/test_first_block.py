@@ -130,7 +130,7 @@ def test_open_times_are_measured_and_averaged():
 def test_a_decision_opened_with_the_cloud_asks_the_policy_once():
     """AS²'s answer at the opening counts as the decision's first: a hand-over at the Open is not asked
     (and counted) again by the first round; a probe round due at the Open rides with it as its first
-    block; a decision opened again asks afresh."""
+    block; a decision opened again asks afresh; a cloud probe due waits for a later round."""
     class Cloud(DraftLengthController):  # AS² says the cloud, a probe after 10 cloud-only tokens
         def choice(self) -> SpeculationChoice:
             return SpeculationChoice(False, 4, 0.5)
@@ -146,3 +146,7 @@ def test_a_decision_opened_with_the_cloud_asks_the_policy_once():
     assert policy.opening(48) == 4 and policy.probes == 1 and policy.since_probe == 0
     policy.opening(48)  # handed over; the decision fails and opens again: asked afresh, counted again
     assert policy.opening(48) is None and policy.hand_overs == 4
+    speculating = AdaptiveGamma(DraftLengthController(0.9, 0.01, 0.01, max_gamma=12))
+    speculating.spec_s, speculating.spec_rounds = 0.1, 10  # measured speculating, the cloud not yet: a probe due
+    assert speculating.opening(48) is not None and speculating.cloud_probes == 0  # not at the opening
+    assert speculating.gamma(48) is None and speculating.cloud_probes == 1  # at the next round
