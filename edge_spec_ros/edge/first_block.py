@@ -64,9 +64,10 @@ class Opening:
 
 def first_gamma(config: EdgeConfig, policy: GammaPolicy, times: OpenTimes | None) -> int | None:
     """γ₀ of the decision's first block, or None when none should ride with the Open: the option is
-    off, or the adaptive policy starts the decision with the cloud (AS²'s hand-over or its cloud probe:
-    ``AdaptiveGamma.opening``, whose answer counts as the decision's first). Fixed γ: γ. Adaptive: ``first_block_gamma`` over the measured ``times`` and ODLD's current
-    α, up to ``max_gamma``; ODLD's γ* until a decision has been measured."""
+    off, or the adaptive policy hands the decision to the cloud from its start (AS²:
+    ``AdaptiveGamma.opening``, whose answer counts as the decision's first). Fixed γ: γ. Adaptive:
+    ``first_block_gamma`` over the measured ``times`` and ODLD's current α, up to ``max_gamma``; ODLD's
+    γ* until a decision has been measured."""
     if not config.first_block:
         return None
     if not isinstance(policy, AdaptiveGamma):
