@@ -48,10 +48,11 @@ class Watchdog:
         """Record a sign of life at ``now``; a non-finite time raises ValueError."""
         self._last_feed = _check_time(now, "Watchdog.feed")
 
-    def expired(self, now: float) -> bool:
-        """True before the first feed, once ``now - last_feed >= timeout_s``, and for a time that is
-        not finite or earlier than the last feed (a clock that went backwards cannot be trusted)."""
+    def expired(self, now: float, at_least_s: float = 0.0) -> bool:
+        """True before the first feed, once ``now - last_feed >= max(timeout_s, at_least_s)``, and for
+        a time that is not finite or earlier than the last feed (a clock that went backwards cannot be
+        trusted). ``at_least_s``: a longer bound of the motion in progress (its tracker's timeout)."""
         if self._last_feed is None or not isinstance(now, (int, float)) or not math.isfinite(now):
             return True
         elapsed = now - self._last_feed
-        return elapsed < 0 or elapsed >= self.timeout_s
+        return elapsed < 0 or elapsed >= max(self.timeout_s, at_least_s)

@@ -11,7 +11,8 @@ Publishes   cmd_vel (geometry_msgs/Twist, or TwistStamped with ``cmd_vel_type``:
 
 In doubt the robot stops: unparseable or non-finite text gives zero velocity and a warning quoting
 it; every command is clamped (|v|, |ω|, duration); the watchdog zeroes the command when the decision
-pipeline has been silent for ``watchdog_timeout_s`` or the verifier is lost. With ``odom_topic`` set
+pipeline has been silent for ``watchdog_timeout_s`` (a motion on odometry: or its tracker's own
+timeout, when longer) or the verifier is lost. With ``odom_topic`` set
 a motion ends when odometry says the distance or angle is covered (``nav/motion.MotionTracker``), or
 that the robot is blocked (an object in the way), and stops if odometry goes stale; without it the
 command is held for its planned duration on the node's clock (simulated time under ``use_sim_time``).
@@ -251,8 +252,12 @@ class ActionNode(ManagedNode):
         now = self.now()
         m = self.motion
         if m is not None:
-            if self.watchdog.expired(now):
-                self._end("CANCELLED", f"watchdog expired: no sign of life for {self.watchdog.timeout_s:g} s")
+            # a motion on odometry is bounded by its tracker (``timeout`` at 2T + 1 s): a robot slower than
+            # commanded may take longer than the watchdog, and the link's loss stops it anyway (LINK_LOST)
+            bound = m.tracker.timeout_s if m.tracker is not None else 0.0
+            if self.watchdog.expired(now, bound):
+                silent = max(self.watchdog.timeout_s, bound)
+                self._end("CANCELLED", f"watchdog expired: no sign of life for {silent:g} s")
             elif m.tracker is not None and not self._odom_fresh():
                 self._end("CANCELLED", f"odometry older than {self.config.odom_timeout_s:g} s")
         if self.motion is not None:

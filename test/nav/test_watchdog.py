@@ -27,6 +27,15 @@ def test_expiry_timing():
     assert watchdog.expired(10.5) and watchdog.expired(11.0)
 
 
+def test_a_longer_bound_of_the_motion_in_progress_holds_it_longer():
+    """``at_least_s`` (a tracked motion's own timeout) only ever lengthens the timeout."""
+    watchdog = Watchdog(6.0)
+    watchdog.feed(0.0)
+    assert watchdog.expired(6.0) and not watchdog.expired(6.0, at_least_s=11.0)
+    assert not watchdog.expired(10.9, at_least_s=11.0) and watchdog.expired(11.0, at_least_s=11.0)
+    assert watchdog.expired(6.0, at_least_s=2.0)  # a shorter bound does not shorten it
+
+
 def test_feed_resets_timeout():
     """Each feed restarts the timeout."""
     watchdog = Watchdog(0.5)

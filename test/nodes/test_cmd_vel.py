@@ -60,44 +60,70 @@ def test_nothing_before_the_first_motion(ros, tmp_path):
         assert proc.poll() is None
 
 
+class FollowingRobot:
+    """A robot in the test process that does ``speed`` times what the last command on ``/<ns>/cmd_vel``
+    says, its odometry on ``/<ns>/odom`` at ``hz``: ``received`` holds (monotonic time, linear.x)."""
+
+    def __init__(self, ros, ns: str, hz: float, speed: float = 1.0) -> None:
+        self.ros, self.speed = ros, speed
+        self.received: list[tuple[float, float]] = []
+        ros.node.create_subscription(Twist, f"{ns}/cmd_vel",
+                                     lambda m: self.received.append((time.monotonic(), m.linear.x)), 10)
+        self.odom = ros.node.create_publisher(Odometry, f"{ns}/odom", qos_profile_sensor_data)
+        self.x, self.t = 0.0, time.monotonic()
+        self.timer = ros.node.create_timer(1 / hz, self.sample)
+
+    def sample(self) -> None:
+        now = time.monotonic()
+        self.x += self.speed * (self.received[-1][1] if self.received else 0.0) * (now - self.t)
+        self.t = now
+        msg = Odometry()
+        msg.header.stamp = self.ros.node.get_clock().now().to_msg()
+        msg.pose.pose.position.x, msg.pose.pose.orientation.w = self.x, 1.0
+        self.odom.publish(msg)
+
+    def drive(self, ns: str, text: str, tmp_path, timeout_s: float) -> NavActionMsg:
+        """Run an action node on ``/<ns>`` with this odometry, send it decision 1 (``text``) once it has
+        fresh odometry, and return the end of that motion."""
+        ros = self.ros
+        decisions = ros.node.create_publisher(Decision, f"{ns}/edge_spec/decision", RELIABLE)
+        actions = ros.collect(NavActionMsg, f"{ns}/edge_spec/action", RELIABLE)
+        diagnostics = ros.collect(DiagnosticArray, "/diagnostics")
+        cmd = node_command("action_node", "-r", f"__ns:=/{ns}", "-p", "odom_topic:=odom")  # rate_hz: the default 20
+        try:
+            with process(cmd, tmp_path / "action.log") as proc:
+                wait_for(lambda: decisions.get_subscription_count() > 0 and self.odom.get_subscription_count() > 0
+                         and ros.node.count_publishers(f"{ns}/cmd_vel") > 0, DISCOVERY_S, "the action node")
+                wait_for(lambda: odometry_fresh(diagnostics), DISCOVERY_S, "fresh odometry at the action node")
+                send(decisions, 1, text)
+                wait_for(lambda: any(a.decision == 1 and a.status != NavActionMsg.STARTED for a in actions),
+                         timeout_s, "the end of the motion")
+                assert proc.poll() is None
+        finally:
+            ros.node.destroy_timer(self.timer)
+        return next(a for a in actions if a.decision == 1 and a.status != NavActionMsg.STARTED)
+
+
 def test_at_least_20_hz_while_moving_with_slower_odometry(ros, tmp_path):
     """Odometry at 8 Hz (a slow driver): the command still goes out at >= 20 Hz over the whole motion, and
     the motion ends on the odometry (reached)."""
-    received: list[tuple[float, float]] = []
-    ros.node.create_subscription(Twist, "rate/cmd_vel", lambda m: received.append((time.monotonic(), m.linear.x)), 10)
-    odom_pub = ros.node.create_publisher(Odometry, "rate/odom", qos_profile_sensor_data)
-    decisions = ros.node.create_publisher(Decision, "rate/edge_spec/decision", RELIABLE)
-    actions = ros.collect(NavActionMsg, "rate/edge_spec/action", RELIABLE)
-    diagnostics = ros.collect(DiagnosticArray, "/diagnostics")
-    robot = {"x": 0.0, "t": time.monotonic()}
-
-    def odometry() -> None:  # a robot that does what the last command says, sampled at 8 Hz
-        now = time.monotonic()
-        robot["x"] += (received[-1][1] if received else 0.0) * (now - robot["t"])
-        robot["t"] = now
-        msg = Odometry()
-        msg.header.stamp = ros.node.get_clock().now().to_msg()
-        msg.pose.pose.position.x, msg.pose.pose.orientation.w = robot["x"], 1.0
-        odom_pub.publish(msg)
-
-    timer = ros.node.create_timer(1 / 8, odometry)
-    cmd = node_command("action_node", "-r", "__ns:=/rate", "-p", "odom_topic:=odom")  # rate_hz: the default 20
-    try:
-        with process(cmd, tmp_path / "action.log") as proc:
-            wait_for(lambda: decisions.get_subscription_count() > 0 and odom_pub.get_subscription_count() > 0
-                     and ros.node.count_publishers("rate/cmd_vel") > 0, DISCOVERY_S, "the action node")
-            wait_for(lambda: odometry_fresh(diagnostics), DISCOVERY_S, "fresh odometry at the action node")
-            send(decisions, 1, "Action: move forward 60 cm")  # 2 s at 0.3 m/s
-            wait_for(lambda: any(a.decision == 1 and a.status != NavActionMsg.STARTED for a in actions), 15,
-                     "the end of the motion")
-            end = next(a for a in actions if a.decision == 1 and a.status != NavActionMsg.STARTED)
-            assert end.status == NavActionMsg.DONE and end.end_reason == "reached", end.end_reason
-            assert proc.poll() is None
-    finally:
-        ros.node.destroy_timer(timer)
+    robot = FollowingRobot(ros, "rate", hz=8)
+    end = robot.drive("rate", "Action: move forward 60 cm", tmp_path, 15)  # 2 s at 0.3 m/s
+    assert end.status == NavActionMsg.DONE and end.end_reason == "reached", end.end_reason
+    received = robot.received
     moving = [t for t, x in received if x > 0]
     rate = (len(moving) - 1) / (moving[-1] - moving[0])
     assert len(moving) > 30 and rate >= GO2_RATE_HZ, (len(moving), rate)
+
+
+def test_a_robot_slower_than_commanded_reaches_its_goal_after_the_watchdogs_timeout(ros, tmp_path):
+    """A robot at 70 % of the commanded speed: "move forward 150 cm" is planned at 5 s and takes 7.1 s,
+    past the 6 s watchdog while the decision pipeline is silent. A motion on odometry is bounded by its
+    tracker (2T + 1 s), so it ends reached, not cut short by the watchdog."""
+    robot = FollowingRobot(ros, "slow", hz=20, speed=0.7)
+    end = robot.drive("slow", "Action: move forward 150 cm", tmp_path, 30)
+    assert end.status == NavActionMsg.DONE and end.end_reason == "reached", end.end_reason
+    assert end.travelled_m == pytest.approx(1.5, abs=0.05)
 
 
 def test_twist_stamped_carries_frame_id_and_the_node_clocks_stamp(ros, tmp_path):
