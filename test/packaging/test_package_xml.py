@@ -33,6 +33,7 @@ PYTHON_KEYS = {
     "safetensors": "python3-safetensors-pip",
     "rosbags": "python3-rosbags-pip",
     "bm25s": "python3-bm25s-pip",
+    "xgrammar": "python3-xgrammar-pip",
     "ray": "python3-ray-pip",
 }
 # ROS packages that are Python modules of the same name
