@@ -18,6 +18,7 @@ import numpy as np
 from PIL import Image
 
 from edge_spec_ros.config_cli import doc
+from edge_spec_ros.models.grammar import MAX_GRAMMAR_BYTES, GrammarError, source
 from edge_spec_ros.spec.queues import POLICIES
 from edge_spec_ros.wire.codec import HEADER, MAX_META_BYTES, DecodeLimits
 from edge_spec_ros.wire.messages import DraftBlock, ErrorCode, Generate, Open
@@ -151,6 +152,22 @@ def check_open(msg: Open, limits: Limits, vocab: int) -> None:
                            f"got {bandwidth}")
     if not (math.isfinite(msg.down_loss) and 0 <= msg.down_loss < 1):
         raise RequestError(f"Open.down_loss must be in [0, 1), got {msg.down_loss}")
+    if msg.grammar:
+        check_grammar(msg.grammar)
+
+
+def check_grammar(grammar: str) -> None:
+    """Open.grammar before any work: a grammar id the verifier knows, or a grammar's text within
+    ``MAX_GRAMMAR_BYTES`` (TOO_LARGE otherwise); whether the text compiles is the session's to find out
+    (GRAMMAR), once per text (``models.grammar.GrammarBook``)."""
+    size = len(grammar.encode("utf-8", "surrogatepass"))
+    if size > MAX_GRAMMAR_BYTES:
+        raise RequestError(f"Open.grammar: {size} bytes of grammar text exceed the limit of {MAX_GRAMMAR_BYTES}",
+                           ErrorCode.TOO_LARGE)
+    try:
+        source(grammar)
+    except GrammarError as exc:
+        raise RequestError(f"Open.grammar: {exc}", ErrorCode.GRAMMAR) from None
 
 
 def check_draft(draft: DraftBlock, opened: Open, limits: Limits, vocab: int) -> None:

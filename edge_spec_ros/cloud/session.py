@@ -24,9 +24,11 @@ import numpy as np
 import torch
 
 from edge_spec_ros.cloud.limits import MAX_GAMMA, Limits, RequestError, check_draft, check_generate
+from edge_spec_ros.models.grammar import GrammarBook, GrammarError, book_for
 from edge_spec_ros.models.prompt import PromptEncoder, decode_image
 from edge_spec_ros.models.stack import Shortlist
 from edge_spec_ros.models.verifier import EarlyExitVerifier, ExitLogits
+from edge_spec_ros.spec.constraint import ConstraintState, ForbiddenToken, mask_logits
 from edge_spec_ros.spec.exits import exit_confidence, verify_exit
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose, probs_from_logits
 from edge_spec_ros.spec.sparse import densify, prune_topk
@@ -99,14 +101,23 @@ class VerifySession:
     then stops with ``Cancelled`` at the next layer or token; ``max_tokens``: the longest committed
     sequence (prompt + decoded) the session may reach; ``prefill_chunk_tokens`` / ``prefill_chunk_cells``:
     the prefill's slices (``DecoderStack.begin_prefill``); ``limits``: what a draft block or a
-    generation request may carry (``limits.check_draft``/``check_generate``, run by ``handle``)."""
+    generation request may carry (``limits.check_draft``/``check_generate``, run by ``handle``);
+    ``grammars``: the grammars an Open may name (None: the process's book for the encoder's tokenizer,
+    ``models.grammar.book_for``).
+
+    Grammar-constrained decoding (``Open.grammar``, docs/grammar.md): the automaton's state follows the
+    committed reply; every row of every exit's logits over a block is masked by the state after the
+    tokens before it (``spec.constraint``), as the drafter masked q, so the verdict follows norm(p · m);
+    a drafted or resampled token the state forbids is refused (ErrorCode.GRAMMAR), nothing verified."""
 
     def __init__(self, verifier: EarlyExitVerifier, encoder: PromptEncoder, request: Open,
                  compute: ComputeProfile | None = None, cancel: threading.Event | None = None,
                  max_tokens: int = 1 << 30, prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS,
                  prefill_chunk_cells: int = 0, exit_shortlist: int = EXIT_SHORTLIST,
-                 limits: Limits = PROTOCOL_LIMITS) -> None:
+                 limits: Limits = PROTOCOL_LIMITS, grammars: GrammarBook | None = None) -> None:
         self._verifier = verifier
+        self._grammars = grammars
+        self._grammar: ConstraintState | None = None  # the automaton after the committed reply (Open.grammar)
         self._limits = limits
         self._exit_shortlist = exit_shortlist
         self._rare: set[int] = set()  # ids at or above the shortlist's bound met so far (prompt, blocks)
@@ -195,6 +206,7 @@ class VerifySession:
             prompt = self._encoder.from_ids(ids, image)
         except ValueError as exc:
             raise RequestError(str(exc)) from None
+        self._grammar = self._start_grammar()
         if self._cancel.is_set():
             raise Cancelled()
         self._committed = prompt.input_ids.tolist()
@@ -207,6 +219,44 @@ class VerifySession:
         self._kv = pending.kv
         emit(Opened(self._verifier.num_layers, self._verifier.exit_layers, time.perf_counter() - t0))
 
+    def _start_grammar(self) -> ConstraintState | None:
+        """The automaton at the reply's start for the Open's grammar (None: unconstrained), compiled once
+        per grammar by the book; ``RequestError`` (GRAMMAR) for one that cannot be had."""
+        if not self._request.grammar:
+            return None
+        vocab = self._verifier.stack.vocab_size
+        try:
+            book = self._grammars or book_for(self._encoder.tokenizer, vocab)
+            constraint = book.get(self._request.grammar)
+        except GrammarError as exc:
+            raise RequestError(f"Open.grammar: {exc}", ErrorCode.GRAMMAR) from None
+        if constraint.vocab_size != vocab:
+            raise RequestError(f"the grammar covers {constraint.vocab_size} ids, the verifier {vocab}", ErrorCode.GRAMMAR)
+        return constraint.start()
+
+    def _grammar_masks(self, draft: DraftBlock, tokens: list[int]) -> torch.Tensor | None:
+        """m(s_0..s_γ) (γ+1, V) for a block after the committed reply and the block's resampled token
+        (DSSD), which the state then takes; ``RequestError`` (GRAMMAR), nothing changed, for a token the
+        grammar forbids."""
+        if self._grammar is None:
+            return None
+        state = self._grammar.fork()
+        if draft.resampled >= 0:
+            self._advance_grammar(draft.resampled, state)
+        try:
+            masks = state.masks_along(tokens)
+        except ForbiddenToken as exc:
+            raise RequestError(f"draft token {exc.index} ({exc.token}) of round {draft.round} is not allowed by the "
+                               "grammar", ErrorCode.GRAMMAR) from None
+        self._grammar = state
+        return masks
+
+    def _commit(self, tokens: tuple[int, ...] | list[int]) -> None:
+        """Tokens the verifier emitted (drawn from masked distributions: the grammar allows them)."""
+        self._committed.extend(tokens)
+        if self._grammar is not None:
+            self._grammar.extend(tokens)
+
     def _begin_verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> "VerifyPlan | None":
         """A whole block's checks and state changes before its forward pass (None: answered already, a
         stale chained block); the forward then covers ``plan.sequence`` from ``plan.first``. One block is
@@ -217,6 +267,8 @@ class VerifySession:
                 return None
         if self._awaiting_resample != (draft.resampled >= 0):
             raise RequestError("after a DSSD rejection the next draft must carry the resampled token, and only then")
+        tokens = [int(t) for t in draft.tokens]
+        masks = self._grammar_masks(draft, tokens)
         if draft.resampled >= 0:
             self._committed.append(draft.resampled)
             self._awaiting_resample = False
@@ -226,7 +278,6 @@ class VerifySession:
             raise RequestError(f"the decision would pass {self._max_tokens} tokens (serve --max-prompt-tokens "
                                "+ --max-new-tokens)", ErrorCode.TOO_LARGE)
         t0 = time.perf_counter()
-        tokens = [int(t) for t in draft.tokens]
         prepared, self._prepared = self._prepared, None
         if prepared is not None and (prepared.position != draft.position
                                      or tuple(tokens[:len(prepared.tokens)]) != prepared.tokens):
@@ -252,7 +303,7 @@ class VerifySession:
             self._last_block = (arrived, None if every else bool(exits))
         return VerifyPlan(draft, tokens, None if split else self._dense_q(draft), t0, prepared,
                           want_exits, split, self._kv, self._committed + tokens,
-                          len(self._committed) - 1 + done, exits, self._shortlist(tokens) if exits else None)
+                          len(self._committed) - 1 + done, exits, self._shortlist(tokens) if exits else None, masks)
 
     def _verify_exit(self, plan: "VerifyPlan", tally: "ExitTally", out: ExitLogits,
                      emit: Callable[[ExitResult], None]) -> None:
@@ -264,6 +315,10 @@ class VerifySession:
         if plan.prepared is not None:
             out = ExitLogits(out.layer, torch.cat([plan.prepared.logits[out.layer], out.logits]), out.is_final,
                              out.head_s)
+        if plan.masks is not None:  # every exit, as the final one: pre-drafts extend what the grammar allows
+            out = replace(out, logits=mask_logits(out.logits, plan.masks))
+            if not out.is_final and not torch.isfinite(out.logits).any(-1).all():
+                return  # a shortlisted head with no allowed id in some row: no verdict of its own
         if plan.split:
             if out.is_final:
                 self._verify_split(plan.draft, plan.tokens, plan.t0, emit, out.logits)
@@ -281,7 +336,7 @@ class VerifySession:
         if self._cancel.is_set():
             raise Cancelled()
         if out.is_final:
-            self._committed.extend(result.verdict.tokens)
+            self._commit(result.verdict.tokens)
         compute_s = time.perf_counter() - plan.t0
         emit(ExitResult(round=draft.round, layer=out.layer, accepted=result.verdict.accepted,
                         tokens=np.asarray(result.verdict.tokens, dtype=np.int32),
@@ -381,7 +436,7 @@ class VerifySession:
         p = probs_from_logits(logits, self._sampling)
         split = split_verify_server(tokens, p, torch.from_numpy(np.array(draft.q_draft)), self._rng, draft.position)
         self._compute.wait_for_layer(t0, 1, 1, self._cancel)
-        self._committed.extend(split.tokens)
+        self._commit(split.tokens)
         row = p_ids = None
         tv = 0.0
         if split.resample_p is not None:
@@ -397,6 +452,17 @@ class VerifySession:
                         compute_s=time.perf_counter() - t0, resample=split.resample_p is not None,
                         p=None if row is None else row.float().numpy(), p_ids=p_ids, p_tv=tv))
 
+    def _advance_grammar(self, resampled: int, state: ConstraintState | None = None) -> None:
+        """DSSD's resampled token into ``state`` (the session's own by default); ``RequestError`` (GRAMMAR)
+        if the grammar forbids it."""
+        state = state or self._grammar
+        if state is not None:
+            try:
+                state.advance(resampled)
+            except ForbiddenToken:
+                raise RequestError(f"the resampled token ({resampled}) is not allowed by the grammar",
+                                   ErrorCode.GRAMMAR) from None
+
     def _generate(self, request: Generate, emit: Callable[[Tokens], None]) -> Iterator[None]:
         """Cloud-only autoregressive decoding (the baseline): one target forward per token, each token
         streamed as soon as it exists; yields after each token but the last (between whole forward
@@ -404,6 +470,7 @@ class VerifySession:
         if self._awaiting_resample != (request.resampled >= 0):
             raise RequestError("after a DSSD rejection cloud-only decoding must start with the resampled token")
         if request.resampled >= 0:
+            self._advance_grammar(request.resampled)
             self._committed.append(request.resampled)
             self._awaiting_resample = False
         if len(self._committed) + request.max_new_tokens > self._max_tokens:
@@ -415,9 +482,11 @@ class VerifySession:
                 raise Cancelled()
             t0 = time.perf_counter()
             logits = self._verifier.logits(self._kv, self._committed, len(self._committed) - 1)[-1]
+            if self._grammar is not None:
+                logits = mask_logits(logits, self._grammar.mask())
             token, _ = choose(logits, self._sampling, self._rng, Stream.TARGET, len(self._committed))
             self._compute.wait_for_layer(t0, 1, 1, self._cancel)
-            self._committed.append(token)
+            self._commit([token])
             final = token in stop or i == request.max_new_tokens - 1
             emit(Tokens(tokens=np.asarray([token], dtype=np.int32), is_final=final,
                         compute_s=time.perf_counter() - t0))
@@ -509,3 +578,4 @@ class VerifyPlan:
     first: int
     exits: frozenset[int] = frozenset()  # the early exits this round computes (the planner's choice)
     shortlist: Shortlist | None = None  # the ids their heads score (None: the whole vocabulary)
+    masks: torch.Tensor | None = None  # (γ+1, V) bool: the grammar's m(s_i) for each row (None: unconstrained)

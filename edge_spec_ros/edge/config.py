@@ -53,6 +53,9 @@ class EdgeConfig:
     # verified right after the prefill; False (or a link without open_with): Open, Opened, then the first draft
     first_block: bool = True
     reconnect_retries: int = 2  # a decision interrupted by a lost or restarted verifier is opened again
+    # the reply's constraint (docs/grammar.md): "" none; a grammar id ("action": a navigation decision) or EBNF
+    # text. The Open names it and the verifier masks p; the drafter masks q with the decoder's GrammarBook
+    grammar: str = ""
 
     def draft_distribution(self, mode: Mode | str) -> DraftDistribution | None:
         """The q the drafter samples from in ``mode`` (the registry's, or its name; None: the full

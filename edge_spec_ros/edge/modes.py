@@ -55,6 +55,8 @@ from __future__ import annotations
 import logging
 import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 
@@ -63,6 +65,7 @@ import numpy as np
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeResult, append_until_stop
 from edge_spec_ros.edge.config import EdgeConfig
+from edge_spec_ros.edge.constrained import DecisionMasks, GrammarDrafter
 from edge_spec_ros.edge.decision import CloudFallback, CloudTokens, DecisionState, NewRound
 from edge_spec_ros.edge.draft_sources import DraftChain, FreshDraft, PreDraftCache
 from edge_spec_ros.edge.first_block import Opening, first_gamma, observed_open_times
@@ -73,6 +76,7 @@ from edge_spec_ros.edge.predraft import PreDrafter
 from edge_spec_ros.edge.registry import MODES, REGISTRY, Mode, get_mode
 from edge_spec_ros.edge.round_link import RoundLink, verdict_tokens
 from edge_spec_ros.models.drafter import Draft, Drafter
+from edge_spec_ros.models.grammar import GrammarBook
 from edge_spec_ros.models.kv_cache import KVCache
 from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.spec.pipeline import OpenTimes
@@ -106,15 +110,50 @@ class EdgeDecoder:
     Long-lived parts (``edge.long_lived``): FSD's N pre-draft threads start with the first decision
     in a mode with early exits and idle between decisions; TK-SLT's γ controller keeps its estimates
     across decisions. ``close()`` (or leaving a ``with`` block) joins the threads; a decoder dropped
-    without it tells them to exit. ``config`` may be replaced between decisions."""
+    without it tells them to exit. ``config`` may be replaced between decisions.
 
-    def __init__(self, client: VerifierLink, drafter: Drafter | None, config: EdgeConfig) -> None:
+    ``grammars``: the grammars ``config.grammar`` may name, over the drafter's tokenizer
+    (``models.grammar.book_for``); a speculative decision with a grammar masks the drafter's q by it
+    (``edge.constrained``) while the verifier masks p (docs/grammar.md)."""
+
+    def __init__(self, client: VerifierLink, drafter: Drafter | None, config: EdgeConfig,
+                 grammars: GrammarBook | None = None) -> None:
         self.client = client
         self.drafter = drafter
         self.config = config
+        self.grammars = grammars
         self._parts = LongLivedParts()
         self._open_times: OpenTimes | None = None  # measured at the last speculative decision (edge.first_block)
         weakref.finalize(self, self._parts.stop)
+
+    @property
+    def drafter(self) -> Drafter | None:
+        """The decoder's drafter; during a decision under a grammar, its masked view (``edge.constrained``)."""
+        return self._active if self._active is not None else self._drafter
+
+    @drafter.setter
+    def drafter(self, drafter: Drafter | None) -> None:
+        self._drafter, self._active, self._grammar_drafter = drafter, None, None
+
+    @contextmanager
+    def _constrained(self, prompt: EncodedPrompt) -> Iterator[None]:
+        """A speculative decision under ``config.grammar``: the drafter masks q by the grammar's automaton
+        from the prompt's end on, the state the verifier starts from."""
+        if not self.config.grammar:
+            yield
+            return
+        if self.grammars is None:
+            raise ValueError("a decision under a grammar needs the decoder's GrammarBook (models.grammar.book_for)")
+        constraint = self.grammars.get(self.config.grammar)
+        if self._grammar_drafter is None:
+            self._grammar_drafter = GrammarDrafter(self._drafter)
+        self._grammar_drafter.use(DecisionMasks(constraint.start(), int(prompt.input_ids.numel())))
+        self._active = self._grammar_drafter.drafter
+        try:
+            yield
+        finally:
+            self._active = None
+            self._grammar_drafter.use(None)
 
     def close(self) -> None:
         """Stop and join the pre-draft threads; a later decision starts them again."""
@@ -162,7 +201,7 @@ class EdgeDecoder:
         request = Open(input_ids=prompt.input_ids.numpy().astype(np.int32), image=image,
                        temperature=c.decode.sampling.temperature, seed=c.decode.seed, want_exits=spec.early_exits,
                        queue_policy=c.server_policy,
-                       p_top_k=c.lossy_p_k if spec.lossy_p else 0, pipelined=spec.pipelined)
+                       p_top_k=c.lossy_p_k if spec.lossy_p else 0, pipelined=spec.pipelined, grammar=c.grammar)
         if spec.speculative:
             tokens, opening = self._speculative_decision(request, prompt, stats, t0, spec)
             sid = opening.sid
@@ -189,7 +228,8 @@ class EdgeDecoder:
         """Open a speculative decision (with its first block where it can travel: ``_open_first``),
         decode it (``_speculative``) and close it; its tokens and how it was opened."""
         rng = PositionalRNG(self.config.decode.seed)
-        with self._parts.decision(self.config, self.drafter, spec, rng) as (policy, predrafter):
+        with self._constrained(prompt), self._parts.decision(self.config, self.drafter, spec, rng) as \
+                (policy, predrafter):
             opening = self._open_first(request, prompt, stats, t0, spec, rng, policy)
             try:
                 return self._speculative(opening, prompt, stats, t0, spec, rng, policy, predrafter), opening

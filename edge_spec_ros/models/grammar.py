@@ -1,7 +1,8 @@
 """Grammars compiled over a tokenizer's vocabulary (xgrammar), for grammar-constrained decoding.
 
 A ``GrammarBook`` holds the grammars one id space's decisions may name, each compiled once (cached):
-a grammar id it knows (``action``: the navigation reply, ``nav.action_grammar``) or a grammar's text in
+a grammar id it knows (``action``: the navigation reply, ``nav.action_grammar``; ``action-brief``: the
+same with at most 120 characters of reasoning) or a grammar's text in
 xgrammar's EBNF (GBNF-like: ``root ::= ...``) of at most ``MAX_GRAMMAR_BYTES``. ``Constraint.start()``
 gives the automaton's state at the start of a reply (``spec.constraint.ConstraintState``), which both
 the drafter and the verifier advance along the decision. The robot and the verifier each build their
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from edge_spec_ros.nav.action_grammar import GRAMMAR_ID, action_regex
+from edge_spec_ros.nav.action_grammar import BRIEF_GRAMMAR_ID, BRIEF_REASONING_CHARS, GRAMMAR_ID, action_regex
 from edge_spec_ros.spec.constraint import ConstraintState
 
 MAX_GRAMMAR_BYTES = 16 * 1024  # a grammar's text on the wire (Open.grammar), UTF-8
@@ -34,7 +35,10 @@ CACHED_GRAMMARS = 32  # compiled grammars a book keeps (least recently used drop
 NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")  # what is a grammar id rather than a grammar's text
 
 # grammar id -> (kind, text): "regex" or "ebnf" (xgrammar's)
-KNOWN: dict[str, Callable[[], tuple[str, str]]] = {GRAMMAR_ID: lambda: ("regex", action_regex())}
+KNOWN: dict[str, Callable[[], tuple[str, str]]] = {
+    GRAMMAR_ID: lambda: ("regex", action_regex()),
+    BRIEF_GRAMMAR_ID: lambda: ("regex", action_regex(max_reasoning_chars=BRIEF_REASONING_CHARS)),
+}
 
 
 class GrammarError(ValueError):
@@ -137,7 +141,7 @@ class GrammarBook:
         kind, text = source(grammar)
         try:
             compiled = self._compiler.compile_regex(text) if kind == "regex" else self._compiler.compile_grammar(text)
-        except RuntimeError as exc:  # xgrammar's parser errors
+        except Exception as exc:  # xgrammar's parser errors (RuntimeError), text it cannot take (UnicodeError)
             raise GrammarError(f"the grammar does not compile: {first_line(str(exc))}") from None
         constraint = Constraint(compiled, self._extra, self._stop)
         with self._lock:

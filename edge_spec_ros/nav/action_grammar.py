@@ -1,11 +1,12 @@
 """The reply format of a navigation decision as a regular expression, for grammar-constrained decoding.
 
-A reply is free reasoning, then ``Action:`` and one action of ``nav.grammar``'s grammar, an optional
+A reply is reasoning, then ``Action:`` and one action of ``nav.grammar``'s grammar, an optional
 period, then the end of the turn (the tokenizer's end-of-turn token, which the constraint allows once the
 reply is complete)::
 
-    reply     := reasoning ("\\n" | " ") "Action: " action ["."]
-    reasoning := any text, newlines included (possibly empty)
+    reply     := ["Reasoning: "] reasoning ("\\n" | " ") "Action: " action ["."]
+    reasoning := any text without a colon, newlines included (possibly empty; at most 120 characters
+                 in ``action-brief``, so that a model never trained on the format ends its reply too)
     action    := move | turn | stop, in lower case, one space between words:
     move      := ("move" | "go" | "walk") " " direction " " ["by "] (size | number " " distance-unit)
     turn      := ("turn" | "rotate") " " ("left" | "right") " " ["by "] (size | number " " angle-unit)
@@ -14,8 +15,11 @@ reply is complete)::
 Every reply the expression accepts parses with ``nav.grammar.parse_action`` (test/nav/test_action_grammar.py
 samples and enumerates them): the parser reads the text after the LAST ``Action:``, and the action has no
 colon, so the marker the format writes is the last one whatever the reasoning says; the separator before
-``Action:`` keeps the marker's word boundary. It is a subset of what the parser takes (one spelling per
-word, lower case, numbers without sign or exponent): it only has to parse, not to cover every parse.
+``Action:`` keeps the marker's word boundary. The reasoning has no colon so that the first colon is the
+marker's: from there on only an action may follow (free text with colons would leave the automaton in
+two places at once, reasoning or action, and the mask would not steer the action at all). It is a
+subset of what the parser takes (one spelling per word, lower case, numbers without sign or exponent):
+it only has to parse, not to cover every parse.
 
 Numbers are bounded by the sanity bounds of the ``NavConfig`` given (``absurd_*``: the parser refuses a
 number beyond them): a unit of size s takes up to d integer digits with 10^d · s within the bound, and
@@ -30,6 +34,8 @@ from edge_spec_ros.nav.config import SIZES, NavConfig
 from edge_spec_ros.nav.grammar import ANGLE_UNITS, DISTANCE_UNITS
 
 GRAMMAR_ID = "action"  # the name the Open message and the verifier know this grammar by
+BRIEF_GRAMMAR_ID = "action-brief"  # the same with at most BRIEF_REASONING_CHARS characters of reasoning
+BRIEF_REASONING_CHARS = 120
 MOVE_VERBS = ("move", "go", "walk")
 DIRECTIONS = ("forward", "forwards", "backward", "backwards", "back")
 TURN_VERBS = ("turn", "rotate")
@@ -85,7 +91,9 @@ def action_phrase_regex(config: NavConfig | None = None) -> str:
     return f"({move}|{turn}|{stop})"
 
 
-def action_regex(config: NavConfig | None = None) -> str:
-    """The whole reply: an optional ``Reasoning: ``, reasoning without a colon, a separator, ``Action: ``,
-    one action, an optional period."""
-    return f"({REASONING_PREFIX})?[^:]*[ \\n]{MARKER}{action_phrase_regex(config)}\\.?"
+def action_regex(config: NavConfig | None = None, max_reasoning_chars: int | None = None) -> str:
+    """The whole reply: an optional ``Reasoning: ``, reasoning without a colon (at most
+    ``max_reasoning_chars`` characters: then every reply ends, whatever the model), a separator,
+    ``Action: ``, one action, an optional period."""
+    reasoning = "[^:]*" if max_reasoning_chars is None else f"[^:]{{0,{max_reasoning_chars}}}"
+    return f"({REASONING_PREFIX})?{reasoning}[ \\n]{MARKER}{action_phrase_regex(config)}\\.?"

@@ -26,6 +26,9 @@ ODD_VALUES = [None, True, False, 0, -1, 1, 2**31, 2**63, 2**64, -(2**64), 10**30
 ODD_DTYPES = [*ALLOWED_DTYPES, "float64", "object", "<U4", "", None, 5]
 ODD_CODECS = ["raw", "lz4", "zstd", "", None, 1]
 REQUESTS = (Open, DraftBlock, Generate, Close, Stats, Ping)
+# Open.grammar: none, the ids a verifier knows, an unknown one, EBNF text that compiles, that does not, and
+# text over any server's size limit (models.grammar.MAX_GRAMMAR_BYTES)
+GRAMMARS = ["", "", "action", "action-brief", "walk", 'root ::= "stop" | "go"', 'root ::= ("a" | ', "root ::= " + "x" * 20000]
 
 
 def sample_messages(rng: random.Random, vocab: int, prompt: np.ndarray | None = None) -> list[Message]:
@@ -39,7 +42,8 @@ def sample_messages(rng: random.Random, vocab: int, prompt: np.ndarray | None = 
     q /= q.sum(-1, keepdims=True)
     return [
         Open(input_ids=ids, temperature=rng.choice([0.0, 0.7]), seed=rng.randrange(2**64),
-             want_exits=rng.random() < 0.5, queue_policy=rng.choice(["priority", "fifo", "random"])),
+             want_exits=rng.random() < 0.5, queue_policy=rng.choice(["priority", "fifo", "random"]),
+             grammar=rng.choice(GRAMMARS)),
         DraftBlock(round=rng.randint(0, 3), position=len(ids), tokens=tokens,
                    q=q if rng.random() < 0.5 else None),
         DraftBlock(round=0, position=len(ids), tokens=tokens, q_ids=np.argsort(-q, -1)[:, :4].astype(np.int32),
@@ -59,7 +63,8 @@ def _mutate_meta(rng: random.Random, frames: list[bytes]) -> list[bytes]:
     if keys and choice < 0.5:
         meta[rng.choice(keys)] = rng.choice(ODD_VALUES)
     elif choice < 0.65:
-        meta[rng.choice(["round", "seed", "bogus", "temperature", "max_new_tokens", "tokens", "seq"])] = rng.choice(ODD_VALUES)
+        meta[rng.choice(["round", "seed", "bogus", "temperature", "max_new_tokens", "tokens", "seq", "grammar"])] = \
+            rng.choice(ODD_VALUES)
     elif meta["arrays"] and choice < 0.95:
         desc = rng.choice(meta["arrays"])
         slot = rng.randrange(6)

@@ -41,6 +41,7 @@ class ErrorCode(IntEnum):
     BUSY = 7  # the server holds as many sessions as it may
     TOO_LARGE = 8  # over a server limit: message, prompt, image pixels or bytes, max_new_tokens
     QUOTA = 9  # this client holds as many sessions as one client may
+    GRAMMAR = 10  # Open.grammar unknown or not compiling, or a token the grammar forbids (a drafted or resampled one)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,10 @@ class Open:
     # first (a robot in motion: 1; standing still or idle: 0), within a fairness bound (cloud/server.FairQueue)
     pipelined: bool = False  # the robot drafts each next block while a block is verified (PicoSpec): after
     # a fully accepted block it has the next one, so only early exits of other verdicts are of use to it
+    grammar: str = ""  # the reply's constraint (docs/grammar.md): "" none; a grammar id the verifier knows
+    # ("action": a navigation decision) or a grammar's EBNF text (at most models.grammar.MAX_GRAMMAR_BYTES).
+    # Both sides mask p and q by the same automaton state: the output follows norm(p · mask). Optional: an
+    # Open without it decodes unconstrained, as before
     TYPE = MsgType.OPEN
 
 
