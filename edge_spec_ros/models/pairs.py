@@ -8,6 +8,9 @@ A source is one string, the same for every command, node and process:
 - a directory: a ``train-sim-pair`` output (``verifier/``, ``drafter/``, ``exits/``, ``prompt.json``)
   or one Qwen2-VL checkpoint (``config.json`` + safetensors + tokenizer, as ``save_pretrained``
   writes it);
+- ``qwen2-vl-2b-shape``, ``qwen2-vl-7b-shape``: Qwen2-VL-2B / -7B at their published shapes with
+  fixed-seed random weights, built here (``models/real_shapes.py``); ``:layers=N`` keeps N decoder
+  layers, ``vision_layers=M`` M vision blocks (default 1), e.g. ``qwen2-vl-7b-shape:layers=2``;
 - anything else: a hub id such as ``Qwen/Qwen2-VL-7B-Instruct``, loaded by ``from_pretrained`` from
   the local Hugging Face cache, or from the hub where the network and ``HF_HUB_OFFLINE`` allow it
   (never in the tests).
@@ -15,13 +18,13 @@ A source is one string, the same for every command, node and process:
 What a source gives (``parts`` picks what is loaded: the robot needs only the drafter, the
 verifier service only the verifier):
 
-| part | train-sim-pair directory (``embedded`` too) | checkpoint (``smollm2``, a directory, a hub id) |
-|---|---|---|
-| verifier | ``verifier/`` with the trained ``exits/`` | the checkpoint, logit-lens exits |
-| drafter | ``drafter/`` | the checkpoint itself |
-| tokenizer | the project's (``models/tokenizer.py``) | the checkpoint's |
-| image pixel budget | the one it was trained at (``prompt.json``) | ``PromptConfig``'s 112 x 112 |
-| weights | float32 on the CPU, as trained and tested | ``dtype`` on ``device`` |
+| part | train-sim-pair directory (``embedded`` too) | checkpoint (``smollm2``, a directory, a hub id) | shape |
+|---|---|---|---|
+| verifier | ``verifier/`` with the trained ``exits/`` | the checkpoint, logit-lens exits | the model, d/8 exits |
+| drafter | ``drafter/`` | the checkpoint itself | the model itself |
+| tokenizer | the project's (``models/tokenizer.py``) | the checkpoint's | ``shape_tokenizer()`` |
+| image pixel budget | the one it was trained at (``prompt.json``) | ``PromptConfig``'s 112 x 112 | the same |
+| weights | float32 on the CPU, as trained and tested | ``dtype`` on ``device`` | random, ``dtype`` on ``device`` |
 
 ``adapters`` replaces the verifier's exits; ``draft_layers`` K makes the drafter the verifier's
 first K layers headed by the exit-K adapter of ``adapters`` (self-speculative drafting);
@@ -46,6 +49,7 @@ from edge_spec_ros.models.verifier import EarlyExitVerifier, VerifierConfig
 
 EMBEDDED = "embedded"
 SMOLLM2 = "smollm2"
+SHAPE = "shape"  # the kind of a published-shape source (models/real_shapes.py)
 SIM_PAIR_DIR = Path(__file__).resolve().parent.parent / "assets" / "sim_pair"
 PROMPT_FILE = "prompt.json"  # in a train-sim-pair directory: the image pixel budget it was trained at
 PAIR_FILES = ("verifier/config.json", "drafter/config.json", "exits/exit_adapters.json")
@@ -60,8 +64,9 @@ class ModelSourceError(FileNotFoundError):
 
 @dataclass(frozen=True)
 class Source:
-    """What a source string names. kind: ``pair`` (a train-sim-pair directory) or ``checkpoint`` (one
-    Qwen2-VL model); location: the directory, or the hub id."""
+    """What a source string names. kind: ``pair`` (a train-sim-pair directory), ``checkpoint`` (one
+    Qwen2-VL model) or ``shape`` (a published shape built here); location: the directory, the hub id, or
+    the shape's canonical source string."""
 
     name: str
     kind: str
@@ -98,7 +103,10 @@ class ModelPair:
                for name, part in (("verifier", self.verifier), ("drafter", self.drafter)) if part is not None}
         if self.verifier is None and self.location:
             try:
-                out = {"verifier": config_parameters(_model_dir(resolve(self.location), "verifier")), **out}
+                src = resolve(self.location)
+                count = shape_parameters(src.location) if src.kind == SHAPE else \
+                    config_parameters(_model_dir(src, "verifier"))
+                out = {"verifier": count, **out}
             except (OSError, ValueError):
                 pass
         return out
@@ -122,6 +130,17 @@ def config_parameters(checkpoint: str) -> int:
         return count_parameters(Qwen2VLForConditionalGeneration(config))
 
 
+def shape_parameters(source: str) -> int:
+    """Parameters of a shape source's model, its exit adapters left out (built on the meta device)."""
+    import torch
+    from transformers import Qwen2VLForConditionalGeneration
+
+    from edge_spec_ros.models.real_shapes import parse_shape, shape_config
+
+    with torch.device("meta"):
+        return count_parameters(Qwen2VLForConditionalGeneration(shape_config(parse_shape(source))))
+
+
 def resolve(source: str | Path, log: Callable[[str], None] = lambda s: None) -> Source:
     """What ``source`` names (see the module docstring); raises ModelSourceError for a directory
     that holds neither layout, or a string that is neither a directory nor a hub id. Whether a hub id
@@ -138,6 +157,13 @@ def resolve(source: str | Path, log: Callable[[str], None] = lambda s: None) -> 
             return Source(name, "checkpoint", str(smollm2_dir()))
         except MissingSmolLM2 as exc:
             raise ModelSourceError(f"model source 'smollm2': {exc}") from None
+    from edge_spec_ros.models.real_shapes import ShapeSourceError, is_shape_source, parse_shape
+
+    if is_shape_source(name):
+        try:
+            return Source(name, SHAPE, parse_shape(name).source)
+        except ShapeSourceError as exc:
+            raise ModelSourceError(str(exc)) from None
     path = Path(name).expanduser()
     if path.is_dir():
         if any((path / part.split("/")[0]).is_dir() for part in PAIR_FILES):
@@ -149,7 +175,8 @@ def resolve(source: str | Path, log: Callable[[str], None] = lambda s: None) -> 
                                "nor a Qwen2-VL checkpoint (config.json + safetensors + tokenizer)")
     if path.exists() or not HUB_ID.match(name):
         raise ModelSourceError(f"model source {name!r}: no such directory, and not a hub id (org/name); "
-                               f"use '{EMBEDDED}', '{SMOLLM2}', a directory or a hub id")
+                               f"use '{EMBEDDED}', '{SMOLLM2}', 'qwen2-vl-2b-shape', 'qwen2-vl-7b-shape', "
+                               "a directory or a hub id")
     return Source(name, "checkpoint", name)
 
 
@@ -188,9 +215,11 @@ def load_pair(source: str | Path = EMBEDDED, *, parts: Collection[str] = PARTS, 
         raise ValueError(f"parts {sorted(parts)}: choose from {PARTS}")
     src = resolve(source, log)
     tokenizer = _loading(src, lambda: _tokenizer(src))  # first: a hub id that is not here fails at once
-    kind_dtype, kind_device = (dtype, device) if src.kind == "checkpoint" else ("float32", "cpu")
+    kind_dtype, kind_device = (dtype, device) if src.kind != "pair" else ("float32", "cpu")
     verifier = None
-    if "verifier" in parts:
+    if "verifier" in parts and src.kind == SHAPE:
+        verifier = _shape_verifier(src, adapters, dtype, device)
+    elif "verifier" in parts:
         default_exits = Path(src.location) / "exits" if src.kind == "pair" else None
         exits = adapters or default_exits
         verifier = _loading(src, lambda: EarlyExitVerifier.from_config(VerifierConfig(
@@ -199,12 +228,41 @@ def load_pair(source: str | Path = EMBEDDED, *, parts: Collection[str] = PARTS, 
     draft = None
     if "drafter" in parts:
         dsrc = src if drafter is None else resolve(drafter, log)
-        d_dtype, d_device = (dtype, device) if dsrc.kind == "checkpoint" else ("float32", "cpu")
+        d_dtype, d_device = (dtype, device) if dsrc.kind != "pair" else ("float32", "cpu")
         model = _model_dir(dsrc, "verifier" if draft_layers else "drafter")
-        draft = _loading(dsrc, lambda: Drafter.from_config(DrafterConfig(
-            model=model, quantize_int8=quantize_drafter, dtype=d_dtype, device=d_device, layers=draft_layers,
-            adapters=str(adapters) if adapters and draft_layers else None)))
+        if dsrc.kind == SHAPE:
+            draft = _shape_drafter(dsrc, adapters, draft_layers, quantize_drafter, dtype, device)
+        else:
+            draft = _loading(dsrc, lambda: Drafter.from_config(DrafterConfig(
+                model=model, quantize_int8=quantize_drafter, dtype=d_dtype, device=d_device, layers=draft_layers,
+                adapters=str(adapters) if adapters and draft_layers else None)))
     return ModelPair(draft, verifier, tokenizer, pair_max_pixels(src), str(source), src.location)
+
+
+def _shape_verifier(src: Source, adapters: str | Path | None, dtype: str, device: str) -> EarlyExitVerifier:
+    """A shape source's model as the verifier, with exits at every layer < L at the paper's width d/8
+    (``adapters``: a directory of trained ones instead)."""
+    from edge_spec_ros.models.adapters import ExitAdapters
+    from edge_spec_ros.models.real_shapes import build_shape_model, parse_shape, shape_exits
+
+    model = build_shape_model(parse_shape(src.location), dtype, device)
+    exits = ExitAdapters.load(adapters) if adapters else shape_exits(model)
+    return EarlyExitVerifier(model, exits.to(device))
+
+
+def _shape_drafter(src: Source, adapters: str | Path | None, draft_layers: int, quantize: bool,
+                   dtype: str, device: str) -> Drafter:
+    """A shape source's model as the drafter, or its first ``draft_layers`` layers headed by the exit of
+    ``adapters`` at that layer (the logit lens without ``adapters``)."""
+    from edge_spec_ros.models.adapters import ExitAdapters
+    from edge_spec_ros.models.drafter import self_draft_model
+    from edge_spec_ros.models.real_shapes import build_shape_model, parse_shape
+
+    model = build_shape_model(parse_shape(src.location), dtype, device)
+    if draft_layers:
+        adapter = ExitAdapters.load(adapters)[draft_layers] if adapters else None
+        model = self_draft_model(model, draft_layers, adapter).to(device)
+    return Drafter(model, quantize)
 
 
 def _model_dir(src: Source, part: str) -> str:
@@ -213,6 +271,10 @@ def _model_dir(src: Source, part: str) -> str:
 
 
 def _tokenizer(src: Source) -> PreTrainedTokenizerBase:
+    if src.kind == SHAPE:
+        from edge_spec_ros.models.real_shapes import shape_tokenizer
+
+        return shape_tokenizer()
     if src.kind == "pair":  # trained with the project's tokenizer (its copies in verifier/ and drafter/ agree)
         from edge_spec_ros.models.tokenizer import load_tokenizer
 
