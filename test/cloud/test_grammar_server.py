@@ -85,3 +85,41 @@ def test_refusals_are_errors_with_a_code_and_a_reason_and_the_server_goes_on(ser
         assert not any(v for k, v in counters.items() if "internal" in k.lower() and isinstance(v, (int, float)))
     finally:
         peer.close()
+
+
+def test_batched_verification_under_the_grammar_equals_the_constrained_verifiers_greedy(pair, decision):
+    """Robots of five modes at once against a server that batches their rounds into shared forwards
+    (each session masks its own rows): each gets the constrained verifier's greedy reply."""
+    import threading
+
+    from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
+
+    prompt, config, book, greedy = decision
+    server = VerifierServer(pair.verifier, pair.prompt_encoder(),
+                            ServerConfig(bind="tcp://127.0.0.1:*", max_batch=8, emulate_tq_s=0.03))
+    endpoint = server.start()
+    outputs: dict[str, list[int]] = {}
+    errors: list[str] = []
+
+    def robot(mode: str) -> None:
+        try:
+            edge = EdgeConfig(decode=config, threads=1, grammar=GRAMMAR)
+            with VerifierClient(ClientConfig(endpoint=endpoint, reply_timeout_s=60.0, open_timeout_s=60.0)) as c, \
+                    EdgeDecoder(c, pair.drafter, edge, grammars=book) as decoder:
+                outputs[mode] = decoder.decode(mode, prompt, b"").tokens
+        except Exception as exc:  # reported below
+            errors.append(f"{mode}: {exc!r}")
+
+    try:
+        threads = [threading.Thread(target=robot, args=(m,)) for m in ("sd", "fsd", "dssd", "tkslt", "pico")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        stats = server.stats()
+    finally:
+        server.stop()
+    assert not errors, errors
+    assert outputs == {m: greedy for m in ("sd", "fsd", "dssd", "tkslt", "pico")}
+    assert stats["batches"] > 0 and stats["batched_rounds"] / stats["batches"] > 1.2, stats
+    assert stats.get("internal_error", 0) == 0
