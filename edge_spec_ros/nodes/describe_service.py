@@ -196,8 +196,11 @@ class DescribeService:
         return _Answer(node.encoder.decode(result.tokens), stats)
 
     def close(self) -> None:
-        """Wake a decode in progress (its receive fails) and join it."""
+        """Wake a decode in progress (its receive fails), join it, and take the link's publishers off the
+        node once it has ended."""
         self.link.close()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=JOIN_S)
+        if thread is None or not thread.is_alive():
+            self.link.destroy()

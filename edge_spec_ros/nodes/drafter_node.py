@@ -194,7 +194,8 @@ class DrafterNode(ManagedNode):
 
     def cleanup(self) -> None:
         """End the decision cycle and join its thread (a decode in progress ends at its next reply), then
-        the decoder's pre-draft threads, the Describe service and the link; drop the models."""
+        the decoder's pre-draft threads, the Describe service and the link (its publishers too); drop
+        the models."""
         with self._cv:
             self._closing = True
             self._cv.notify_all()
@@ -208,6 +209,8 @@ class DrafterNode(ManagedNode):
             self._worker.join(timeout=WORKER_JOIN_S)
             if self._worker.is_alive():
                 self.get_logger().warning(f"the decision thread did not end within {WORKER_JOIN_S:g} s")
+        if self.link is not None and (self._worker is None or not self._worker.is_alive()):
+            self.link.destroy()  # its publishers; a decision thread still alive keeps them
         if self.decoder is not None:
             self.decoder.close()  # the pre-draft threads live as long as the decoder: joined before the node goes
         self._worker = self.link = self.decoder = self.describe = self.answerer = self.encoder = None

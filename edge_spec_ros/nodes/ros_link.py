@@ -212,6 +212,7 @@ class RosVerifierLink:
         self._opened: set[int] = set()  # decisions whose OPENED has been delivered (a repeat's is dropped)
         self.open_retry_s = OPEN_RETRY_S
         self.priority = 0  # Open.priority of the next decisions opened, unless a request sets its own
+        self._node = node
         self._requests = node.create_publisher(DecisionRequest, "edge_spec/decision_request", RELIABLE)
         self._drafts = node.create_publisher(DraftBlockMsg, "edge_spec/draft", RELIABLE)
         # the replies are taken by the thread that waits for them (receive), not by the node's executor:
@@ -239,6 +240,12 @@ class RosVerifierLink:
         for box in boxes:
             box.put(Error(int(ErrorCode.INTERNAL), "the drafter is shutting down"))
         self._receiver.close()
+
+    def destroy(self) -> None:
+        """Take the link's publishers off the node, after ``close`` and once no decision uses the link
+        (its last ``end`` sends a Close): a drafter configured again makes new ones."""
+        for publisher in (self._requests, self._drafts):
+            self._node.destroy_publisher(publisher)
 
     def open(self, request: Open) -> tuple[bytes, Opened]:
         return self.open_with(request, None)

@@ -103,7 +103,15 @@ def test_the_drafter_decides_only_while_active(ros, server_endpoint, tmp_path):
         assert drafter.state() == State.PRIMARY_STATE_UNCONFIGURED
         wait_for(lambda: statuses(diagnostics, "drafter: decisions")[-1].message == "unconfigured", 15,
                  "unconfigured in the diagnostics")
+
+        def link_publishers() -> int:  # the drafter's links' (decisions', describe's) publishers, in the graph
+            return sum(info.node_name == "drafter" for topic in ("decision_request", "draft")
+                       for info in ros.node.get_publishers_info_by_topic(f"/{NS}/edge_spec/{topic}"))
+
+        wait_for(lambda: link_publishers() == 0, 15, lambda: "the links' publishers gone with cleanup\n"
+                 + log.read_text()[-3000:])
         assert drafter.set(Transition.TRANSITION_CONFIGURE), log.read_text()[-3000:]
+        wait_for(lambda: link_publishers() == 4, 15, "the links' publishers made anew, once each")
         assert drafter.set(Transition.TRANSITION_ACTIVATE)
         instruction.publish(String(data=MOVE))
         wait_for(lambda: len(decisions) > 1, UP_S, lambda: f"a decision after cleanup\n{log.read_text()[-3000:]}")
