@@ -53,7 +53,6 @@ def stack_params(tmp_path: Path, endpoint: str) -> Path:
     return path
 
 
-
 def test_the_drafter_decides_only_while_active(ros, server_endpoint, tmp_path):
     decisions = ros.collect(Decision, f"/{NS}/edge_spec/decision", RELIABLE)
     actions = ros.collect(NavActionMsg, f"/{NS}/edge_spec/action", RELIABLE)
