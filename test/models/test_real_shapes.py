@@ -138,6 +138,10 @@ def test_a_2b_shape_pair_drafts_and_verifies_greedily(camera_image):
     pair = load_pair("qwen2-vl-2b-shape:layers=2")
     assert pair.verifier.num_layers == 2 and pair.verifier.exit_layers == (1,)
     assert pair.verifier.adapters.bottleneck == 1536 // 8
+    model = pair.verifier.stack.model
+    assert model.lm_head.weight is model.model.language_model.embed_tokens.weight  # tied, as published
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert float(model.lm_head.weight.std()) == pytest.approx(0.02, rel=0.01)  # HF's initialisation
     prompt = pair.prompt_encoder().encode("go to the red chair", camera_image)
     gamma = 3
     draft = pair.drafter.draft(pair.drafter.start(prompt), prompt.input_ids.tolist(), gamma,
