@@ -18,7 +18,6 @@ from edge_spec_ros.nodes.matched import matched_publishers
 from edge_spec_ros.server_process import stop
 
 
-
 class RosHarness:
     """A test node spinning in a background thread, with helpers to publish and collect."""
 
@@ -50,7 +49,8 @@ def statuses(arrays: list, name: str) -> list:
 def odometry_fresh(arrays: list, within_s: float = 0.5, name: str = "action: motion") -> bool:
     """Whether the action node said (on /diagnostics, ``odometry_age_s``) that its odometry is fresh: a
     decision before that is refused with "no odometry", as on a robot whose odometry has not come yet."""
-    ages = (v.value for s in statuses(arrays, name) if s.level == DiagnosticStatus.OK for v in s.values if v.key == "odometry_age_s")
+    ages = (v.value for s in statuses(arrays, name) if s.level == DiagnosticStatus.OK
+            for v in s.values if v.key == "odometry_age_s")
     return any(age not in ("", "none") and float(age) <= within_s for age in ages)
 
 
