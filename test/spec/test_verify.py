@@ -284,16 +284,19 @@ STAT_Q = torch.tensor(
     ]
 )
 N_TRIALS = 4000
+# the wrong q is detected with far fewer trials than the tests of the right one use: p = 1.9e-18 over
+# these 1500 (2.4e-37 over 4000), so the first-token test over 4000 would detect it too
+N_CONTROL_TRIALS = 1500
 GAMMA = 2
 
 
 @lru_cache(maxsize=None)
-def _run_trials(wrong_q: bool):
+def _run_trials(wrong_q: bool, n: int = N_TRIALS):
     """Draft from the true q at fresh positions, verify against STAT_P; return the emitted verdicts."""
     rng = PositionalRNG(seed=31337)
     q_passed = torch.full_like(STAT_Q, 1.0 / STAT_Q.shape[1]) if wrong_q else STAT_Q
     verdicts = []
-    for k in range(N_TRIALS):
+    for k in range(n):
         pos = k * (GAMMA + 1)  # disjoint positions per trial: independent uniforms
         draft = [sample(STAT_Q[i], rng.uniform(Stream.DRAFT, pos + i)) for i in range(GAMMA)]
         verdicts.append(verify_sampled(draft, STAT_P, q_passed, rng, pos))
@@ -326,7 +329,7 @@ def test_statistical_second_token_follows_target_given_first_accepted():
 
 def test_statistical_negative_control_wrong_q_is_detected():
     """Verifying with a wrong (uniform) q while drafting from the true q biases the output: chi-square rejects."""
-    first = [v.tokens[0] for v in _run_trials(wrong_q=True)]
+    first = [v.tokens[0] for v in _run_trials(wrong_q=True, n=N_CONTROL_TRIALS)]
     assert _chisq_pvalue(first, STAT_P[0].double().numpy()) < 1e-6
 
 
