@@ -1,10 +1,10 @@
-"""The reply format of a navigation decision as a regular expression, for grammar-constrained decoding.
+r"""The reply format of a navigation decision as a regular expression, for grammar-constrained decoding.
 
 A reply is reasoning, then ``Action:`` and one action of ``nav.grammar``'s grammar, an optional
 period, then the end of the turn (the tokenizer's end-of-turn token, which the constraint allows once the
 reply is complete)::
 
-    reply     := ["Reasoning: "] reasoning ("\\n" | " ") "Action: " action ["."]
+    reply     := ["Reasoning: "] reasoning ("\n" | " ") "Action: " action ["."]
     reasoning := any text without a colon, newlines included (possibly empty; at most 120 characters
                  in ``action-brief``, so that a model never trained on the format ends its reply too)
     action    := move | turn | stop, in lower case, one space between words:

@@ -187,7 +187,9 @@ class DescribeService:
     def _decode(self, job: _Job) -> _Answer:
         node, c = self.node, self.node.config
         inner: EdgeDecoder = node.decoder.inner
-        config = replace(inner.config, decode=replace(inner.config.decode, max_new_tokens=job.max_new_tokens))
+        # free text: never the navigation decisions' grammar
+        config = replace(inner.config, decode=replace(inner.config.decode, max_new_tokens=job.max_new_tokens),
+                         grammar="")
         jpg = encode_image(job.rgb, quality=c.jpeg_quality)  # what the verifier sees, as for a decision
         prompt = node.encoder.encode(job.prompt, decode_image(jpg))
         session = self.link.next_decision

@@ -41,6 +41,7 @@ from edge_spec_ros.edge.draft_sources import fresh_drafter
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES
 from edge_spec_ros.edge.registry import ALL_MODES, FRESH_SOURCE_NAMES, check_fresh_source, find_mode
+from edge_spec_ros.models.grammar import GrammarBook, GrammarError, book_for
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
 from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
@@ -84,6 +85,10 @@ class DrafterNodeConfig:
     datastore: str = field(default="", metadata=doc(
         "draft_source retrieval: the verifier's earlier answers (distill-drafter's distill_data.json, or a JSON list "
         "of token lists; edge/retrieval.py)"))
+    grammar: str = field(default="action", metadata=doc(
+        "navigation decisions' reply constraint (docs/grammar.md): 'action' (reasoning, then one action of "
+        "nav/grammar.py), '' none, or EBNF text; drafter and verifier mask by it, so every decision parses; "
+        "describe and dragon answers are never constrained"))
     max_new_tokens: int = field(default=48, metadata=doc("token budget of one decision", 1, 4096))
     temperature: float = field(default=0.0, metadata=doc("0: greedy", 0.0, 100.0))
     seed: int = field(default=0, metadata=doc("seed of the position-indexed random draws", 0, 9223372036854775807))
@@ -169,11 +174,12 @@ class DrafterNode(ManagedNode):
         self.link = RosVerifierLink(self, c.open_timeout_s, c.reply_timeout_s)
         decode = DecodeConfig(max_new_tokens=c.max_new_tokens, gamma=c.gamma, sampling=SamplingConfig(c.temperature),
                               seed=c.seed, stop_tokens=(tokenizer.eos_token_id,))
+        grammars = self._grammars(tokenizer, pair.drafter.stack.vocab_size)
         # one decoder for decisions and Describe requests; a Describe's decode never overlaps a decision's
         self.decoder = ExclusiveDecoder(EdgeDecoder(self.link, drafter, EdgeConfig(
             decode=decode, threads=predraft, client_policy=c.client_queue_policy,
             server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s, adaptive_gamma=c.adaptive_gamma,
-            branch_blocks=c.branch_blocks)))
+            branch_blocks=c.branch_blocks, grammar=c.grammar), grammars=grammars))
         self.describe = DescribeService(self)  # `describe`: image (or latest frame) + prompt -> text; moves nothing
         # mode dragon: an instruction is a question answered from the memory and the cloud's documents
         self.answerer = DragonAnswerer(self, pair, self.encoder, self.dragon_config, max_new_tokens=c.max_new_tokens,
@@ -191,6 +197,18 @@ class DrafterNode(ManagedNode):
         with self._cv:
             self._generation += 1
             self._cv.notify_all()
+
+    def _grammars(self, tokenizer, vocab_size: int) -> GrammarBook | None:
+        """The grammars over the drafter's vocabulary, with ``grammar`` compiled once now: a grammar that
+        does not compile fails the configure with the reason, not the first decision."""
+        if not self.config.grammar:
+            return None
+        book = book_for(tokenizer, vocab_size)
+        try:
+            book.get(self.config.grammar)
+        except GrammarError as exc:
+            raise ValueError(f"grammar {self.config.grammar[:60]!r}: {exc}") from None
+        return book
 
     def cleanup(self) -> None:
         """End the decision cycle and join its thread (a decode in progress ends at its next reply), then

@@ -72,7 +72,7 @@ class Carried:
 
 CARRIED: dict[type, Carried] = {
     Open: Carried(DecisionRequest, ("input_ids", "image", "temperature", "seed", "want_exits", "queue_policy",
-                                    "p_top_k", "priority", "pipelined"), {"command": DecisionRequest.OPEN}),
+                                    "p_top_k", "priority", "pipelined", "grammar"), {"command": DecisionRequest.OPEN}),
     Close: Carried(DecisionRequest, (), {"command": DecisionRequest.CLOSE}),
     DraftBlock: Carried(DraftBlockMsg, ("round", "position", "tokens", "q", "q_ids", "q_values", "q_draft",
                                         "resampled", "chained", "partial")),

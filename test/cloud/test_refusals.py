@@ -124,6 +124,10 @@ def open_cases(ids: np.ndarray, image_ids: np.ndarray) -> list[tuple[str, dict, 
         ("priority", dict(input_ids=ids, priority=4), B, "Open.priority must be in [0, 4)"),
         ("priority", dict(input_ids=ids, raw_meta={"priority": 1.5}), M, "Open.priority"),
         ("pipelined", dict(input_ids=ids, raw_meta={"pipelined": 1}), M, "Open.pipelined"),
+        ("grammar", dict(input_ids=ids, grammar="walk"), ErrorCode.GRAMMAR, "Open.grammar: unknown grammar"),
+        ("grammar", dict(input_ids=ids, grammar="root ::= " + "x" * 20000), T, "Open.grammar"),
+        ("grammar", dict(input_ids=ids, grammar='root ::= ("a" | '), ErrorCode.GRAMMAR,
+         "Open.grammar: the grammar does not compile"),
     ]
 
 

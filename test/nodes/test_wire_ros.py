@@ -46,8 +46,8 @@ def probs(*shape) -> np.ndarray:
 SAMPLES: dict[type, list] = {
     Open: [
         Open(input_ids=ids(1, 151655, 2), image=b"\xff\xd8 jpeg", temperature=0.75, seed=1234, want_exits=False,
-             queue_policy="fifo", p_top_k=20, priority=1, pipelined=True),
-        Open(input_ids=ids()),
+             queue_policy="fifo", p_top_k=20, priority=1, pipelined=True, grammar="action"),
+        Open(input_ids=ids(), grammar='root ::= "Action: stop"'),
         Open(input_ids=ids(I32.min, I32.max), seed=U64, p_top_k=U16, priority=255, temperature=F32_MAX,
              queue_policy="random"),
         Open(input_ids=ids(5), down_delay_s=0.1, down_loss=0.5, compute_tq_s=0.0),  # not carried: arrive as 0
