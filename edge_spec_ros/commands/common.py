@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-SOURCE_HELP = ("'embedded' (the shipped pair), 'smollm2' (SmolLM2-135M-Instruct, converted once), a train-sim-pair "
-               "or Qwen2-VL checkpoint directory, or a hub id (docs/models.md)")
+SOURCE_HELP = ("'embedded' (the shipped pair), 'smollm2' (SmolLM2-135M-Instruct, converted once), "
+               "'qwen2-vl-2b-shape' / 'qwen2-vl-7b-shape' (random weights at the published shapes, "
+               "':layers=N' for less depth: docs/real_shapes.md), a train-sim-pair or Qwen2-VL checkpoint "
+               "directory, or a hub id (docs/models.md)")
 
 
 def log(msg: str) -> None:
