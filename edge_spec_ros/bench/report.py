@@ -141,12 +141,29 @@ def table(report: dict) -> str:
                          f"{row['down_bytes_on_rejection']:>15,}  {row['note']}")
     if report.get("tasks"):
         lines.extend(task_table(report["tasks"]))
+    if report.get("grammar"):
+        lines.extend(grammar_table(report["config"]["grammar"], report["grammar"]))
+        lines.append(f"exactness under the grammar: {report['grammar_exact']}")
     for name, rows in report["sweeps"].items():
         lines.append(f"sweep over {name}:")
         for row in rows:
             lines.append("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                           for k, v in row.items()))
     return "\n".join(lines)
+
+
+def grammar_table(grammar: str, rows: dict[str, dict]) -> list[str]:
+    """Per mode, unconstrained beside under the grammar (``bench --grammar``)."""
+    lines = [f"under the grammar {grammar[:40]!r} (a second pass of the same prompts) beside unconstrained:",
+             f"  {'mode':<16}{'parse':>13}{'τ':>13}{'α':>13}{'decision s':>15}{'up B/round':>19}"
+             f"{'down B/round':>19}"]
+    for mode, r in rows.items():
+        free, con = r["free"], r["grammar"]
+        cells = [f"{free[k]:.0%} → {con[k]:.0%}" if k == "parse_rate" else
+                 f"{free[k]:,.0f} → {con[k]:,.0f}" if k.startswith("bytes") else f"{free[k]:.2f} → {con[k]:.2f}"
+                 for k in ("parse_rate", "tau", "alpha", "decision_s", "bytes_up_per_round", "bytes_down_per_round")]
+        lines.append(f"  {mode:<16}" + "".join(f"{c:>{w}}" for c, w in zip(cells, (13, 13, 13, 15, 19, 19))))
+    return lines
 
 
 def paths_table(rows: dict[str, dict]) -> list[str]:

@@ -33,7 +33,10 @@ from edge_spec_ros.edge.modes import EXIT_MODES, LOSSY_MODES, MODES, PIPELINED_M
 from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES
 from edge_spec_ros.edge.registry import get_mode
 from edge_spec_ros.models.drafter import Drafter
+from edge_spec_ros.models.grammar import book_for
 from edge_spec_ros.models.prompt import EncodedPrompt, PromptEncoder, decode_image, encode_image
+from edge_spec_ros.nav.config import NavConfig
+from edge_spec_ros.nav.grammar import parse_action
 from edge_spec_ros.sim.samples import SimDataConfig, sim_sample
 from edge_spec_ros.spec.pipeline import PipelineTimes, async_cycle, async_throughput, expected_length
 from edge_spec_ros.spec.sampling import SamplingConfig
@@ -91,6 +94,10 @@ class BenchConfig:
     paths: tuple[str, ...] = field(default=("zmq",), metadata=doc(
         "zmq,ros: also run every mode through the ROS nodes (RosVerifierLink and a bridge_node process) beside "
         "the direct ZeroMQ client, interleaved, and report the overhead per round"))
+    grammar: str = field(default="", metadata=doc(
+        "a reply constraint (docs/grammar.md: action, action-brief or EBNF text): every mode runs again under it "
+        "in the same run, and the report sets them side by side: parse rate, τ, α, bytes per round, decision "
+        "latency"))
 
     def __post_init__(self) -> None:
         profile_named(self.profile)  # a known name or a readable gpu_timing result, else ValueError
@@ -193,6 +200,23 @@ class Bench:
                                          config.prompts)
             self.labels = ["camera"] * len(self.prompts)
 
+    def parse_rate(self, result: ModeResult) -> float:
+        """The share of the mode's decisions whose reply parses (``nav.grammar.parse_action``)."""
+        texts = [self.pair.tokenizer.decode(tokens, skip_special_tokens=True) for tokens in result.outputs]
+        return sum(parse_action(t, NavConfig()).ok for t in texts) / max(1, len(texts))
+
+    def grammar_rows(self, free: dict[str, ModeResult], constrained: dict[str, ModeResult]) -> dict[str, dict]:
+        """Per mode, unconstrained beside under ``--grammar`` (a second pass of the same prompts)."""
+        n = len(self.prompts)
+
+        def row(r: ModeResult) -> dict[str, float]:
+            s = r.stats
+            rounds = max(1, s.rounds)
+            return {"parse_rate": self.parse_rate(r), "tau": s.tau, "alpha": s.alpha, "decision_s": s.wall_s / n,
+                    "bytes_up_per_round": s.bytes_up / rounds, "bytes_down_per_round": s.bytes_down / rounds}
+
+        return {m: {"free": row(free[m]), "grammar": row(constrained[m])} for m in constrained}
+
     def run_modes(self, modes: tuple[str, ...], **overrides) -> dict[str, ModeResult]:
         """``modes`` over the direct ZeroMQ client."""
         return self.run_paths(modes, ("zmq",), **overrides)["zmq"]
@@ -223,7 +247,8 @@ class Bench:
 
                 self.progress("starting bridge_node for the ROS path")
                 links["ros"] = stack.enter_context(RosPath(self.endpoint, self.profile)).link
-            decoders = {p: EdgeDecoder(links[p], self.pair.drafter, edge) for p in paths}
+            grammars = book_for(self.pair.tokenizer, self.pair.drafter.stack.vocab_size) if edge.grammar else None
+            decoders = {p: EdgeDecoder(links[p], self.pair.drafter, edge, grammars=grammars) for p in paths}
             for mode in modes:
                 for p in paths:  # untimed warm-up, on the timed decoder: its γ controller starts measured
                     decoders[p].config = warm
@@ -270,6 +295,10 @@ class Bench:
             report["picospec_model"] = picospec_check(main, c.gamma)
         if c.task_set == "text":
             report["tasks"] = per_task(main, self.labels)
+        if c.grammar:
+            constrained = self.run_modes(c.modes, grammar=c.grammar)
+            report["grammar"] = self.grammar_rows(main, constrained)
+            report["grammar_exact"] = exactness(constrained, c.temperature)
         # the sweeps are the FSD paper's Fig. 4 at a fixed γ (every round drafts γ): AS² off
         fixed = {"adaptive_gamma": False}
         if c.sweep_threads:

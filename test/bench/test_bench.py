@@ -39,6 +39,21 @@ def test_bench_side_by_side(server_endpoint, tmp_path):
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_bench_grammar_sets_each_mode_under_it_beside_unconstrained(server_endpoint):
+    """--grammar: every mode again under the grammar in the same run; its replies all parse, and the
+    constrained outputs are one across modes (the constrained verifier's greedy)."""
+    config = BenchConfig(profile="loopback", prompts=1, max_new_tokens=48, threads=2, modes=("ar", "sd", "pico"),
+                         grammar="action-brief")
+    report = Bench(embedded_pair(), server_endpoint, config).run()
+    assert set(report["grammar"]) == {"ar", "sd", "pico"}
+    for row in report["grammar"].values():
+        assert row["grammar"]["parse_rate"] == 1.0 and row["grammar"]["decision_s"] > 0
+        assert set(row["free"]) == set(row["grammar"]) >= {"tau", "alpha", "bytes_up_per_round"}
+    assert report["grammar_exact"] == "identical outputs across ar, sd, pico"
+    text = bench_report.table(report)
+    assert "under the grammar 'action-brief'" in text and "100% → 100%" in text
+
+
 def test_profiles_say_what_they_emulate():
     go2 = PROFILES["go2-paper"]
     assert go2.tp_s * 4 == pytest.approx(0.288) and go2.tq_s == pytest.approx(0.620)  # FSD Table 8
