@@ -25,6 +25,7 @@ from rosharness import node_command, odometry_fresh, process, wait_for
 DISCOVERY_S = 20.0
 NS = 1_000_000_000
 GO2_RATE_HZ = 20.0  # what Go2 drivers expect while moving (the action node's default rate_hz)
+RESEND_S = 2.0  # a first decision not answered within this is sent again
 CONSUMER_TIMEOUT_S = 0.5  # a stamped consumer's staleness bound (twist_mux's usual input timeout)
 
 
@@ -32,6 +33,22 @@ def send(pub, decision: int, text: str) -> None:
     msg = Decision()
     msg.decision, msg.text, msg.mode = decision, text, "fsd"
     pub.publish(msg)
+
+
+def send_first(pub, actions: list, decision: int, text: str) -> None:
+    """A node's first decision, sent again every ``RESEND_S`` until the action node answers it (a NavAction
+    of that decision): the publisher may count the subscription before the subscription has matched the
+    publisher back, and a message sent then can be lost."""
+    deadline = time.monotonic() + DISCOVERY_S
+    while True:
+        send(pub, decision, text)
+        try:
+            wait_for(lambda: any(a.decision == decision for a in actions), min(RESEND_S, deadline - time.monotonic()),
+                     f"the action node's answer to decision {decision}")
+            return
+        except AssertionError:
+            if time.monotonic() >= deadline:
+                raise
 
 
 def stamp_s(stamp) -> float:
@@ -49,8 +66,7 @@ def test_nothing_before_the_first_motion(ros, tmp_path):
     with process(cmd, tmp_path / "action.log") as proc:
         wait_for(lambda: decisions.get_subscription_count() > 0 and ros.node.count_publishers("quiet/cmd_vel") > 0,
                  DISCOVERY_S, "the action node")
-        send(decisions, 1, "Action: fly to the moon")  # an invalid action: answered, but no motion
-        wait_for(lambda: any(a.decision == 1 for a in actions), 10, "the invalid action's NavAction")
+        send_first(decisions, actions, 1, "Action: fly to the moon")  # an invalid action: answered, no motion
         time.sleep(0.5)  # an absence needs a window: 25 control periods
         assert twists == []
         sent = time.monotonic()
@@ -95,7 +111,7 @@ class FollowingRobot:
                 wait_for(lambda: decisions.get_subscription_count() > 0 and self.odom.get_subscription_count() > 0
                          and ros.node.count_publishers(f"{ns}/cmd_vel") > 0, DISCOVERY_S, "the action node")
                 wait_for(lambda: odometry_fresh(diagnostics), DISCOVERY_S, "fresh odometry at the action node")
-                send(decisions, 1, text)
+                send_first(decisions, actions, 1, text)
                 wait_for(lambda: any(a.decision == 1 and a.status != NavActionMsg.STARTED for a in actions),
                          timeout_s, "the end of the motion")
                 assert proc.poll() is None
@@ -152,7 +168,7 @@ def test_twist_stamped_carries_frame_id_and_the_node_clocks_stamp(ros, tmp_path)
         with process(cmd, tmp_path / "action.log") as proc:
             wait_for(lambda: decisions.get_subscription_count() > 0 and clock_pub.get_subscription_count() > 0
                      and ros.node.count_publishers("stamped/cmd_vel") > 0, DISCOVERY_S, "the action node")
-            send(decisions, 1, "Action: move forward 15 cm")  # 0.5 s of simulated time
+            send_first(decisions, actions, 1, "Action: move forward 15 cm")  # 0.5 s of simulated time
             wait_for(lambda: any(a.decision == 1 and a.status == NavActionMsg.DONE for a in actions), 15, "DONE")
             done = next(a for a in actions if a.decision == 1 and a.status == NavActionMsg.DONE)
             with lock:
@@ -184,11 +200,12 @@ def test_sigkill_mid_motion_leaves_the_last_command_and_a_stamp_that_ages(ros, t
     received: list[tuple[float, object]] = []
     ros.node.create_subscription(msg_type, f"{ns}/cmd_vel", lambda m: received.append((time.time(), m)), 10)
     decisions = ros.node.create_publisher(Decision, f"{ns}/edge_spec/decision", RELIABLE)
+    actions = ros.collect(NavActionMsg, f"{ns}/edge_spec/action", RELIABLE)
     cmd = node_command("action_node", "-r", f"__ns:=/{ns}", "-p", f"cmd_vel_type:={cmd_vel_type}")
     with process(cmd, tmp_path / "action.log") as proc:
         wait_for(lambda: decisions.get_subscription_count() > 0 and ros.node.count_publishers(f"{ns}/cmd_vel") > 0,
                  DISCOVERY_S, "the action node")
-        send(decisions, 1, "Action: move forward 100 cm")  # 3.3 s at 0.3 m/s
+        send_first(decisions, actions, 1, "Action: move forward 100 cm")  # 3.3 s at 0.3 m/s
         wait_for(lambda: len(received) > 10, 10, "the motion")
         proc.send_signal(signal.SIGKILL)
         killed = time.time()
