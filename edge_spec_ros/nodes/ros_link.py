@@ -12,7 +12,9 @@ The first block rides with the Open here too (``open_with``, ``edge.first_block`
 ``edge_spec/decision_request`` and the block right behind it on ``edge_spec/draft``. DDS orders the
 messages of one topic, not those of two, so the block may reach the bridge first: the bridge holds a
 draft for a decision it has not opened yet until its OPEN comes (``bridge_node.EARLY_DRAFT_WAIT_S``) and
-forwards it right behind it.
+forwards it right behind it. The same on the way back: the block's exit results (``edge_spec/exit_result``)
+may come ahead of the decision's OPENED (``edge_spec/bridge_status``); the link holds them and delivers
+them right behind it.
 """
 
 from __future__ import annotations
@@ -210,6 +212,7 @@ class RosVerifierLink:
         self._next = first_decision
         self._closed = False
         self._opened: set[int] = set()  # decisions whose OPENED has been delivered (a repeat's is dropped)
+        self._early: dict[int, list[Message]] = {}  # exit results that came ahead of their decision's OPENED
         self.open_retry_s = OPEN_RETRY_S
         self.priority = 0  # Open.priority of the next decisions opened, unless a request sets its own
         self._node = node
@@ -345,6 +348,7 @@ class RosVerifierLink:
         with self._lock:
             self._inbox.pop(decision_of(sid), None)
             self._opened.discard(decision_of(sid))
+            self._early.pop(decision_of(sid), None)
 
     def _stamp(self):
         return self.node.get_clock().now().to_msg()
@@ -362,7 +366,15 @@ class RosVerifierLink:
             box.put(message)
 
     def _on_exit(self, msg: ExitResultMsg) -> None:
-        self._deliver(msg.decision, from_ros(msg))
+        """An exit result; one that comes ahead of its decision's ``Opened`` (the first block's verdict:
+        DDS does not order the two topics) is held and delivered right behind it."""
+        reply = from_ros(msg)
+        with self._lock:
+            early = msg.decision in self._inbox and msg.decision not in self._opened
+            if early:
+                self._early.setdefault(msg.decision, []).append(reply)
+        if not early:
+            self._deliver(msg.decision, reply)
 
     def _on_status(self, msg: BridgeStatus) -> None:
         reply = from_ros(msg)
@@ -370,8 +382,10 @@ class RosVerifierLink:
             with self._lock:  # a repeated OPEN may be answered twice: the first answer counts
                 first = msg.decision not in self._opened and msg.decision in self._inbox
                 self._opened.add(msg.decision)
+                held = self._early.pop(msg.decision, [])
             if first:
-                self._deliver(msg.decision, reply)
+                for message in (reply, *held):
+                    self._deliver(msg.decision, message)
         elif isinstance(reply, LinkLost) and reply.code == VerifierLost.CODE:
             # the bridge's heartbeat: the verifier is gone; the wait ends now, and is not tried again
             self._deliver(msg.decision, Error(VerifierLost.CODE, reply.message))

@@ -225,6 +225,31 @@ def test_open_with_sends_the_first_block_before_opened_and_closes_the_decision_w
              "the failed decision's CLOSE")
 
 
+def test_the_first_blocks_verdict_ahead_of_opened_is_held_and_delivered_behind_it(pair):
+    """DDS does not order two topics: the first block's exit results may come before the decision's
+    OPENED. The link holds them and hands them over right behind ``Opened``, in their order."""
+    from edge_spec_ros.wire.messages import ExitResult
+
+    robot, bridge = pair
+    bridge.answer_opens = False
+    outcome: list = []
+    request = Open(input_ids=np.arange(3, dtype=np.int32))
+    opening = threading.Thread(target=lambda: outcome.append(robot.link.open(request)))
+    opening.start()
+    wait_for(lambda: any(r.command == DecisionRequest.OPEN for r in bridge.requests), WAIT_S, "the OPEN")
+    bridge.exit(1, 2, [7])
+    bridge.exit(1, 4, [7, 8], is_final=True)
+    wait_for(lambda: len(robot.link._early.get(1, [])) == 2, WAIT_S, "the early exit results held")
+    assert opening.is_alive()  # still waiting for Opened
+    bridge.opened(1)
+    opening.join(timeout=WAIT_S)
+    assert not opening.is_alive() and outcome, "open_with took an exit result for its Opened"
+    sid, _ = outcome[0]
+    first, final = robot.link.receive(sid, WAIT_S), robot.link.receive(sid, WAIT_S)
+    assert isinstance(first, ExitResult) and first.layer == 2 and list(first.tokens) == [7]
+    assert isinstance(final, ExitResult) and final.is_final and list(final.tokens) == [7, 8]
+
+
 def test_open_waits_until_the_link_has_matched_the_bridges_reply_writers(ros):
     """A reply published before the link's reader has matched the bridge's writer is lost: the link
     publishes no OPEN until its reply subscriptions count the bridge's publishers."""
