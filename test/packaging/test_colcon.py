@@ -197,6 +197,7 @@ print(json.dumps({"package": edge_spec_ros.__file__, "path": list(edge_spec_ros.
 
 def test_installed_node_runs_and_record_writes_a_bag_with_the_installed_definitions(workspace, tmp_path):
     import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
     from geometry_msgs.msg import Twist
     from nav_msgs.msg import Odometry
     from rclpy.executors import SingleThreadedExecutor
@@ -240,6 +241,13 @@ def test_installed_node_runs_and_record_writes_a_bag_with_the_installed_definiti
         odometry.publish(odom)
 
     node.create_timer(0.05, publish_odometry)
+    diagnostics: list = []
+    node.create_subscription(DiagnosticArray, "/diagnostics", diagnostics.append, 10)
+
+    def odometry_fresh() -> bool:  # the action node's word (/diagnostics) that its odometry is fresh
+        ages = [v.value for a in list(diagnostics) for st in a.status if st.name == "action: motion"
+                and st.level == DiagnosticStatus.OK for v in st.values if v.key == "odometry_age_s"]
+        return any(age not in ("", "none") and float(age) <= 0.5 for age in ages)
 
     def wait_for(predicate, timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
@@ -269,6 +277,8 @@ def test_installed_node_runs_and_record_writes_a_bag_with_the_installed_definiti
         wait_for(lambda: all(f"{topic}: 1 publisher(s) matched" in log("record")
                              for topic in ("/edge_spec/decision", "/edge_spec/action")), 30,
                  "the recorder matching the decision and action publishers")
+        # a decision before the action node has odometry is refused ("no odometry"), as on a robot
+        wait_for(odometry_fresh, 30, "fresh odometry at the action node")
         decisions.publish(Decision(decision=1, mode="fsd", text="Reasoning: the hallway is clear. Action: move forward 30 cm"))
         wait_for(lambda: any(a.decision == 1 and a.kind == "forward" for a in actions), 20, "the parsed action")
         wait_for(lambda: any(t.linear.x > 0 for t in twists), 20, "a forward velocity command on /cmd_vel")
