@@ -4,6 +4,7 @@ that says what it needs and how to name one (the Makefile's PYTHON310); with one
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -17,8 +18,11 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make on
 
 
 def dry_run(tmp_path: Path, python310: str) -> subprocess.CompletedProcess:
+    """A top-level make's dry run, also when the suite itself runs under `make test` (whose MAKELEVEL
+    and MAKEFLAGS would make this one a sub-make that prints "Entering directory")."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     return subprocess.run(["make", "-n", "test-jazzy", f"PYTHON310={python310}", f"JAZZY={tmp_path / 'venv'}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_without_a_python_3_10_it_stops_with_one_line(tmp_path):
