@@ -60,23 +60,36 @@ class Opening:
     link: RoundLink
     first: SourcedDraft | None = None
     server_prefill_s: float | None = None  # with a first block: the verifier's prefill (``Opened.prefill_s``)
+    round_gamma: int | None = None  # with a first block: round 0's γ as answered at the opening (``FirstBlockPlan``)
 
 
-def first_gamma(config: EdgeConfig, policy: GammaPolicy, times: OpenTimes | None) -> int | None:
-    """γ₀ of the decision's first block, or None when none should ride with the Open: the option is
-    off, or the adaptive policy hands the decision to the cloud from its start (AS²:
-    ``AdaptiveGamma.opening``, whose answer counts as the decision's first). Fixed γ: γ. Adaptive:
+@dataclass(frozen=True)
+class FirstBlockPlan:
+    """A first block to ride with the Open: its γ₀, and round 0's γ as the policy answered it at the
+    opening (``AdaptiveGamma.opening``: asked once per decision, its answer is the first round's; what is
+    drafted while the first block is verified takes it). None: the policy is asked at round 0 as at
+    any round (a fixed-γ policy, which has no opening question)."""
+
+    gamma0: int
+    round_gamma: int | None = None
+
+
+def first_gamma(config: EdgeConfig, policy: GammaPolicy, times: OpenTimes | None) -> FirstBlockPlan | None:
+    """The decision's first block, or None when none should ride with the Open: the option is off, or
+    the adaptive policy hands the decision to the cloud from its start (AS²: ``AdaptiveGamma.opening``,
+    whose answer counts as the decision's first). Fixed γ: γ₀ = γ. Adaptive: γ₀ =
     ``first_block_gamma`` over the measured ``times`` and ODLD's current α, up to ``max_gamma``; ODLD's
     γ* until a decision has been measured."""
     if not config.first_block:
         return None
     if not isinstance(policy, AdaptiveGamma):
-        return config.decode.gamma
-    if policy.opening(config.decode.max_new_tokens) is None:
+        return FirstBlockPlan(config.decode.gamma)
+    answer = policy.opening(config.decode.max_new_tokens)
+    if answer is None:
         return None
     if times is None:
-        return policy.controller.choice().gamma
-    return first_block_gamma(policy.controller.alpha, times, config.max_gamma)
+        return FirstBlockPlan(policy.controller.choice().gamma, answer)
+    return FirstBlockPlan(first_block_gamma(policy.controller.alpha, times, config.max_gamma), answer)
 
 
 def observed_open_times(stats: DecodeStats, before: OpenTimes | None,

@@ -246,8 +246,8 @@ class EdgeDecoder:
         c, d = self.config, self.config.decode
         distribution = c.draft_distribution(spec)
         open_with = getattr(self.client, "open_with", None)
-        gamma0 = first_gamma(c, policy, self._open_times) if open_with is not None else None
-        if gamma0 is None:
+        plan = first_gamma(c, policy, self._open_times) if open_with is not None else None
+        if plan is None:
             sid, _ = self.client.open(request)
             stats.prefill_s = time.perf_counter() - t0
             return Opening(sid, RoundLink(self.client, sid, spec, distribution))
@@ -256,7 +256,7 @@ class EdgeDecoder:
         def first(sid: bytes) -> None:
             link = box["link"] = RoundLink(self.client, sid, spec, distribution)
             fresh = FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, False, stats)
-            sourced = fresh.draft(0, self._draft_prefill(prompt, stats), prompt.input_ids.tolist(), gamma0, -1)
+            sourced = fresh.draft(0, self._draft_prefill(prompt, stats), prompt.input_ids.tolist(), plan.gamma0, -1)
             link.send(0, sourced.draft, -1)
             box["first"] = sourced
 
@@ -264,7 +264,7 @@ class EdgeDecoder:
         opened_at = time.perf_counter()
         stats.prefill_s = opened_at - t0
         # round 0's round trip counts from Opened: the verifier starts on the block once it has prefilled
-        return Opening(sid, box["link"], replace(box["first"], sent_at=opened_at), opened.prefill_s)
+        return Opening(sid, box["link"], replace(box["first"], sent_at=opened_at), opened.prefill_s, plan.round_gamma)
 
     def _draft_prefill(self, prompt: EncodedPrompt, stats: DecodeStats) -> KVCache:
         """The drafter's prefill of the prompt, timed (``stats.draft_prefill_s``: T_pre of ``OpenTimes``)."""
@@ -318,8 +318,12 @@ class EdgeDecoder:
             state.kv = opening.first.kv
             state.sources.preset(opening.first)
         # a first block keeps its γ₀; what is drafted while it is verified (PicoSpec's next block, FSD's
-        # pre-drafts) takes the policy's γ for round 0, which the block drafted ahead then carries on
-        gamma = d.gamma if opening.first is None else policy.gamma(state.remaining) or opening.first.draft.gamma
+        # pre-drafts) takes round 0's γ, which the block drafted ahead then carries on: the policy's answer
+        # at the opening (asked once), or a fixed policy's γ
+        gamma = d.gamma
+        if opening.first is not None:
+            asked = policy.gamma(state.remaining) if opening.round_gamma is None else opening.round_gamma
+            gamma = asked or opening.first.draft.gamma
         fallback = CloudFallback(policy, partial(self._cloud_ar, sid, stats, t0))
         for _ in range(d.max_new_tokens + 1):
             if not state.sources.in_flight:  # a block on the link already keeps the γ it was drafted with

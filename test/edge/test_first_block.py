@@ -10,8 +10,8 @@ import pytest
 from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
 from edge_spec_ros.edge import long_lived
-from edge_spec_ros.edge.first_block import first_gamma, observed_open_times
-from edge_spec_ros.edge.gamma import AdaptiveGamma, FixedGamma
+from edge_spec_ros.edge.first_block import FirstBlockPlan, first_gamma, observed_open_times
+from edge_spec_ros.edge.gamma import FIRST_CLOUD_PROBE_ROUNDS, AdaptiveGamma, FixedGamma
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.edge.registry import MODES, get_mode
 from edge_spec_ros.models.drafter import Drafter
@@ -100,13 +100,13 @@ def test_a_decision_as2_hands_to_the_cloud_sends_no_first_block(setup, monkeypat
 
 def test_first_gamma_fixed_adaptive_and_off():
     fixed = EdgeConfig(decode=CONFIG)
-    assert first_gamma(fixed, FixedGamma(), None) == CONFIG.gamma
+    assert first_gamma(fixed, FixedGamma(), None) == FirstBlockPlan(CONFIG.gamma)
     assert first_gamma(EdgeConfig(decode=CONFIG, first_block=False), FixedGamma(), None) is None
     adaptive = EdgeConfig(decode=CONFIG, adaptive_gamma=True, max_gamma=12)
     policy = AdaptiveGamma(DraftLengthController(0.8, 0.01, 0.01, max_gamma=12))
-    assert first_gamma(adaptive, policy, None) == policy.controller.choice().gamma  # nothing measured yet
+    assert first_gamma(adaptive, policy, None).gamma0 == policy.controller.choice().gamma  # nothing measured yet
     times = OpenTimes(t_open=0.30, t_p=0.072, t_q=0.62, t_c=0.12)
-    gamma0 = first_gamma(adaptive, policy, times)
+    gamma0 = first_gamma(adaptive, policy, times).gamma0
     assert gamma0 == first_block_gamma(policy.controller.alpha, times, 12) and gamma0 * times.t_p <= times.t_open
 
 
@@ -117,7 +117,8 @@ def test_open_times_are_measured_and_averaged():
     first = observed_open_times(stats, None)
     assert first == OpenTimes(0.4, 0.05, 0.5, 0.12, t_pre=0.03)
     again = observed_open_times(stats, OpenTimes(0.2, 0.05, 0.5, 0.12, t_pre=0.01))
-    assert again.t_open == pytest.approx(0.3) and again.t_p == pytest.approx(0.05) and again.t_pre == pytest.approx(0.02)
+    assert again.t_open == pytest.approx(0.3) and again.t_p == pytest.approx(0.05)
+    assert again.t_pre == pytest.approx(0.02)
     assert observed_open_times(DecodeStats("SD"), first) is first  # no speculative round: nothing learnt
     # a first block rode: the robot's wait for Opened measured its drafting; the verifier's prefill + 2T_c
     assert observed_open_times(stats, None, server_prefill_s=0.05).t_open == pytest.approx(0.05 + 0.24)
@@ -150,3 +151,26 @@ def test_a_decision_opened_with_the_cloud_asks_the_policy_once():
     speculating.spec_s, speculating.spec_rounds = 0.1, 10  # measured speculating, the cloud not yet: a probe due
     assert speculating.opening(48) is not None and speculating.cloud_probes == 0  # not at the opening
     assert speculating.gamma(48) is None and speculating.cloud_probes == 1  # at the next round
+
+
+def test_round_0_takes_the_openings_answer_and_a_counted_cloud_probe_runs(setup, monkeypatch):
+    """With a first block, round 0's γ is AS²'s answer at the opening, not a second question: a cloud
+    probe due at the opening waits for a later round and then runs (it measures the cloud); none is
+    counted that no cloud-only chunk ran for."""
+    verifier, encoder, drafter, prompt, greedy = setup
+
+    class Speculate(DraftLengthController):  # AS²'s model says speculate (the cloud in process is cheap)
+        def choice(self) -> SpeculationChoice:
+            return SpeculationChoice(True, CONFIG.gamma, 0.5)
+
+    monkeypatch.setattr(long_lived, "DraftLengthController", Speculate)
+    link = LoggedLocalLink(verifier, encoder)
+    with EdgeDecoder(link, drafter, EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True)) as decoder:
+        assert decoder.decode("fsd", prompt, b"").tokens == greedy
+        ((_, policy),) = decoder._parts.adaptive.values()
+        # speculation measured, the cloud not yet: a cloud probe is due from the next question on
+        policy.spec_s, policy.spec_rounds, policy.cloud_probes = 0.01, FIRST_CLOUD_PROBE_ROUNDS, 0
+        policy.cloud_first_s = policy.cloud_token_s = 0.0
+        assert decoder.decode("fsd", prompt, b"").tokens == greedy
+    assert first_block_rode(decisions(link.log)[-1])
+    assert policy.cloud_probes == 1 and policy.cloud_first_s > 0.0 and not policy._probing_cloud
