@@ -39,7 +39,9 @@ from rclpy.qos import QoSCompatibility, qos_check_compatible
 from rclpy.subscription import Subscription
 
 try:
-    from rclpy.event_handler import QoSSubscriptionMatchedInfo, SubscriptionEventCallbacks  # noqa: F401
+    from rclpy.event_handler import (  # noqa: F401
+        PublisherEventCallbacks, QoSSubscriptionMatchedInfo, SubscriptionEventCallbacks,
+    )
     HAS_MATCHED_EVENTS = True
 except ImportError:  # Humble: rclpy.qos_event, whose SubscriptionEventCallbacks has no matched events
     HAS_MATCHED_EVENTS = False
@@ -77,6 +79,26 @@ def subscribe_matched(node: Node, msg_type, topic: str, callback: Callable, qos,
 
     node.create_timer(MATCH_POLL_S, look, clock=Clock(clock_type=ClockType.STEADY_TIME))
     return sub
+
+
+def publish_matched(node: Node, msg_type, topic: str, qos, on_matched: Callable[[int], None], **kwargs: Any):
+    """``node.create_publisher(msg_type, topic, qos, **kwargs)``, and ``on_matched(n)`` at each change in
+    the number of subscriptions the publisher has matched: from its matched events where rclpy has
+    them, else from ``get_subscription_count`` every ``MATCH_POLL_S`` (a timer of the node's)."""
+    if HAS_MATCHED_EVENTS:
+        return node.create_publisher(msg_type, topic, qos, event_callbacks=PublisherEventCallbacks(
+            matched=lambda info: on_matched(info.current_count)), **kwargs)
+    pub = node.create_publisher(msg_type, topic, qos, **kwargs)
+    seen = [0]
+
+    def look() -> None:
+        count = pub.get_subscription_count()
+        if count != seen[0]:
+            seen[0] = count
+            on_matched(count)
+
+    node.create_timer(MATCH_POLL_S, look, clock=Clock(clock_type=ClockType.STEADY_TIME))
+    return pub
 
 
 def _same(a, b) -> bool:

@@ -3,7 +3,8 @@ ros2_nanollm offer: a goal, feedback while it runs, a result, a cancel).
 
 Serves      navigate (edge_spec_ros/action/Navigate): goal = an instruction
 Publishes   instruction (std_msgs/String): the goal's instruction; "stop" when a goal is cancelled, or
-            ends as FAILED while the drafter would go on deciding
+            ends as FAILED while the drafter would go on deciding; logs "instruction: N
+            subscription(s) matched" first and at each change in the subscriptions it has matched
 Subscribes  edge_spec/decision (Decision), edge_spec/stats (DecodeStats), edge_spec/action (NavAction):
             relayed as feedback; instruction (std_msgs/String): one from another publisher supersedes
             the goal; edge_spec/bridge_status (BridgeStatus): a verifier lost (the bridge's heartbeat)
@@ -45,7 +46,9 @@ from edge_spec_ros.action import Navigate
 from edge_spec_ros.edge.cycle import is_stop
 from edge_spec_ros.msg import BridgeStatus, Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nodes.diagnostics import OK, Diagnostics, Report
+from edge_spec_ros.nodes.compat import publish_matched
 from edge_spec_ros.nodes.lifecycle import main_for
+from edge_spec_ros.nodes.matched import subscriptions_line
 from edge_spec_ros.nodes.params import declare_config, doc
 from edge_spec_ros.nodes.ros_link import RELIABLE
 from edge_spec_ros.wire.verifier_link import VerifierLost
@@ -179,7 +182,8 @@ class NavigateNode(Node):
     def __init__(self) -> None:
         super().__init__("navigate")
         self.config = declare_config(self, NavigateConfig)
-        self.instruction = self.create_publisher(String, "instruction", RELIABLE)
+        self.instruction = publish_matched(self, String, "instruction", RELIABLE, on_matched=lambda n: (
+            self.get_logger().info(subscriptions_line("instruction", n))))
         self.run: GoalRun | None = None  # the active goal
         self._runs: dict[bytes, GoalRun] = {}  # accepted goals whose execute has not started yet
         self._handles: dict[int, ServerGoalHandle] = {}  # id(run) -> its goal handle

@@ -14,7 +14,7 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.executors import SingleThreadedExecutor
 
-from edge_spec_ros.nodes.matched import matched_publishers
+from edge_spec_ros.nodes.matched import matched_publishers, matched_subscriptions
 from edge_spec_ros.server_process import stop
 
 
@@ -103,3 +103,9 @@ def drafter_matched_instruction(log_text: str) -> int:
     before the first line). A publisher's ``get_subscription_count`` only says the publisher matched
     the drafter; a message it sends before the drafter has matched it back is lost."""
     return matched_publishers(log_text, "instruction", node="drafter")
+
+
+def navigate_matched_instruction(log_text: str) -> int:
+    """How many subscriptions of ``instruction`` navigate_node's publisher has matched, by its log: a
+    goal's instruction goes only to those (its own subscription counts)."""
+    return matched_subscriptions(log_text, "instruction", node="navigate")

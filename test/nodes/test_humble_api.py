@@ -1,8 +1,9 @@
 """The nodes on Humble's rclpy API: each runs in its own process with the newer rclpy APIs removed
 (humble_api.py), so they take the fallbacks of nodes/compat.py, and behave as on Kilted: the recorder,
-the drafter and the bridge log their matched publishers (from the graph), the action node refuses an invalid
-parameter with the reason and applies an accepted one from its next command on, and applies nothing
-of a request another check refused."""
+the drafter and the bridge log their matched publishers (from the graph), navigate_node the
+subscriptions its publisher has matched, the action node refuses an invalid parameter with the reason
+and applies an accepted one from its next command on, and applies nothing of a request another check
+refused."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from std_msgs.msg import String
 
 from humble_api import HIDDEN_LINE
-from rosharness import drafter_matched_instruction, process, wait_for
+from rosharness import drafter_matched_instruction, navigate_matched_instruction, process, wait_for
 from edge_spec_ros.msg import Decision, DraftBlock as DraftBlockMsg, NavAction as NavActionMsg
 from edge_spec_ros.nodes.matched import matched_publishers
 from edge_spec_ros.nodes.ros_link import RELIABLE
@@ -63,6 +64,23 @@ def test_the_drafter_starts_and_logs_matched_publishers_from_the_graph(ros, tmp_
         ros.node.destroy_publisher(publisher)
         wait_for(lambda: "instruction: 0 publisher(s) matched" in log.read_text(), ANSWER_S,
                  lambda: f"the publisher's loss ({log.read_text()[-2000:]})")
+        assert proc.poll() is None
+    no_traceback(log)
+
+
+def test_navigate_node_logs_the_subscriptions_its_instruction_publisher_matched(ros, tmp_path):
+    """navigate_node's publisher (nodes/compat.publish_matched) counts its matched subscriptions by
+    polling: its own subscription first, then the test's."""
+    log = tmp_path / "navigate.log"
+    with process(humble_node("navigate_node", "-r", "__ns:=/humble"), log) as proc:
+        wait_for(lambda: navigate_matched_instruction(log.read_text()) == 1 or proc.poll() is not None, UP_S,
+                 lambda: f"navigate_node's own subscription ({log.read_text()[-2000:]})")
+        subscription = ros.node.create_subscription(String, "/humble/instruction", lambda m: None, RELIABLE)
+        wait_for(lambda: navigate_matched_instruction(log.read_text()) == 2, ANSWER_S,
+                 lambda: f"the matched line ({log.read_text()[-2000:]})")
+        ros.node.destroy_subscription(subscription)
+        wait_for(lambda: navigate_matched_instruction(log.read_text()) == 1, ANSWER_S,
+                 lambda: f"the subscription's loss ({log.read_text()[-2000:]})")
         assert proc.poll() is None
     no_traceback(log)
 

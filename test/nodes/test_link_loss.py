@@ -20,7 +20,7 @@ import time
 from action_msgs.msg import GoalStatus
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 
-from rosharness import drafter_matched_instruction, node_command, process, wait_for
+from rosharness import drafter_matched_instruction, navigate_matched_instruction, node_command, process, wait_for
 from test_navigate import MOVE, STACK, Stack, moving, stack_params
 from edge_spec_ros.action import Navigate
 from edge_spec_ros.msg import BridgeStatus, NavAction as NavActionMsg
@@ -60,7 +60,8 @@ def test_a_lost_verifier_ends_the_decision_and_the_motion_with_the_reason(ros, t
         with process(stack_cmd, tmp_path / "stack.log") as robot, process(navigate_cmd, tmp_path / "navigate.log"):
             wait_for(lambda: s.navigate.server_is_ready()
                      and len(ros.node.get_subscriptions_info_by_topic("/instruction")) >= 4
-                     and drafter_matched_instruction((tmp_path / "stack.log").read_text()) >= 1, UP_S,
+                     and drafter_matched_instruction((tmp_path / "stack.log").read_text()) >= 1
+                     and navigate_matched_instruction((tmp_path / "navigate.log").read_text()) >= 4, UP_S,
                      lambda: f"the stack and navigate_node\n{s.logs()}")
             wait_for(lambda: alive_since(0.0), UP_S, lambda: f"the link alive\n{s.logs()}")
 

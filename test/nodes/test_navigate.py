@@ -21,7 +21,7 @@ from geometry_msgs.msg import Twist
 from rclpy.action import ActionClient
 from std_msgs.msg import String
 
-from rosharness import drafter_matched_instruction, node_command, process, wait_for
+from rosharness import drafter_matched_instruction, navigate_matched_instruction, node_command, process, wait_for
 from edge_spec_ros.action import Navigate
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.msg import BridgeStatus, Decision, DecisionRequest, NavAction as NavActionMsg
@@ -126,10 +126,13 @@ def stack(ros, server_endpoint, tmp_path_factory):
         wait_for(lambda: s.navigate.server_is_ready() and s.describe.service_is_ready()
                  and len(ros.node.get_subscriptions_info_by_topic("/instruction")) >= 4, UP_S,
                  f"the stack and navigate_node\n{s.logs()}")  # drafter, action, navigate, the test
-        # navigate_node publishes a goal's instruction once its publisher has matched the drafter; the
-        # drafter must have matched navigate_node's publisher too, or that first instruction is lost
-        wait_for(lambda: drafter_matched_instruction((logs / "stack.log").read_text()) >= 1, UP_S,
-                 f"the drafter matching navigate_node's instruction publisher\n{s.logs()}")
+        # a goal's instruction reaches the drafter once both ends have matched each other: the drafter's
+        # subscription navigate_node's publisher, and that publisher the drafter's subscription (with the
+        # action node's, the test's and its own: 4). navigate_node publishes once its publisher has
+        # matched every subscription its graph knows of, and its graph may not know the drafter's yet
+        wait_for(lambda: drafter_matched_instruction((logs / "stack.log").read_text()) >= 1
+                 and navigate_matched_instruction((logs / "navigate.log").read_text()) >= 4, UP_S,
+                 f"the drafter and navigate_node matching each other on instruction\n{s.logs()}")
         yield s
         assert robot.poll() is None and nav.poll() is None, s.logs()
 
