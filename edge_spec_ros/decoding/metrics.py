@@ -46,6 +46,10 @@ class DecodeStats:
     resamples: int = 0  # DSSD: rejections resampled on the robot
     tv_sum: float = 0.0  # LOSSY top-K downlink: Σ TV(p_δ, pruned p_δ) over resamples
     round_overheads_s: list[float] = field(default_factory=list)  # per round: round trip − server T_q
+    # per verified round, in order: its block's γ. The decision's partition into blocks: a block cut short
+    # (PicoSpec's truncation) moves where the bonus tokens fall, and with the seed the partition fixes a
+    # sampled decision's tokens (``decoding.reference.speculative(gammas=...)`` replays it)
+    block_gammas: list[int] = field(default_factory=list)
 
     @property
     def tau(self) -> float:
@@ -138,5 +142,5 @@ class DecodeStats:
 
     def as_dict(self) -> dict:
         out = {**asdict(self), **{name: getattr(self, name) for name in self.DERIVED}}
-        del out["round_overheads_s"]
+        del out["round_overheads_s"], out["block_gammas"]
         return out

@@ -10,6 +10,7 @@ p — target distribution; q — draft distribution.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from edge_spec_ros.decoding.metrics import DecodeStats
@@ -77,9 +78,13 @@ def autoregressive(verifier: EarlyExitVerifier, prompt: EncodedPrompt, config: D
 
 
 def speculative(drafter: Drafter, verifier: EarlyExitVerifier, prompt: EncodedPrompt,
-                config: DecodeConfig, distribution: DraftDistribution | None = None) -> DecodeResult:
+                config: DecodeConfig, distribution: DraftDistribution | None = None,
+                gammas: Sequence[int] = ()) -> DecodeResult:
     """Speculative decoding: the drafter proposes γ tokens, the target verifies them in one pass.
-    ``distribution``: the drafter samples from a top-K / reduced-precision q (TK-SLT)."""
+    ``distribution``: the drafter samples from a top-K / reduced-precision q (TK-SLT). ``gammas``: the γ
+    of each round in order, ``config.gamma`` after them (a decoder's own partition into blocks,
+    ``DecodeStats.block_gammas``: sampled, the tokens depend on it, since a bonus token is drawn from p
+    where a longer block would have drafted and verified one)."""
     stats = DecodeStats("SD")
     rng = PositionalRNG(config.seed)
     t0 = time.perf_counter()
@@ -91,7 +96,8 @@ def speculative(drafter: Drafter, verifier: EarlyExitVerifier, prompt: EncodedPr
     done = False
     while not done:
         t = time.perf_counter()
-        draft = drafter.draft(draft_kv, seq, config.gamma, config.sampling, rng, distribution=distribution)
+        gamma = gammas[stats.rounds] if stats.rounds < len(gammas) else config.gamma
+        draft = drafter.draft(draft_kv, seq, gamma, config.sampling, rng, distribution=distribution)
         t1 = time.perf_counter()
         logits = verifier.logits(target_kv, seq + list(draft.tokens), len(seq) - 1)  # (γ+1, V)
         verdict = verify(draft.tokens, logits, draft.q, config.sampling, rng, draft.position)
@@ -99,6 +105,7 @@ def speculative(drafter: Drafter, verifier: EarlyExitVerifier, prompt: EncodedPr
         stats.verify_s += time.perf_counter() - t1
         stats.rounds += 1
         stats.drafted += draft.gamma
+        stats.block_gammas.append(draft.gamma)
         stats.accepted += verdict.accepted
         seq.extend(verdict.tokens)
         first = not out

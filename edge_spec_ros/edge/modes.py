@@ -377,6 +377,7 @@ def record_round(stats: DecodeStats, draft: Draft, final: ExitResult, round_trip
     overhead (round trip less T_q) unless the round trip says nothing of the link (``link_measured``)."""
     stats.rounds += 1
     stats.drafted += draft.gamma
+    stats.block_gammas.append(draft.gamma)
     stats.accepted += final.accepted
     stats.full_rounds += final.accepted == draft.gamma
     stats.round_trip_s += round_trip_s

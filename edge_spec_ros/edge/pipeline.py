@@ -6,7 +6,11 @@ the verdict arrives (latency-aware truncation). Finished first, S_{i+1} leaves a
 cloud verifies it right after S_i if the assumption held and answers "stale" otherwise (overlapped
 communication); either way it used a round number. Arriving with the verdict, it is kept if the
 assumption held, dropped otherwise (its cache fork with it). Either way the block was drafted from
-the same prefix, with the same position-indexed draws, as a fresh draft would be.
+the same prefix, with the same position-indexed draws, as a fresh draft would be. Cut short, it is
+the next round's block as it is: that round ends earlier than a fresh draft's of γ would, which moves
+where the bonus token is drawn from p. A sampled decision's tokens depend on where its blocks end
+(``DecodeStats.block_gammas``); their distribution does not: a block's length is fixed before any of
+its verification draws is used.
 
 Branch blocks (a departure from PicoSpec, which leaves the verifier idle after every rejection until
 a block drafted after the verdict arrives, 2T_c + γT_p later): beside S_{i+1}, k more drafting

@@ -6,9 +6,12 @@ u — a uniform draw in [0, 1).
 Every random draw is indexed by (seed, stream, absolute token position) instead of being taken from
 a running generator. The draft token at position j therefore comes out the same whether it is
 drafted after the final verdict (SD), pre-drafted from an early exit in another thread (FSD),
-or drafted ahead in a pipeline: modes that decode the same sequence consume the same randomness,
-so the same seed gives the same output in every mode. Draws are independent across positions and
-streams, which is all the acceptance proofs need.
+or drafted ahead in a pipeline: modes that decode the same sequence in the same blocks consume the
+same randomness, so the same seed gives the same output in every mode. The blocks matter: where a
+block ends, the bonus token is drawn from p (stream TARGET), where a longer block would have drafted
+and verified a token there (DRAFT, ACCEPT, RESIDUAL); PicoSpec's blocks cut short at their verdict
+move those ends with timing (``DecodeStats.block_gammas`` records them). Draws are independent across
+positions and streams, which is all the acceptance proofs need.
 """
 
 from __future__ import annotations

@@ -54,6 +54,19 @@ def test_greedy_speculative_equals_target_greedy(verifier, drafters, prompts, ta
     assert accepted > 0  # the accept branches were exercised, not only rejections
 
 
+def test_a_schedule_of_block_lengths_is_followed_and_greedy_stays_exact(verifier, drafters, prompts, target_greedy,
+                                                                        tokenizer):
+    """``gammas``: each round drafts its own γ (then ``config.gamma``), recorded in ``block_gammas``;
+    greedy output is the target's whatever the blocks."""
+    drafter = drafters["self-draft (4 of 6 layers)"]
+    config = DecodeConfig(max_new_tokens=24, gamma=3, stop_tokens=(tokenizer.eos_token_id,))
+    spec = speculative(drafter, verifier, prompts[0], config, gammas=(1, 5, 2))
+    assert spec.tokens == target_greedy[0]
+    assert spec.stats.block_gammas[:3] == [1, 5, 2] and set(spec.stats.block_gammas[3:]) <= {3}
+    fixed = speculative(drafter, verifier, prompts[0], config).stats
+    assert fixed.block_gammas == [3] * fixed.rounds
+
+
 def test_budget_and_stop_tokens(verifier, drafters, prompts):
     drafter = drafters["self-draft (4 of 6 layers)"]
     free = autoregressive(verifier, prompts[0], DecodeConfig(max_new_tokens=10, gamma=4))

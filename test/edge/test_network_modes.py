@@ -137,8 +137,9 @@ def test_protocols_greedy_equal_target_greedy(server_endpoint, pair, images):
 
 def test_sampled_protocols_equal_their_in_process_reference(server_endpoint, pair, images):
     """Sampled, each exact protocol reproduces the in-process speculative decoder with the same q
-    (full for DSSD, top-K for TK-SLT and the low-payload mode) draw for draw; DSSD resamples on the
-    robot; the uplink shrinks as promised; the lossy mode reports its TV error."""
+    (full for DSSD, top-K for TK-SLT and the low-payload mode) over the same blocks (PicoSpec's are cut
+    short where a verdict came first) draw for draw; DSSD resamples on the robot; the uplink shrinks as
+    promised; the lossy mode reports its TV error."""
     jpg, seen = images[0]
     prompt = pair_prompt(pair, "find the silver bottle", seen)
     config = DecodeConfig(max_new_tokens=32, gamma=4, sampling=SamplingConfig(0.9), seed=4,
@@ -147,8 +148,9 @@ def test_sampled_protocols_equal_their_in_process_reference(server_endpoint, pai
     with VerifierClient(ClientConfig(endpoint=server_endpoint)) as client:
         decoder = EdgeDecoder(client, pair.drafter, edge)
         results = {m: decoder.decode(m, prompt, jpg) for m in ("sd", *EXACT_PROTOCOLS, "dssd-topk-lossy")}
-    for mode in ("sd", "dssd", "tkslt", "lowpay"):  # pico's blocks differ: it is exact in distribution only
-        reference = speculative(pair.drafter, pair.verifier, prompt, config, edge.draft_distribution(mode))
+    for mode in ("sd", *EXACT_PROTOCOLS):  # over each mode's own blocks (pico's: cut short at its verdicts)
+        reference = speculative(pair.drafter, pair.verifier, prompt, config, edge.draft_distribution(mode),
+                                gammas=results[mode].stats.block_gammas)
         assert results[mode].tokens == reference.tokens, mode
     assert results["dssd"].tokens == results["sd"].tokens  # same q, verification split differently
     up = {m: r.stats.bytes_up_per_round for m, r in results.items()}
@@ -200,9 +202,11 @@ def test_pico_overlapped_rounds(start_server, pair, images):
         result = EdgeDecoder(client, perfect, EdgeConfig(decode=sampled)).decode("pico", prompt, jpg)
         assert result.stats.cache_misses > 0 and len(result.tokens) > 0
         # sampled, the pipeline (stale blocks and separate rejection sampling included) emits exactly the
-        # tokens of speculative sampling with the same seed: the draws are position-indexed, so the
-        # distribution is the target's (test_protocol_distributions.py checks it by chi-square)
-        assert result.tokens == speculative(perfect, pair.verifier, prompt, sampled).tokens
+        # tokens of speculative sampling over the same blocks with the same seed: the draws are
+        # position-indexed, so the distribution is the target's (test_protocol_distributions.py checks it
+        # by chi-square)
+        blocks = result.stats.block_gammas
+        assert result.tokens == speculative(perfect, pair.verifier, prompt, sampled, gammas=blocks).tokens
         # with FSD pre-drafting inside the pipeline, the same exactness
         combined = EdgeDecoder(client, perfect, EdgeConfig(decode=greedy, threads=2))
         assert combined.decode("pico-fsd", prompt, jpg).tokens == target
@@ -228,11 +232,14 @@ def test_pico_branch_blocks_hold_and_leave_the_output_exact(start_server, pair):
                 decoder = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config, threads=2,
                                                                        branch_blocks=branches))
                 for prompt, jpg in prompts:
-                    reference = autoregressive(pair.verifier, prompt, config) if config is greedy \
-                        else speculative(pair.drafter, pair.verifier, prompt, config)
+                    target = autoregressive(pair.verifier, prompt, config).tokens if config is greedy else None
                     for mode in ("pico", "pico-fsd") if config is greedy else ("pico-fsd",):
                         result = decoder.decode(mode, prompt, jpg)
-                        assert result.tokens == reference.tokens, (mode, branches, config.sampling)
+                        # sampled: speculative sampling's tokens over the same blocks (a block cut short
+                        # when its verdict came first moves the bonus tokens) and the same seed
+                        reference = target or speculative(pair.drafter, pair.verifier, prompt, config,
+                                                          gammas=result.stats.block_gammas).tokens
+                        assert result.tokens == reference, (mode, branches, config.sampling)
                         key = (mode, config is greedy, branches)
                         held[key] = held.get(key, 0) + result.stats.branches_held
     for branches in (1, 3):
