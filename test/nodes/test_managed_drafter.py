@@ -6,51 +6,20 @@ report the decisions' latency and mode, and the bridge's its link under the same
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-import cv2
-import yaml
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State, Transition
 from std_msgs.msg import String
 
 from lifecycle_client import Lifecycle
 from rosharness import drafter_matched_instruction, process, statuses, wait_for
+from stack import stack_command, stack_params
 from edge_spec_ros.msg import Decision, NavAction as NavActionMsg
-from edge_spec_ros.nav.motion import PlanarPose as Pose
 from edge_spec_ros.nodes.ros_link import RELIABLE
-from edge_spec_ros.sim.world import World
 
-ROOT = Path(__file__).resolve().parents[2]
 NS = "managed_d"
 MOVE = "go to the grey box"  # the shipped pair on room 48 (test_navigate.py) → a motion, then decide again
 UP_S = 90.0
-STACK = ("import sys\n"
-         "from edge_spec_ros.nodes.lifecycle import main_for\n"
-         "from edge_spec_ros.nodes.drafter_node import DrafterNode\n"
-         "from edge_spec_ros.nodes.bridge_node import BridgeNode\n"
-         "from edge_spec_ros.nodes.action_node import ActionNode\n"
-         "from edge_spec_ros.nodes.camera_node import CameraNode\n"
-         "raise SystemExit(main_for(DrafterNode, BridgeNode, ActionNode, CameraNode, args=sys.argv))\n")
-
-
-def stack_params(tmp_path: Path, endpoint: str) -> Path:
-    config = yaml.safe_load((ROOT / "config" / "go2_nav.yaml").read_text())
-    config = {f"/{NS}/{name}": value for name, value in config.items()}
-    frames = tmp_path / "frames"
-    frames.mkdir()
-    world = World.random(48, distractors=3)  # test_navigate.py's room: the grey box about 2 m ahead
-    world.pose = Pose(2.91, 1.53, 1.74)
-    cv2.imwrite(str(frames / "room48.png"), cv2.cvtColor(world.render(), cv2.COLOR_RGB2BGR))
-    config[f"/{NS}/camera"]["ros__parameters"].update(source=str(frames))
-    config[f"/{NS}/bridge"]["ros__parameters"].update(verifier_endpoint=endpoint)
-    config[f"/{NS}/drafter"]["ros__parameters"].update(mode="fsd", predraft_threads=1, torch_threads=1,
-                                                       autostart=False)
-    config[f"/{NS}/action"]["ros__parameters"].update(odom_topic="", cruise_linear_speed=0.15)  # timed, slow
-    path = tmp_path / "stack.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def test_the_drafter_decides_only_while_active(ros, server_endpoint, tmp_path):
@@ -59,8 +28,10 @@ def test_the_drafter_decides_only_while_active(ros, server_endpoint, tmp_path):
     diagnostics = ros.collect(DiagnosticArray, "/diagnostics")
     instruction = ros.node.create_publisher(String, f"/{NS}/instruction", RELIABLE)
     log = tmp_path / "stack.log"
-    cmd = [sys.executable, "-c", STACK, "--ros-args", "-r", f"__ns:=/{NS}",
-           "--params-file", str(stack_params(tmp_path, server_endpoint))]
+    params = stack_params(tmp_path, server_endpoint, NS,
+                          drafter={"mode": "fsd", "predraft_threads": 1, "torch_threads": 1, "autostart": False},
+                          action={"odom_topic": "", "cruise_linear_speed": 0.15})  # timed, slow
+    cmd = stack_command(params, NS)
     with process(cmd, log) as proc:
         drafter = Lifecycle(ros, f"{NS}/drafter", UP_S)
         assert drafter.state() == State.PRIMARY_STATE_UNCONFIGURED

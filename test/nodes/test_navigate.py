@@ -7,14 +7,10 @@ forward 100 cm" for "go to the grey box"."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
-import cv2
-import numpy as np
 import pytest
-import yaml
 from action_msgs.msg import GoalStatus
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import Twist
@@ -22,51 +18,19 @@ from rclpy.action import ActionClient
 from std_msgs.msg import String
 
 from rosharness import drafter_matched_instruction, navigate_matched_instruction, node_command, process, wait_for
+from stack import room_frame, stack_command, stack_params
 from edge_spec_ros.action import Navigate
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.msg import BridgeStatus, Decision, DecisionRequest, NavAction as NavActionMsg
 from edge_spec_ros.nav import NavConfig, parse_action
-from edge_spec_ros.nav.motion import PlanarPose as Pose
 from edge_spec_ros.nodes.convert import rgb_to_image
 from edge_spec_ros.nodes.ros_link import RELIABLE
-from edge_spec_ros.sim.world import World
 from edge_spec_ros.srv import Describe
 
-ROOT = Path(__file__).resolve().parents[2]
 REACH = "go to the green box"  # the shipped pair, on room_frame() → "... Action: stop"
 MOVE = "go to the grey box"  # → "... Action: move forward 100 cm" (6.7 s at 0.15 m/s)
 UP_S = 90.0
 DECIDE_S = 60.0
-STACK = ("import sys\n"
-         "from edge_spec_ros.nodes.lifecycle import main_for\n"
-         "from edge_spec_ros.nodes.drafter_node import DrafterNode\n"
-         "from edge_spec_ros.nodes.bridge_node import BridgeNode\n"
-         "from edge_spec_ros.nodes.action_node import ActionNode\n"
-         "from edge_spec_ros.nodes.camera_node import CameraNode\n"
-         "raise SystemExit(main_for(DrafterNode, BridgeNode, ActionNode, CameraNode, args=sys.argv))\n")
-
-
-def room_frame() -> np.ndarray:
-    """The camera's frame (H, W, 3) RGB: simulated room 48, the robot facing the green box it has
-    reached, the grey box about 2 m beyond it."""
-    world = World.random(48, distractors=3)
-    world.pose = Pose(2.91, 1.53, 1.74)
-    return world.render()
-
-
-def stack_params(tmp_path: Path, endpoint: str) -> Path:
-    config = yaml.safe_load((ROOT / "config" / "go2_nav.yaml").read_text())
-    frames = tmp_path / "frames"
-    frames.mkdir()
-    cv2.imwrite(str(frames / "room48.png"), cv2.cvtColor(room_frame(), cv2.COLOR_RGB2BGR))  # lossless
-    config["camera"]["ros__parameters"].update(source=str(frames))
-    config["bridge"]["ros__parameters"].update(verifier_endpoint=endpoint, diagnostics_period_s=0.25)
-    config["drafter"]["ros__parameters"].update(mode="fsd", predraft_threads=1, torch_threads=1)
-    # timed motions (no odometry without the sim), slow enough to be cancelled on the way
-    config["action"]["ros__parameters"].update(odom_topic="", cruise_linear_speed=0.15)
-    path = tmp_path / "stack.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 class Stack:
@@ -118,9 +82,12 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(ros, server_endpoint, tmp_path_factory):
     logs = tmp_path_factory.mktemp("navigate")
-    params = stack_params(logs, server_endpoint)
+    # timed motions (no odometry without the sim), slow enough to be cancelled on the way
+    params = stack_params(logs, server_endpoint, bridge={"diagnostics_period_s": 0.25},
+                          drafter={"mode": "fsd", "predraft_threads": 1, "torch_threads": 1},
+                          action={"odom_topic": "", "cruise_linear_speed": 0.15})
     s = Stack(ros, logs)
-    stack_cmd = [sys.executable, "-c", STACK, "--ros-args", "--params-file", str(params)]
+    stack_cmd = stack_command(params)
     navigate_cmd = node_command("navigate_node", "-p", "progress_timeout_s:=60.0")
     with process(stack_cmd, logs / "stack.log") as robot, process(navigate_cmd, logs / "navigate.log") as nav:
         wait_for(lambda: s.navigate.server_is_ready() and s.describe.service_is_ready()
