@@ -6,7 +6,6 @@ report the decisions' latency and mode, and the bridge's its link under the same
 
 from __future__ import annotations
 
-
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State, Transition
 from std_msgs.msg import String
