@@ -96,7 +96,7 @@ def _int_in(owner: str, name: str, value: int, lo: int, hi: int) -> None:
 
 def _ids_in_vocab(owner: str, name: str, ids: np.ndarray, vocab: int) -> None:
     if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
-        raise RequestError(f"{owner}.{name}: ids must be in [0, {vocab})")
+        raise RequestError(f"{owner}.{name}: ids must be in [0, {vocab}), the verifier's vocabulary")
 
 
 def image_size(data: bytes, limits: Limits) -> tuple[int, int]:
@@ -188,9 +188,12 @@ def check_draft(draft: DraftBlock, opened: Open, limits: Limits, vocab: int) -> 
     if sum(forms) != 1:
         raise RequestError("DraftBlock: sampled verification needs exactly one of q, (q_ids, q_values) or q_draft")
     if draft.q is not None:
-        if draft.q.shape != (gamma, vocab) or draft.q.dtype != np.float32:
-            raise RequestError(f"DraftBlock.q: sampled verification needs q of shape ({gamma}, {vocab}) float32, "
-                               f"got {draft.q.shape} {draft.q.dtype}")
+        if draft.q.ndim != 2 or draft.q.shape[0] != gamma or draft.q.shape[1] < 1 or draft.q.dtype != np.float32:
+            raise RequestError(f"DraftBlock.q: sampled verification needs q of shape ({gamma}, V_q) float32, "
+                               f"V_q <= {vocab}, got {draft.q.shape} {draft.q.dtype}")
+        if draft.q.shape[1] > vocab:  # V_q < V_p is fine: spec.vocab pads q with zeros
+            raise RequestError(f"DraftBlock.q: the drafter's vocabulary ({draft.q.shape[1]} ids) is larger than "
+                               f"the verifier's ({vocab})")
         values = draft.q
     elif draft.q_draft is not None:
         if draft.q_draft.shape != (gamma,):

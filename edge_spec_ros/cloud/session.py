@@ -33,6 +33,7 @@ from edge_spec_ros.spec.exits import exit_confidence, verify_exit
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose, probs_from_logits
 from edge_spec_ros.spec.sparse import densify, prune_topk
 from edge_spec_ros.spec.verify import split_verify_server
+from edge_spec_ros.spec.vocab import draft_in_vocab
 from edge_spec_ros.wire.messages import (
     DraftBlock, ErrorCode, ExitResult, Generate, Message, Open, Opened, Tokens,
 )
@@ -420,12 +421,13 @@ class VerifySession:
         return replace(draft, position=draft.position + 1, tokens=draft.tokens[1:], chained=False, **rows)
 
     def _dense_q(self, draft: DraftBlock) -> torch.Tensor | None:
-        """The draft distributions as (γ, V): sent whole, or rebuilt exactly from TK-SLT's sparse form."""
+        """The draft distributions as (γ, V_p): sent whole, or rebuilt exactly from TK-SLT's sparse form; a
+        drafter with fewer ids (V_q < V_p) has q = 0 on the rest (``spec.vocab``: exact; checked on arrival)."""
+        vocab = self._verifier.stack.vocab_size
         if draft.q is not None:
-            return torch.from_numpy(np.array(draft.q))
+            return draft_in_vocab(torch.from_numpy(np.array(draft.q)), vocab)
         if draft.q_ids is not None:
-            return densify(torch.from_numpy(np.array(draft.q_ids)), torch.from_numpy(np.array(draft.q_values)),
-                           self._verifier.stack.vocab_size)
+            return densify(torch.from_numpy(np.array(draft.q_ids)), torch.from_numpy(np.array(draft.q_values)), vocab)
         return None
 
     def _verify_split(self, draft: DraftBlock, tokens: list[int], t0: float,

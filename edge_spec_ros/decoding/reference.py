@@ -5,6 +5,9 @@ the autoregressive output token for token; with T > 0 it is distributed as the t
 
 Legend: γ — draft length; δ — accepted draft tokens; τ — tokens per round; α — acceptance rate;
 p — target distribution; q — draft distribution.
+
+A drafter with fewer ids than the target (V_q < V_p) is verified with q padded by zeros to V_p
+(``spec.vocab``, where ``spec.verify`` meets q with p): still exact. V_q > V_p raises ValueError.
 """
 
 from __future__ import annotations

@@ -46,18 +46,23 @@ def draft_block(round_: int, draft: Draft, mode: Mode, distribution: DraftDistri
 
 
 def final_p_row(final: ExitResult, vocab_size: int) -> torch.Tensor:
-    """p_δ (V,) from a DSSD verdict: sent whole, or (LOSSY) its top K."""
+    """p_δ from a DSSD verdict: sent whole (V_p,), or (LOSSY) its top K, spread over the drafter's
+    V_q = ``vocab_size`` ids or up to the largest id sent when the verifier's vocabulary is larger
+    (p_δ is zero beyond it, as q_δ is beyond V_q: ``split_verify_device`` pads q to p_δ's width)."""
     if final.p is None:
         raise VerifierError(0, "a resample verdict without p")
     p = torch.from_numpy(np.array(final.p, dtype=np.float32))
     if final.p_ids is None:
         return p
-    return densify(torch.from_numpy(np.array(final.p_ids))[None], p[None], vocab_size)[0]
+    ids = torch.from_numpy(np.array(final.p_ids))
+    width = max(vocab_size, int(ids.max()) + 1) if ids.numel() else vocab_size
+    return densify(ids[None], p[None], width)[0]
 
 
 def verdict_tokens(final: ExitResult, draft: Draft, rng: PositionalRNG, vocab_size: int) -> tuple[int, ...]:
     """The tokens a verdict commits: as sent, or (DSSD, split verification) the δ accepted drafts
-    followed by the robot's own resample from norm(max(0, p_δ − q_δ)) with draw u(TARGET, position)."""
+    followed by the robot's own resample from norm(max(0, p_δ − q_δ)) with draw u(TARGET, position).
+    q_δ (V_q,) is padded with zeros to p_δ's V_p ids (``spec.vocab``); ValueError if V_q > V_p."""
     tokens = tuple(int(t) for t in final.tokens)
     if not final.resample:
         return tokens

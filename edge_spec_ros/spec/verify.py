@@ -10,6 +10,10 @@ Legend (Leviathan et al. 2023; DSSD / TK-SLT / PicoSpec notation):
 Rule: accept x_{t+i} with probability min(1, p_i(x)/q_i(x)); at the first rejection resample from
 norm(max(0, p_i − q_i)) and stop; if all γ are accepted, draw a bonus token from p_{γ+1}. The output
 is distributed exactly as p. Greedy (T = 0): accept while x_{t+i} = argmax p_i, then emit argmax.
+
+A drafter with fewer ids than the target (V_q < V_p, Qwen2-VL-2B/-7B) has q_i = 0 on the ids it lacks:
+q is padded with zeros where it meets p (``spec.vocab.draft_in_vocab``), which keeps the rule exact;
+V_q > V_p and drafted ids ≥ V_p raise ValueError.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, probs_from_logits, sample
+from edge_spec_ros.spec.vocab import draft_in_vocab
 
 
 @dataclass(frozen=True)
@@ -61,11 +66,13 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 def verify_sampled(draft: Sequence[int], p: torch.Tensor, q: torch.Tensor, rng: PositionalRNG,
                    position: int) -> Verdict:
-    """Speculative sampling. draft: γ ids; p: (γ+1, V) target; q: (γ, V) the exact draft distributions;
-    position: absolute index of draft[0] in the sequence (indexes the random draws)."""
+    """Speculative sampling. draft: γ ids; p: (γ+1, V_p) target; q: (γ, V_q) the exact draft distributions,
+    V_q ≤ V_p (zeros beyond V_q); position: absolute index of draft[0] in the sequence (indexes the random
+    draws)."""
     gamma = len(draft)
     if p.shape[0] != gamma + 1 or q.shape[0] != gamma:
         raise ValueError(f"γ={gamma} needs p of γ+1 rows and q of γ rows, got {tuple(p.shape)}, {tuple(q.shape)}")
+    q = draft_in_vocab(q, p.shape[-1], draft)
     idx = torch.tensor(list(draft), dtype=torch.long)
     rows = torch.arange(gamma)
     delta = accepted_prefix(p[rows, idx], q[rows, idx], rng, position)
@@ -120,6 +127,7 @@ def split_verify_server(draft: Sequence[int], p: torch.Tensor, q_draft: torch.Te
     if p.shape[0] != gamma + 1 or q_draft.shape != (gamma,):
         raise ValueError(f"γ={gamma} needs p of γ+1 rows and γ draft probabilities, got {tuple(p.shape)}, "
                          f"{tuple(q_draft.shape)}")
+    draft_in_vocab(None, p.shape[-1], draft)
     idx = torch.tensor(list(draft), dtype=torch.long)
     delta = accepted_prefix(p[torch.arange(gamma), idx], q_draft, rng, position)
     if delta == gamma:
@@ -130,11 +138,13 @@ def split_verify_server(draft: Sequence[int], p: torch.Tensor, q_draft: torch.Te
 
 def split_verify_device(verdict: SplitVerdict, q: torch.Tensor, rng: PositionalRNG, position: int) -> Verdict:
     """DSSD's device half ("Verification Process (Device)"): on a rejection resample from
-    norm(max(0, p_δ − q_δ)) with the device's own q (γ, V) — from the distribution, not from raw
+    norm(max(0, p_δ − q_δ)) with the device's own q (γ, V_q) — from the distribution, not from raw
     logits (the public DSSD code's second error). Together with ``split_verify_server`` this draws
-    exactly what ``verify_sampled`` draws for the same random draws."""
+    exactly what ``verify_sampled`` draws for the same random draws. p_δ (V_p,) may be wider than q
+    (a target with more ids): q_δ is zero there, so the ids only the target has keep all of p_δ."""
     if verdict.resample_p is None:
         return Verdict(verdict.accepted, verdict.tokens)
     d = verdict.accepted
-    y = sample(residual(verdict.resample_p, q[d]), rng.uniform(Stream.RESIDUAL, position + d))
+    q_d = draft_in_vocab(q[d], verdict.resample_p.shape[-1])
+    y = sample(residual(verdict.resample_p, q_d), rng.uniform(Stream.RESIDUAL, position + d))
     return Verdict(d, (*verdict.tokens, y))
