@@ -7,7 +7,7 @@ Legend: γ — draft length; δ — accepted draft tokens; τ — tokens per rou
 p — target distribution; q — draft distribution.
 
 A drafter with fewer ids than the target (V_q < V_p) is verified with q padded by zeros to V_p
-(``spec.vocab``, where ``spec.verify`` meets q with p): still exact. V_q > V_p raises ValueError.
+(``spec.vocab``): still exact. V_q > V_p and a drafted id ≥ V_p raise ValueError.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose
 from edge_spec_ros.spec.sparse import DraftDistribution
 from edge_spec_ros.spec.verify import verify
+from edge_spec_ros.spec.vocab import draft_in_vocab
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,9 @@ def speculative(drafter: Drafter, verifier: EarlyExitVerifier, prompt: EncodedPr
         gamma = gammas[stats.rounds] if stats.rounds < len(gammas) else config.gamma
         draft = drafter.draft(draft_kv, seq, gamma, config.sampling, rng, distribution=distribution)
         t1 = time.perf_counter()
-        logits = verifier.logits(target_kv, seq + list(draft.tokens), len(seq) - 1)  # (γ+1, V)
-        verdict = verify(draft.tokens, logits, draft.q, config.sampling, rng, draft.position)
+        q = draft_in_vocab(draft.q, verifier.stack.vocab_size, draft.tokens)  # (γ, V_p); before the target reads
+        logits = verifier.logits(target_kv, seq + list(draft.tokens), len(seq) - 1)  # (γ+1, V_p)
+        verdict = verify(draft.tokens, logits, q, config.sampling, rng, draft.position)
         stats.draft_s += t1 - t
         stats.verify_s += time.perf_counter() - t1
         stats.rounds += 1

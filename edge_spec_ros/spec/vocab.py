@@ -23,13 +23,11 @@ def draft_in_vocab(q: torch.Tensor | None, vocab_size: int, draft: Sequence[int]
     """q (..., V_q) over the target's V_p = ``vocab_size`` ids: q itself when V_q = V_p (no copy),
     padded with zeros on the last axis when V_q < V_p (None stays None: only ``draft`` is checked).
     ValueError when V_q > V_p or a drafted id of ``draft`` lies outside [0, V_p)."""
-    if any(not 0 <= int(x) < vocab_size for x in draft):
-        raise ValueError(f"a drafted id is outside the target's vocabulary [0, {vocab_size}): "
-                         f"{[int(x) for x in draft if not 0 <= int(x) < vocab_size][:4]}")
     width = vocab_size if q is None else q.shape[-1]
-    if width == vocab_size:
-        return q
     if width > vocab_size:
         raise ValueError(f"the drafter's vocabulary ({width} ids) is larger than the target's ({vocab_size}): "
                          "it could draft ids the target cannot score")
-    return torch.nn.functional.pad(q, (0, vocab_size - width))
+    if any(not 0 <= int(x) < vocab_size for x in draft):
+        raise ValueError(f"a drafted id is outside the target's vocabulary [0, {vocab_size}): "
+                         f"{[int(x) for x in draft if not 0 <= int(x) < vocab_size][:4]}")
+    return q if width == vocab_size else torch.nn.functional.pad(q, (0, vocab_size - width))
