@@ -1,42 +1,61 @@
 r"""Real compute times of a drafter and an early-exit verifier, for the ``go2-paper``-style profiles.
 
-The ``go2-paper`` profile emulates the FSD paper's Go2 figures (Table 8: T_p = 72 ms per draft
-forward on the Jetson Orin, T_q = 620 ms per verification of Qwen2-VL-7B with 27 exits, exit l of L
-released at l/L of T_q). This script measures the same figures on the hardware it runs on, for the
-real pair (Qwen2-VL-2B drafter, Qwen2-VL-7B verifier with exit adapters, bfloat16 on a GPU)::
+The ``go2-paper`` profile emulates the FSD paper's Go2 figures (Table 8(a), Unitree Go2 with a Jetson
+Orin and an A100 server): drafting γT_p = 288 ms at γ = 4 (T_p = 72 ms, a quantized Qwen2-VL-2B on the
+Orin), verification T_q = 620 ms (Qwen2-VL-7B with 27 exits), c = T_p/T_q = 0.11, T_c = 120 ms, exit l
+of L released at l/L of T_q. This command measures the same figures on the hardware it runs on. With
+the real-shape sources (``models/real_shapes.py``: the published shapes, random weights, nothing
+downloaded) it times the deployment's sizes on one GPU; ``scripts/gpu_timing.sh`` is that run, under a
+timeout of 8 minutes (docs/real_shapes.md)::
 
-    edge-spec-ros bench gpu-timing --verifier Qwen/Qwen2-VL-7B-Instruct \
-        --drafter Qwen/Qwen2-VL-2B-Instruct --adapters exits_7b/ --dtype bfloat16 --device cuda \
-        --out artifacts/gpu_timing.json
+    python3 -m edge_spec_ros.bench.gpu_timing --verifier qwen2-vl-7b-shape --drafter qwen2-vl-2b-shape \
+        --dtype bfloat16 --device cuda --out artifacts/gpu_timing_profile.json
 
-and writes, per repeat and as medians: the prefill of each model, T_p (one draft forward, from γ
-tokens drafted greedily after the prompt), γ·T_p, T_q (one verification of γ + 1 positions, the
-final exit) and the time at which each exit's logits are ready as a fraction of T_q (the profile's
-"exit l at l/L" assumption, measured). ``edge-spec-ros bench --profile <the JSON file>`` then emulates
-these T_p and T_q over ``go2-paper``'s link (``bench.profiles.profile_named``). The same command runs on the CPU with ``--verifier embedded`` (the tests do);
-weights come from a local directory or the Hugging Face cache, as ``models.pairs.load_pair`` loads
-them.
+(``edge-spec-ros bench gpu-timing`` takes the same options; the module form needs neither ZeroMQ nor
+rosbags, which the GPU image lacks.) Per measured round, and as medians, it writes:
 
-Legend: γ — draft length; T_p — one draft forward; T_q — one verification; L — final exit layer.
+- the prefill of each model (the verifier's and each drafter variant's; image + prompt);
+- per γ of ``gammas`` (default 2, 4, 8) and per drafter variant (``dtype``, and ``drafter_quant``'s
+  scheme when given): γT_p, γ tokens drafted greedily after the prompt, and T_p = γT_p / γ;
+- per γ: T_q, one verification of γ + 1 positions with every exit's head run (the final exit's time),
+  and each exit's release time, the moment its logits are ready, in seconds and as a fraction of T_q
+  (the profile's "exit l at l/L" assumption, measured);
+- per B of ``batch_sizes`` (default 1, 4, 16, 32): one batched verification of B sessions' blocks at
+  the profile's γ, through the batched server's own code (``cloud.batching.verify_batch``: one forward
+  per layer over the B blocks, every exit's head per session), its time and the time per session.
+
+The top-level ``tp_s`` and ``tq_s`` are the first drafter variant's T_p and T_q at ``gamma`` (default
+4, Table 8's γ): ``edge-spec-ros bench --profile <the JSON file>`` emulates them over ``go2-paper``'s
+link (``bench.profiles.profile_named``). On the CPU the same command runs with the shipped pair or a
+reduced depth (``qwen2-vl-7b-shape:layers=2``); the tests do. On CUDA the models are built and run
+under ``torch.device(device)``, so the tensors the model code creates without a device land on it.
+
+Legend: γ — draft length; T_p — one draft forward; T_q — one verification; L — final exit layer;
+B — sessions verified in one batched forward.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from edge_spec_ros.bench.report import machine_stamp, pair_stamp
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
+from edge_spec_ros.cloud.batching import verify_batch
+from edge_spec_ros.cloud.session import VerifyJob
 from edge_spec_ros.config_cli import UsageError, add_config, config_from, doc
 from edge_spec_ros.models.pairs import load_pair
+from edge_spec_ros.models.prompt import EncodedPrompt
+from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 
 INSTRUCTION = "find the silver bottle"
@@ -46,15 +65,20 @@ GREEDY = SamplingConfig(0.0)
 @dataclass
 class TimingConfig:
     """verifier / drafter: model sources (``load_pair``; drafter empty: the verifier source's own);
-    adapters: exit-adapter directory for the verifier; dtype, device: of checkpoint weights; gamma:
-    draft length γ; repeats: measured rounds (after ``warmup``)."""
+    adapters: exit-adapter directory for the verifier; dtype, device: of checkpoint weights; gammas:
+    the draft lengths γ timed; gamma: the γ of the profile's T_p and T_q (timed too if not in gammas);
+    batch_sizes: sessions B per batched verification (empty: none); repeats: measured rounds (after
+    ``warmup``)."""
 
     verifier: str = field(default="embedded", metadata=doc("verifier source (load_pair)"))
     drafter: str = field(default="", metadata=doc("drafter source (empty: the verifier's own)"))
     adapters: str = field(default="", metadata=doc("exit-adapter directory for the verifier"))
     dtype: str = field(default="float32", metadata=doc("checkpoint weights: float32, bfloat16, float16"))
     device: str = field(default="cpu", metadata=doc("cpu, cuda, cuda:1, ..."))
-    gamma: int = field(default=4, metadata=doc("draft length γ", 1, 64))
+    gammas: tuple[int, ...] = field(default=(2, 4, 8), metadata=doc("draft lengths γ timed"))
+    gamma: int = field(default=4, metadata=doc("γ of the profile's T_p and T_q, and of the batched rounds", 1, 64))
+    batch_sizes: tuple[int, ...] = field(default=(1, 4, 16, 32), metadata=doc(
+        "sessions B verified in one batched forward (empty: none)"))
     repeats: int = field(default=10, metadata=doc("measured rounds", 1, 10**6))
     warmup: int = field(default=2, metadata=doc("rounds before the measured ones", 0, 10**6))
 
@@ -62,11 +86,22 @@ class TimingConfig:
         if self.gamma < 1 or self.repeats < 1 or self.warmup < 0:
             raise ValueError(f"need gamma >= 1, repeats >= 1, warmup >= 0; got {self.gamma}, {self.repeats}, "
                              f"{self.warmup}")
+        if not all(1 <= g <= 64 for g in self.gammas) or not all(b >= 1 for b in self.batch_sizes):
+            raise ValueError(f"need every γ in 1..64 and every batch size >= 1; got gammas {self.gammas}, "
+                             f"batch sizes {self.batch_sizes}")
+
+    @property
+    def timed_gammas(self) -> tuple[int, ...]:
+        """``gammas`` with the profile's ``gamma``, ascending."""
+        return tuple(sorted({*self.gammas, self.gamma}))
 
 
 @dataclass
 class Timings:
-    """Seconds, medians over the repeats; ``exit_fraction[l]``: exit l ready at that fraction of T_q."""
+    """Seconds, medians over the repeats. The top-level T_p, γT_p, T_q and exits are at the profile's γ
+    and the first drafter variant; ``by_gamma[γ]``: T_q, exit release (s and fraction of T_q) and each
+    drafter variant's γT_p and T_p; ``drafters[name]``: that variant's prefill and T_p per γ;
+    ``batched[B]``: one batched verification of B blocks and its time per session."""
 
     prefill_verifier_s: float
     prefill_drafter_s: float
@@ -74,7 +109,24 @@ class Timings:
     draft_gamma_s: float
     tq_s: float
     exit_fraction: dict[int, float]
+    exit_ready_s: dict[int, float] = field(default_factory=dict)
+    by_gamma: dict[int, dict] = field(default_factory=dict)
+    drafters: dict[str, dict] = field(default_factory=dict)
+    batched: dict[int, dict] = field(default_factory=dict)
     rounds: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Block:
+    """What ``verify_batch`` reads of a session's admitted block (``cloud.session.VerifyPlan``'s fields):
+    the forward over ``sequence`` from ``first`` on ``kv``, every exit computed over the whole vocabulary."""
+
+    kv: object
+    sequence: list[int]
+    first: int
+    exits: frozenset[int]
+    want_exits: bool = True
+    shortlist: None = None
 
 
 def _clock(device: str) -> Callable[[], float]:
@@ -87,47 +139,158 @@ def _clock(device: str) -> Callable[[], float]:
     return time.perf_counter
 
 
+def on_device(device: str) -> contextlib.AbstractContextManager:
+    """``torch.device(device)`` as the default device (tensors made without one land there), or nothing
+    on the CPU."""
+    return torch.device(device) if device != "cpu" else contextlib.nullcontext()
+
+
+def _prompt_on(prompt: EncodedPrompt, device: str) -> EncodedPrompt:
+    """The prompt's tensors on ``device``."""
+    return replace(prompt, **{f: getattr(prompt, f).to(device) for f in
+                              ("input_ids", "mm_token_type_ids", "pixel_values", "image_grid_thw")
+                              if getattr(prompt, f) is not None})
+
+
+def _verify_solo(verifier: EarlyExitVerifier, kv, sequence: list[int], first: int,
+                 now: Callable[[], float]) -> dict[int, float]:
+    """One verification streaming every exit: the release time (s) of each exit, the final one = T_q."""
+    ready: dict[int, float] = {}
+    t0 = now()
+    with torch.inference_mode():
+        for out in verifier.exits(kv, sequence, first):
+            ready[out.layer] = now() - t0
+    return ready
+
+
+def _verify_batched(verifier: EarlyExitVerifier, kv, sequence: list[int], first: int, sessions: int,
+                    now: Callable[[], float]) -> float:
+    """``sessions`` copies of one block (each its own KV cache, forked from the prompt's) verified by
+    ``verify_batch``, as the batched server runs them; seconds for the whole batch."""
+    exits = frozenset(verifier.exit_layers)
+    jobs = []
+    for _ in range(sessions):
+        block = _Block(kv.fork(kv.floor), sequence, first, exits)
+        jobs.append(VerifyJob(begin=lambda block=block: block, verify_exit=lambda plan, tally, out: None,
+                              forward=lambda plan: iter(())))
+    t0 = now()
+    errors = verify_batch(verifier, jobs)
+    elapsed = now() - t0
+    failed = [e for e in errors if e is not None]
+    if failed:
+        raise RuntimeError(f"batched verification of {sessions} blocks failed: {failed[0]!r}") from failed[0]
+    return elapsed
+
+
+def _round(pair, drafters: dict[str, object], prompt: EncodedPrompt, config: TimingConfig,
+           now: Callable[[], float]) -> dict:
+    """One measured round: every prefill, every variant's draft at every γ, a verification per γ and a
+    batched verification per B."""
+    row: dict = {"prefill_drafter_s": {}, "draft_gamma_s": {}, "tq_s": {}, "exit_ready_s": {}, "batched_s": {}}
+    t0 = now()
+    vkv = pair.verifier.start(prompt)
+    row["prefill_verifier_s"] = now() - t0
+    kvs = {}
+    for name, drafter in drafters.items():
+        t0 = now()
+        kvs[name] = drafter.start(prompt)
+        row["prefill_drafter_s"][name] = now() - t0
+    prefix = prompt.input_ids.tolist()
+    first = len(prefix) - 1
+    blocks = {}
+    for gamma in config.timed_gammas:
+        row["draft_gamma_s"][gamma] = {}
+        for name, drafter in drafters.items():
+            t0 = now()
+            draft = drafter.draft(kvs[name], prefix, gamma, GREEDY, PositionalRNG(0))
+            row["draft_gamma_s"][gamma][name] = now() - t0
+            blocks.setdefault(gamma, prefix + list(draft.tokens))
+        ready = _verify_solo(pair.verifier, vkv, blocks[gamma], first, now)  # γ + 1 positions
+        row["tq_s"][gamma] = ready[pair.verifier.num_layers]
+        row["exit_ready_s"][gamma] = ready
+    for sessions in config.batch_sizes:
+        row["batched_s"][sessions] = _verify_batched(pair.verifier, vkv, blocks[config.gamma], first, sessions, now)
+    return row
+
+
+def _median(rows: list[dict], *keys) -> float:
+    def at(row: dict):
+        for key in keys:
+            row = row[key]
+        return row
+    return statistics.median(at(r) for r in rows)
+
+
+def summarize(rows: list[dict], config: TimingConfig, names: list[str], layers: list[int]) -> Timings:
+    """Medians of the measured rounds (see ``Timings``)."""
+    by_gamma = {}
+    for g in config.timed_gammas:
+        ready = {l: _median(rows, "exit_ready_s", g, l) for l in layers}
+        fraction = {l: statistics.median(r["exit_ready_s"][g][l] / r["tq_s"][g] for r in rows) for l in layers}
+        draft = {n: _median(rows, "draft_gamma_s", g, n) for n in names}
+        by_gamma[g] = {"tq_s": _median(rows, "tq_s", g), "exit_ready_s": ready, "exit_fraction": fraction,
+                       "draft_gamma_s": draft, "tp_s": {n: s / g for n, s in draft.items()}}
+    drafters = {n: {"prefill_s": _median(rows, "prefill_drafter_s", n),
+                    "tp_s": {g: by_gamma[g]["tp_s"][n] for g in config.timed_gammas}} for n in names}
+    batched = {}
+    for b in config.batch_sizes:
+        t = _median(rows, "batched_s", b)
+        batched[b] = {"gamma": config.gamma, "tq_s": t, "per_session_s": t / b}
+    main, at = names[0], by_gamma[config.gamma]
+    return Timings(prefill_verifier_s=_median(rows, "prefill_verifier_s"),
+                   prefill_drafter_s=drafters[main]["prefill_s"], tp_s=at["tp_s"][main],
+                   draft_gamma_s=at["draft_gamma_s"][main], tq_s=at["tq_s"], exit_fraction=at["exit_fraction"],
+                   exit_ready_s=at["exit_ready_s"], by_gamma=by_gamma, drafters=drafters, batched=batched, rounds=rows)
+
+
 def measure(config: TimingConfig, progress: Callable[[str], None] = lambda s: None) -> tuple[Timings, dict]:
-    """Load the pair, then time ``warmup + repeats`` prefills and rounds; returns the timings and the stamp."""
+    """Load the pair, then time ``warmup + repeats`` rounds (``_round``); returns the timings and the stamp."""
     progress(f"loading {config.verifier}" + (f" + drafter {config.drafter}" if config.drafter else ""))
+    with on_device(config.device):
+        return _measure(config, progress)
+
+
+def _measure(config: TimingConfig, progress: Callable[[str], None]) -> tuple[Timings, dict]:
     pair = load_pair(config.verifier, drafter=config.drafter or None, adapters=config.adapters or None,
                      dtype=config.dtype, device=config.device)
-    prompt = pair.prompt_encoder().encode(INSTRUCTION, synthetic_camera_image(seed=0))
+    drafters = {config.dtype: pair.drafter}
+    prompt = _prompt_on(pair.prompt_encoder().encode(INSTRUCTION, synthetic_camera_image(seed=0)), config.device)
+    progress(f"prompt of {len(prompt)} tokens; verifier L = {pair.verifier.num_layers} with "
+             f"{len(pair.verifier.exit_layers)} exits")
     now = _clock(config.device)
     rows = []
     for i in range(config.warmup + config.repeats):
-        t0 = now()
-        vkv = pair.verifier.start(prompt)
-        t1 = now()
-        dkv = pair.drafter.start(prompt)
-        t2 = now()
-        prefix = prompt.input_ids.tolist()
-        draft = pair.drafter.draft(dkv, prefix, config.gamma, GREEDY, PositionalRNG(0))
-        t3 = now()
-        sequence = prefix + list(draft.tokens)
-        ready: dict[int, float] = {}
-        t4 = now()
-        with torch.inference_mode():
-            for out in pair.verifier.exits(vkv, sequence, len(prefix) - 1):  # γ + 1 positions
-                ready[out.layer] = now() - t4
-        tq = ready[pair.verifier.num_layers]
+        row = _round(pair, drafters, prompt, config, now)
         if i >= config.warmup:
-            rows.append({"prefill_verifier_s": t1 - t0, "prefill_drafter_s": t2 - t1, "draft_gamma_s": t3 - t2,
-                         "tq_s": tq, "exit_fraction": {l: t / tq for l, t in ready.items()}})
-        progress(f"round {i + 1}/{config.warmup + config.repeats}: γT_p {(t3 - t2) * 1e3:.1f} ms, "
-                 f"T_q {tq * 1e3:.1f} ms" + (" (warm-up)" if i < config.warmup else ""))
-
-    def med(key: str) -> float:
-        return statistics.median(r[key] for r in rows)
-
-    timings = Timings(prefill_verifier_s=med("prefill_verifier_s"), prefill_drafter_s=med("prefill_drafter_s"),
-                      tp_s=med("draft_gamma_s") / config.gamma, draft_gamma_s=med("draft_gamma_s"), tq_s=med("tq_s"),
-                      exit_fraction={l: statistics.median(r["exit_fraction"][l] for r in rows)
-                                     for l in rows[0]["exit_fraction"]},
-                      rounds=rows)
+            rows.append(row)
+        g, draft = config.gamma, row["draft_gamma_s"][config.gamma][config.dtype]
+        progress(f"round {i + 1}/{config.warmup + config.repeats}: γT_p {draft * 1e3:.1f} ms, T_q "
+                 f"{row['tq_s'][g] * 1e3:.1f} ms (γ = {g})" + (" (warm-up)" if i < config.warmup else ""))
+    layers = sorted(rows[0]["exit_ready_s"][config.gamma])
+    timings = summarize(rows, config, list(drafters), layers)
     stamp = {"machine": machine_stamp(), "pair": pair_stamp(config.verifier, pair.parameters()),
-             "device": config.device, "dtype": config.dtype}
+             "device": config.device, "dtype": config.dtype, "prompt_tokens": len(prompt),
+             "verifier_layers": pair.verifier.num_layers, "exits": len(pair.verifier.exit_layers)}
     return timings, stamp
+
+
+def summary_lines(timings: Timings, config: TimingConfig) -> Iterator[str]:
+    """The printed summary: per γ, per drafter variant, per batch size; the exits at the profile's γ."""
+    ms = 1e3
+    yield (f"prefill: verifier {timings.prefill_verifier_s * ms:.1f} ms, " + ", ".join(
+        f"drafter {n} {d['prefill_s'] * ms:.1f} ms" for n, d in timings.drafters.items()))
+    for g, at in timings.by_gamma.items():
+        drafts = ", ".join(f"{n} T_p {at['tp_s'][n] * ms:.1f} ms (γT_p {at['draft_gamma_s'][n] * ms:.1f})"
+                           for n in timings.drafters)
+        yield f"γ = {g}: T_q {at['tq_s'] * ms:.1f} ms; {drafts}"
+    for b, at in timings.batched.items():
+        yield (f"batched verification, B = {b} at γ = {at['gamma']}: {at['tq_s'] * ms:.1f} ms, "
+               f"{at['per_session_s'] * ms:.1f} ms per session")
+    yield (f"exit ready at fraction of T_q (γ = {config.gamma}): "
+           + ", ".join(f"{l}: {f:.2f}" for l, f in timings.exit_fraction.items()))
+    yield (f"profile (γ = {config.gamma}): T_p {timings.tp_s * ms:.1f} ms, γT_p {timings.draft_gamma_s * ms:.1f} ms, "
+           f"T_q {timings.tq_s * ms:.1f} ms, c = T_p/T_q {timings.tp_s / timings.tq_s:.3f} "
+           "(FSD Table 8: 72, 288, 620 ms, c = 0.11)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -140,14 +303,30 @@ def command(args: argparse.Namespace) -> int:
     config = config_from(TimingConfig, args)
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {config.device}: no CUDA device is visible to torch {torch.__version__}")
+    if args.out:  # before minutes of measuring: an output that cannot be written fails now
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     timings, stamp = measure(config, lambda s: print(s, file=sys.stderr, flush=True))
     report = {"config": asdict(config), "stamp": stamp, **asdict(timings)}
-    print(f"T_p {timings.tp_s * 1e3:.1f} ms, γT_p {timings.draft_gamma_s * 1e3:.1f} ms (γ = {config.gamma}), "
-          f"T_q {timings.tq_s * 1e3:.1f} ms, prefill verifier {timings.prefill_verifier_s * 1e3:.1f} ms / "
-          f"drafter {timings.prefill_drafter_s * 1e3:.1f} ms")
-    print("exit ready at fraction of T_q: " + ", ".join(f"{l}: {f:.2f}" for l, f in timings.exit_fraction.items()))
+    for line in summary_lines(timings, config):
+        print(line)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2))
         print(f"wrote {args.out}; emulate these figures with: edge-spec-ros bench --profile {args.out}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m edge_spec_ros.bench.gpu_timing``: the command without the CLI's other imports."""
+    parser = argparse.ArgumentParser(prog="python -m edge_spec_ros.bench.gpu_timing",
+                                     description="real compute times of a drafter and an early-exit verifier, "
+                                                 "for bench --profile FILE")
+    add_arguments(parser)
+    try:
+        return command(parser.parse_args(argv))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,30 +1,134 @@
-"""The compute-timing script on the CPU with the shipped pair: every figure the profiles need, exits
-ready in layer order, and a clear refusal of a GPU that is not there."""
+"""The compute-timing command on the CPU: every figure the profiles need, at every γ and batch size,
+exits ready in layer order, ``scripts/gpu_timing.sh`` (the GPU run) itself, with its GPU options
+checked and, at reduced depth, run, and a clear refusal of a GPU that is not there. Only robust
+assertions: identities between the figures and orders the measurement imposes, never one time
+against another."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 
+from edge_spec_ros.bench.gpu_timing import TimingConfig, add_arguments
+from edge_spec_ros.bench.gpu_timing import main as timing_main
 from edge_spec_ros.bench.profiles import GO2_PAPER_LINK, profile_named
 from edge_spec_ros.cli import main
+from edge_spec_ros.config_cli import config_from
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "gpu_timing.sh"
+CPU = ("--device", "cpu", "--dtype", "float32")
 
 
-def test_times_a_round_and_writes_the_profile_figures(tmp_path, capsys):
+def run_script(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def check_report(report: dict, gammas: list[int], gamma: int, batch_sizes: list[int], exits: int) -> None:
+    """The figures' identities and the orders the measurement makes; the profile file as bench reads it."""
+    assert report["tp_s"] > 0 and report["tq_s"] > 0 and report["prefill_verifier_s"] > 0
+    assert report["prefill_drafter_s"] > 0
+    assert report["draft_gamma_s"] == pytest.approx(gamma * report["tp_s"])
+    assert sorted(map(int, report["by_gamma"])) == sorted({*gammas, gamma})
+    (name,) = report["drafters"]
+    for g, at in report["by_gamma"].items():
+        assert at["tq_s"] > 0 and at["draft_gamma_s"][name] == pytest.approx(int(g) * at["tp_s"][name])
+        ready = [at["exit_ready_s"][k] for k in sorted(at["exit_ready_s"], key=int)]
+        assert len(ready) == exits + 1 and ready == sorted(ready) and ready[-1] == at["tq_s"]
+        fractions = [at["exit_fraction"][k] for k in sorted(at["exit_fraction"], key=int)]
+        assert fractions == sorted(fractions) and fractions[-1] == 1.0
+        assert report["drafters"][name]["tp_s"][g] == at["tp_s"][name]
+    at = report["by_gamma"][str(gamma)]
+    assert (report["tq_s"], report["tp_s"]) == (at["tq_s"], at["tp_s"][name])
+    assert sorted(map(int, report["batched"])) == sorted(batch_sizes)
+    for b, batch in report["batched"].items():
+        assert batch["gamma"] == gamma and batch["tq_s"] > 0
+        assert batch["per_session_s"] == pytest.approx(batch["tq_s"] / int(b))
+    assert all(len(row["batched_s"]) == len(batch_sizes) for row in report["rounds"])
+    profile = profile_named(report["path"])  # what `bench --profile <file>` emulates
+    assert (profile.tp_s, profile.tq_s) == (report["tp_s"], report["tq_s"]) and profile.uplink == GO2_PAPER_LINK
+
+
+def read(path: Path) -> dict:
+    return {**json.loads(path.read_text()), "path": str(path)}
+
+
+def test_times_every_gamma_and_batch_size_and_writes_the_profile_figures(tmp_path, capsys):
     out = tmp_path / "timing.json"
     assert main(["bench", "gpu-timing", "--verifier", "embedded", "--repeats", "2", "--warmup", "0", "--gamma", "3",
-                 "--out", str(out)]) == 0
-    report = json.loads(out.read_text())
+                 "--gammas", "2", "--batch-sizes", "1,2", "--out", str(out)]) == 0
+    report = read(out)
     assert len(report["rounds"]) == 2
-    assert report["tp_s"] > 0 and report["tq_s"] > 0 and report["prefill_verifier_s"] > 0
-    assert report["draft_gamma_s"] == pytest.approx(3 * report["tp_s"])
-    fractions = [report["exit_fraction"][k] for k in sorted(report["exit_fraction"], key=int)]
-    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(fractions) >= 2
-    profile = profile_named(str(out))  # what `bench --profile <file>` emulates
-    assert (profile.tp_s, profile.tq_s) == (report["tp_s"], report["tq_s"]) and profile.uplink == GO2_PAPER_LINK
-    assert "embedded" in report["stamp"]["pair"] and "T_q" in capsys.readouterr().out
+    check_report(report, gammas=[2], gamma=3, batch_sizes=[1, 2], exits=report["stamp"]["exits"])
+    assert report["stamp"]["exits"] >= 1 and report["stamp"]["verifier_layers"] == report["stamp"]["exits"] + 1
+    assert "embedded" in report["stamp"]["pair"]
+    printed = capsys.readouterr().out
+    assert "T_q" in printed and "B = 2" in printed and "γ = 3" in printed
+
+
+def script_command(out: Path) -> list[str]:
+    """The options ``scripts/gpu_timing.sh OUT`` gives ``python -m edge_spec_ros.bench.gpu_timing``: the script
+    run with ``echo`` as its interpreter (its timeout, output directory and environment as on the GPU)."""
+    done = run_script(str(out), env={"PYTHON": "echo"}, timeout=30)
+    assert done.returncode == 0, done.stderr
+    argv = shlex.split(done.stdout)
+    assert argv[:2] == ["-m", "edge_spec_ros.bench.gpu_timing"] and out.parent.is_dir()
+    return argv[2:]
+
+
+def test_the_gpu_script_runs_the_full_depth_shapes_in_bfloat16_on_cuda(tmp_path, capsys):
+    """The script's command line as it runs on the GPU machine, parsed by the command itself: the real
+    shapes at full depth (the 7B's 28 layers, 27 exits), bfloat16 on CUDA, the issue's γ and batch sizes,
+    the output directory made, the 8-minute timeout."""
+    out = tmp_path / "deep" / "profile.json"
+    argv = script_command(out)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    config = config_from(TimingConfig, args)
+    assert (config.verifier, config.drafter) == ("qwen2-vl-7b-shape", "qwen2-vl-2b-shape")
+    assert (config.dtype, config.device, args.out) == ("bfloat16", "cuda", str(out))
+    assert (config.gammas, config.gamma, config.batch_sizes) == ((2, 4, 8), 4, (1, 4, 16, 32))
+    assert 'timeout "$limit"' in SCRIPT.read_text() and "GPU_TIMING_TIMEOUT_S:-480" in SCRIPT.read_text()
+    if not torch.cuda.is_available():  # this machine: the run stops at once, naming what is missing
+        assert timing_main(argv) == 2 and "no CUDA device" in capsys.readouterr().err
+
+
+def test_the_gpu_scripts_command_on_the_cpu_writes_a_profile_bench_reads(tmp_path, capsys):
+    """The script's command, its device, dtype and pair overridden for the CPU (later options win), in this
+    process: the shipped pair, since the real shapes even at reduced depth take a minute to build here
+    and a new interpreter 10-20 s to import torch and transformers (both in the slow test below)."""
+    out = tmp_path / "profile.json"
+    argv = script_command(out) + [*CPU, "--verifier", "embedded", "--drafter", "", "--repeats", "1", "--warmup",
+                                  "0", "--batch-sizes", "1,4"]
+    assert timing_main(argv) == 0
+    report = read(out)
+    check_report(report, gammas=[2, 4, 8], gamma=4, batch_sizes=[1, 4], exits=report["stamp"]["exits"])
+    printed = capsys.readouterr().out
+    assert "B = 4" in printed and f"wrote {out}" in printed and report["config"]["device"] == "cpu"
+
+
+@pytest.mark.slow
+def test_the_gpu_script_on_the_cpu_with_the_real_shapes_at_reduced_depth(tmp_path):
+    """The script itself, in a new interpreter, at the real widths and vocabularies (7B-shape verifier at 2
+    layers with its 1 exit, 2B-shape drafter at 1 layer), float32 on the CPU: about a minute and a peak
+    RSS of 9 GiB here."""
+    out = tmp_path / "profile.json"
+    done = run_script(str(out), *CPU, "--verifier", "qwen2-vl-7b-shape:layers=2", "--drafter",
+                      "qwen2-vl-2b-shape:layers=1", "--repeats", "1", "--warmup", "0", "--gammas", "2",
+                      "--batch-sizes", "1,2", timeout=600)
+    assert done.returncode == 0, done.stderr
+    report = read(out)
+    check_report(report, gammas=[2], gamma=4, batch_sizes=[1, 2], exits=1)
+    assert report["stamp"]["verifier_layers"] == 2 and "qwen2-vl-7b-shape:layers=2" in report["stamp"]["pair"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The GPU timing run of the deployment's shapes, in one command (docs/real_shapes.md, "GPU timing"):
+#
+#     scripts/gpu_timing.sh [OUT.json] [more options of python -m edge_spec_ros.bench.gpu_timing]
+#
+# times, on one GPU, the Qwen2-VL-2B-shape drafter and the full-depth Qwen2-VL-7B-shape verifier with its
+# 27 exits, both bfloat16 (random weights built here: nothing is downloaded, no network is needed):
+# prefills, T_p and T_q at γ = 2, 4, 8, each exit's release time, batched verification at B = 1, 4, 16,
+# 32; writes OUT.json (default artifacts/gpu_timing_profile.json), which `edge-spec-ros bench --profile
+# OUT.json` reads, and prints a summary. Options after OUT override the defaults below (the tests run it
+# on the CPU with --device cpu --dtype float32 and reduced depth). The run is stopped after
+# GPU_TIMING_TIMEOUT_S seconds (default 480). PYTHON picks the interpreter (default: .venv/bin/python
+# where there is one, else python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=artifacts/gpu_timing_profile.json
+if [[ $# -gt 0 && $1 != -* ]]; then
+    out=$1
+    shift
+fi
+python=${PYTHON:-}
+if [[ -z $python ]]; then
+    if [[ -x .venv/bin/python ]]; then python=.venv/bin/python; else python=python3; fi
+fi
+mkdir -p "$(dirname "$out")"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+limit=${GPU_TIMING_TIMEOUT_S:-480}
+
+status=0
+timeout "$limit" "$python" -m edge_spec_ros.bench.gpu_timing \
+    --verifier qwen2-vl-7b-shape --drafter qwen2-vl-2b-shape --dtype bfloat16 --device cuda \
+    --gammas 2,4,8 --gamma 4 --batch-sizes 1,4,16,32 --repeats 10 --warmup 2 \
+    --out "$out" "$@" || status=$?
+if [[ $status -eq 124 ]]; then
+    echo "gpu_timing.sh: stopped after ${limit} s (GPU_TIMING_TIMEOUT_S); fewer --repeats or --batch-sizes" >&2
+fi
+exit "$status"
