@@ -26,8 +26,11 @@ a = 1 until the cloud has decoded alone. Where a verification of γ* + 1 positio
 cloud-only tokens (a CPU verifier, a small model; measured: 11 ms against 3 ms on the shipped pair
 on loopback) the model favours speculation that loses (0.86× of cloud-only decoding). So the decoder
 also reports what each regime costs at the robot: a round its wall time from the previous emission to
-its own, per emitted token (``RoundTiming.wall_s``: drafting, the drafter's prefill, the link and the
-verifier included); a cloud-only chunk (``CloudWall``) a fixed cost, its first tokens' arrival (the
+its own, per emitted token (``RoundTiming.wall_s``: drafting, the link and the verifier included; the
+drafter's catching up with cloud-only tokens and its prefill are not, they are the cost of resuming
+speculation, ``observe_resume``, which a probe pays once: counted in the wall, they made a probe look
+dearer per token than speculating is, and on loopback AS² stayed with the cloud while fixed γ was
+faster); a cloud-only chunk (``CloudWall``) a fixed cost, its first tokens' arrival (the
 link's round trip, paid once per chunk), and a cost per further token (streamed). Handing r tokens to
 the cloud then costs (first + (r − 1)·per-token)/r per token, r the tokens the decision has left: on a
 slow link a short chunk is dear and a whole decision cheap. Once both regimes are measured, the
@@ -117,6 +120,10 @@ class GammaPolicy(Protocol):
         """The cloud decoded ``tokens`` tokens alone in ``compute_s`` seconds of its compute; ``wall``:
         how long they took at the robot (None: not measured)."""
 
+    def observe_resume(self, seconds: float) -> None:
+        """Speculation resumed after cloud-only chunks: the drafter caught up with their tokens (and
+        prefilled the prompt, if the decision began in the cloud) in ``seconds``."""
+
 
 class FixedGamma:
     """γ as configured, every round."""
@@ -137,6 +144,9 @@ class FixedGamma:
         return None
 
     def observe_cloud(self, tokens: int, compute_s: float, wall: CloudWall | None = None) -> None:
+        pass
+
+    def observe_resume(self, seconds: float) -> None:
         pass
 
 
@@ -168,6 +178,7 @@ class AdaptiveGamma:
         self.spec_s = 0.0  # wall time per emitted token, speculating (EMA; 0: not measured)
         self.cloud_first_s = 0.0  # a cloud-only chunk's fixed cost: its first tokens' arrival (EMA)
         self.cloud_token_s = 0.0  # and its cost per further token (EMA; 0: not measured)
+        self.resume_s = 0.0  # resuming speculation after cloud-only chunks: the drafter's catch-up (EMA)
         self._probing_cloud = False
         self._handed_at_open = False  # ``opening`` said None: the decision's first ``gamma`` says it again
 
@@ -267,16 +278,20 @@ class AdaptiveGamma:
             if wall.rest_count > 0 and wall.rest_s > 0:
                 self.cloud_token_s = _ema(self.cloud_token_s, wall.rest_s / wall.rest_count)
 
+    def observe_resume(self, seconds: float) -> None:
+        self.resume_s = _ema(self.resume_s, seconds)
+
     def _spacing(self) -> int:
         """Cloud-only tokens between two speculative probe rounds: by measured wall times when known (a
         probe round's E[tokens] at the speculative cost against the cloud's per-token cost, plus the
-        cloud's fixed cost paid again to resume, within the budget of the cloud's time), else the
-        model's ``probe_spacing``."""
+        drafter's catch-up to start it and the cloud's fixed cost paid again after it, within the
+        budget of the cloud's time), else the model's ``probe_spacing``."""
         if not self.measured():
             return self.controller.probe_spacing(self.probe_budget)
         c = self.controller
         _, tokens = round_cost(c.alpha, c.choice().gamma, 0.0, 0.0)
-        excess = tokens * max(0.0, self.spec_s - self.cloud_token_s) + max(0.0, self.cloud_first_s - self.cloud_token_s)
+        excess = tokens * max(0.0, self.spec_s - self.cloud_token_s) + self.resume_s \
+            + max(0.0, self.cloud_first_s - self.cloud_token_s)
         return max(1, math.ceil(excess / (self.probe_budget * self.cloud_token_s)))
 
     def _cloud_probe_due(self) -> bool:

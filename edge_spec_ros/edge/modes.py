@@ -77,7 +77,7 @@ from edge_spec_ros.edge.registry import MODES, REGISTRY, Mode, get_mode
 from edge_spec_ros.edge.round_link import RoundLink, verdict_tokens
 from edge_spec_ros.models.drafter import Draft, Drafter
 from edge_spec_ros.models.grammar import GrammarBook
-from edge_spec_ros.models.kv_cache import KVCache
+from edge_spec_ros.models.kv_cache import KVCache, common_prefix
 from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.spec.pipeline import OpenTimes
 from edge_spec_ros.spec.sampling import PositionalRNG
@@ -266,6 +266,30 @@ class EdgeDecoder:
         # round 0's round trip counts from Opened: the verifier starts on the block once it has prefilled
         return Opening(sid, box["link"], replace(box["first"], sent_at=opened_at), opened.prefill_s, plan.round_gamma)
 
+    def _resume_drafter(self, state: DecisionState, prompt: EncodedPrompt, stats: DecodeStats,
+                        policy: GammaPolicy) -> float:
+        """Bring the drafter's cache up to the committed sequence before a speculative round: the
+        prompt's prefill when none ran yet (a decision AS² hands to the cloud at once never pays it),
+        and the tokens cloud-only chunks emitted since the drafter last drafted (all but the last, which
+        the round's first draft step feeds). Returns the time it took: a cost of starting or resuming
+        speculation, not of the round (AS² prices rounds by their wall time); after cloud-only chunks
+        the policy hears it as the cost of resuming (``observe_resume``)."""
+        start = time.perf_counter()
+        prefill = state.kv is None
+        if prefill:
+            state.kv = self._draft_prefill(prompt, stats)
+        stack = self.drafter.stack
+        behind = stack is not None and len(state.seq) - 1 - common_prefix(state.kv.tokens, state.seq) > 1
+        if behind:
+            for _ in stack.run(state.kv, state.seq[:-1], len(state.seq) - 2):
+                pass
+        if not (prefill or behind):
+            return 0.0
+        took = time.perf_counter() - start
+        if stats.cloud_fallback:
+            policy.observe_resume(took)
+        return took
+
     def _draft_prefill(self, prompt: EncodedPrompt, stats: DecodeStats) -> KVCache:
         """The drafter's prefill of the prompt, timed (``stats.draft_prefill_s``: T_pre of ``OpenTimes``)."""
         start = time.perf_counter()
@@ -330,8 +354,8 @@ class EdgeDecoder:
                 gamma = fallback.gamma(state)
                 if gamma is None:  # the cloud's chunks finished the decision
                     return state.out
-            if state.kv is None:  # a decision AS² hands to the cloud at once never pays the drafter's prefill
-                state.kv = self._draft_prefill(prompt, stats)
+            if not state.sources.in_flight:  # after cloud-only chunks: a switch's cost, not the round's
+                state.mark += self._resume_drafter(state, prompt, stats, policy)
             block = state.sources.draft(state.number, state.kv, state.seq, gamma, state.resampled)
             sent = block.sent_at if block.sent_at is not None else \
                 link.send(state.number, block.draft, state.resampled)

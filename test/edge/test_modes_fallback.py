@@ -1,6 +1,6 @@
 """A decode that AS² hands to the cloud comes back to speculation: a cloud-only chunk, then a probe
 round, then speculative rounds again, in one decision, in every exact mode; the greedy output stays the
-verifier's own, token for token, across the switches."""
+verifier's own, token for token, across the switches; the drafter's catch-up is the cost of resuming."""
 
 from __future__ import annotations
 
@@ -55,6 +55,9 @@ def test_a_decode_handed_to_the_cloud_comes_back_and_stays_exact(setup, monkeypa
     assert s.cloud_fallback == 1 and s.drafted > 0  # went to the cloud, and came back
     assert policy.controller.cloud_tokens == SPACING  # one chunk up to the probe, then speculation
     assert policy.probes == 1 and choices[:CLOUD_FIRST + 1] == [False, False, True]
+    # the probe resumed speculation: the drafter's prefill and its catch-up with the cloud's tokens are
+    # the cost of resuming, not of the probe round (whose wall time prices speculation)
+    assert policy.resume_s >= s.draft_prefill_s > 0.0
 
 
 @pytest.mark.parametrize("mode", ["sd", "pico"])
