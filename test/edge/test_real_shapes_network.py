@@ -2,7 +2,8 @@
 7B-width verifier (2 layers, V = 152,064, an exit at d/8) in a server process of its own and a 2B-width
 drafter (2 layers, V = 151,936) here. Random weights: what is checked is that each greedy mode emits the
 verifier's own greedy output (AR over the same server), at the real sizes of q, the LM heads and the
-image tokens.
+image tokens; and, sampled, that SD (the server pads the drafter's (γ, 151,936) q to 152,064) and DSSD
+(the robot meets p_δ of 152,064 with its q of 151,936) draw the same tokens at the same seed.
 
 Slow: each server builds ~7 GB of weights (about 40 s), the drafter 1.5 GB."""
 
@@ -17,6 +18,7 @@ from edge_spec_ros.edge.modes import LOSSY_MODES, EdgeConfig, EdgeDecoder
 from edge_spec_ros.edge.registry import MODES
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.prompt import decode_image, encode_image
+from edge_spec_ros.spec.sampling import SamplingConfig
 
 pytestmark = pytest.mark.slow
 
@@ -32,10 +34,11 @@ def robot():
     return pair
 
 
-def decode_all(start_server, robot, server_args: tuple[str, ...], modes: tuple[str, ...]) -> dict:
+def decode_all(start_server, robot, server_args: tuple[str, ...], modes: tuple[str, ...],
+               config: DecodeConfig | None = None) -> dict:
     jpg = encode_image(synthetic_camera_image(seed=0))
     prompt = robot.prompt_encoder().encode("find the silver bottle", decode_image(jpg))
-    config = DecodeConfig(max_new_tokens=6, gamma=3, stop_tokens=(robot.tokenizer.eos_token_id,))
+    config = config or DecodeConfig(max_new_tokens=6, gamma=3, stop_tokens=(robot.tokenizer.eos_token_id,))
     with start_server(*server_args) as endpoint:
         with VerifierClient(ClientConfig(endpoint=endpoint)) as client:
             with EdgeDecoder(client, robot.drafter, EdgeConfig(decode=config, threads=2)) as decoder:
@@ -56,3 +59,14 @@ def test_greedy_modes_equal_the_verifiers_own_output_at_real_widths(start_server
 
 def test_a_batching_verifier_at_real_widths(start_server, robot):
     assert_the_verifiers_own(decode_all(start_server, robot, (*VERIFIER, "--batch"), ("ar", "sd", "fsd")))
+
+
+def test_sampled_sd_and_dssd_across_the_two_vocabularies(start_server, robot):
+    """T = 1, seeded: the drafter's q (151,936 columns) meets the verifier's p (152,064) on the server (SD)
+    and on the robot (DSSD's resample); both draw the same tokens. The ids only the verifier has end the
+    decode (the drafter has no row to read them back)."""
+    stops = (robot.tokenizer.eos_token_id, *range(151_936, 152_064))
+    config = DecodeConfig(max_new_tokens=6, gamma=3, sampling=SamplingConfig(1.0), seed=5, stop_tokens=stops)
+    results = decode_all(start_server, robot, VERIFIER, ("sd", "dssd"), config)
+    assert results["sd"].tokens == results["dssd"].tokens and len(results["sd"].tokens) >= 1
+    assert results["dssd"].stats.resamples > 0  # the robot resampled from p_δ over 152,064 ids
