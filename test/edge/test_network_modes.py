@@ -216,8 +216,8 @@ def test_pico_branch_blocks_hold_and_leave_the_output_exact(start_server, pair):
     """Branch blocks (edge/pipeline.py): with the shipped drafter some rounds end in a verdict the
     drafter ranked among its likeliest, and the branch drafted for it is verified at once (it held);
     greedy pico and pico-fsd still give the target's own output, sampled pico-fsd still equals
-    speculative sampling with the same seed, with one branch per round or three; without branch blocks
-    none holds (the control)."""
+    speculative sampling over the same blocks with the same seed, with one branch per round or three
+    (pico-fsd); without branch blocks none holds (the control)."""
     from edge_spec_ros.bench.runner import bench_prompts
 
     eos = pair.tokenizer.eos_token_id
@@ -225,26 +225,28 @@ def test_pico_branch_blocks_hold_and_leave_the_output_exact(start_server, pair):
     greedy = DecodeConfig(max_new_tokens=40, gamma=4, stop_tokens=(eos,))
     sampled = DecodeConfig(max_new_tokens=40, gamma=4, sampling=SamplingConfig(1.0), seed=3, stop_tokens=(eos,))
     held: dict[tuple[str, bool, int], int] = {}
-    # an emulated T_q long enough for the blocks to be drafted while the one before them is verified
-    with start_server("--emulate-tq-s", "0.15") as endpoint, VerifierClient(ClientConfig(endpoint=endpoint)) as client:
-        for branches in (1, 3, 0):
-            for config in (greedy, sampled):
-                decoder = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config, threads=2,
-                                                                       branch_blocks=branches))
-                for prompt, jpg in prompts:
-                    target = autoregressive(pair.verifier, prompt, config).tokens if config is greedy else None
-                    for mode in ("pico", "pico-fsd") if config is greedy else ("pico-fsd",):
-                        result = decoder.decode(mode, prompt, jpg)
-                        # sampled: speculative sampling's tokens over the same blocks (a block cut short
-                        # when its verdict came first moves the bonus tokens) and the same seed
-                        reference = target or speculative(pair.drafter, pair.verifier, prompt, config,
-                                                          gammas=result.stats.block_gammas).tokens
-                        assert result.tokens == reference, (mode, branches, config.sampling)
-                        key = (mode, config is greedy, branches)
-                        held[key] = held.get(key, 0) + result.stats.branches_held
+    # an emulated T_q long enough for the blocks to be drafted while the one before them is verified, on a
+    # loaded machine too (the gate drafts no branch where the verdict is expected within the drafting)
+    runs = [(1, greedy, ("pico", "pico-fsd")), (1, sampled, ("pico-fsd",)), (3, greedy, ("pico-fsd",)),
+            (3, sampled, ("pico-fsd",)), (0, greedy, ("pico", "pico-fsd"))]  # 0: the control
+    with start_server("--emulate-tq-s", "0.25") as endpoint, VerifierClient(ClientConfig(endpoint=endpoint)) as client:
+        for branches, config, modes in runs:
+            decoder = EdgeDecoder(client, pair.drafter, EdgeConfig(decode=config, threads=2,
+                                                                   branch_blocks=branches))
+            for prompt, jpg in prompts:
+                target = autoregressive(pair.verifier, prompt, config).tokens if config is greedy else None
+                for mode in modes:
+                    result = decoder.decode(mode, prompt, jpg)
+                    # sampled: speculative sampling's tokens over the same blocks (a block cut short
+                    # when its verdict came first moves the bonus tokens) and the same seed
+                    reference = target or speculative(pair.drafter, pair.verifier, prompt, config,
+                                                      gammas=result.stats.block_gammas).tokens
+                    assert result.tokens == reference, (mode, branches, config.sampling)
+                    key = (mode, config is greedy, branches)
+                    held[key] = held.get(key, 0) + result.stats.branches_held
+    assert held[("pico", True, 1)] >= 1, held
     for branches in (1, 3):
-        assert held[("pico", True, branches)] >= 1 and held[("pico-fsd", True, branches)] >= 1, held
-        assert held[("pico-fsd", False, branches)] >= 1, held
+        assert held[("pico-fsd", True, branches)] >= 1 and held[("pico-fsd", False, branches)] >= 1, held
     assert not any(n for (_, _, branches), n in held.items() if not branches), held
     with pytest.raises(ValueError, match="branch_blocks"):
         EdgeConfig(branch_blocks=-1)
