@@ -22,6 +22,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "demo-runs": ("demo_runs", "make demo, run again and again: whether each run reaches the target, and its "
                                "decision latencies"),
     "drafter-agreement": ("drafter_agreement", "how well draft sources agree with a verifier: τ at γ per task kind"),
+    "quant-survey": ("quant_survey", "the drafter's quantization schemes side by side: draft time per token and τ "
+                                     "(docs/quantization.md)"),
     "answer-survey": ("answer_survey", "what mode dragon's answers look like: the question set through the robot's "
                                        "answer path"),
     "dragon-latency": ("dragon.bench.latency", "DRAGON's per-token latency and TTFT under an emulated network, "

@@ -18,13 +18,16 @@ def add_demo(sub) -> None:
 
 
 def demo_options(demo: argparse.ArgumentParser) -> None:
+    from edge_spec_ros.models.quantize import SCHEMES
+
     demo.add_argument("--instruction", default=DEFAULT_INSTRUCTION)
     demo.add_argument("--image", help="RGB image file (default: the simulated room's first frame)")
     demo.add_argument("--verifier", help=f"model source: {SOURCE_HELP} (default: embedded)")
     demo.add_argument("--drafter", help="model source of the drafter, sharing the verifier's tokenizer "
                                         "(default: the verifier's source)")
     demo.add_argument("--adapters", help="directory of trained exit adapters for the verifier")
-    demo.add_argument("--quantize-drafter", action="store_true", help="int8 dynamic quantization (CPU)")
+    demo.add_argument("--quantize-drafter", default="none", choices=SCHEMES, metavar="SCHEME",
+                      help="the drafter's quantization (docs/quantization.md)")
     demo.add_argument("--gamma", type=int, default=4, help="draft length γ (default 4)")
     demo.add_argument("--max-new-tokens", type=int, default=48)
     demo.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")

@@ -1,4 +1,4 @@
-"""The robot-side drafter: a small Qwen2-VL, optionally int8-quantized, with a rollback KV cache.
+"""The robot-side drafter: a small Qwen2-VL, optionally quantized (models/quantize.py), with a rollback KV cache.
 
 Legend: γ — draft length; x_{t+1..t+γ} — draft tokens; q_i — the exact distribution x_{t+i} was drawn
 from (sent for verification: the draft must sample from exactly the q it sends).
@@ -7,7 +7,6 @@ from (sent for verification: the draft must sample from exactly the q it sends).
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ from transformers import Qwen2VLForConditionalGeneration
 from edge_spec_ros.models.kv_cache import KVCache
 from edge_spec_ros.models.loading import load_qwen2vl
 from edge_spec_ros.models.prompt import EncodedPrompt
+from edge_spec_ros.models.quantize import quantize as quantize_model
 from edge_spec_ros.models.stack import DecoderStack
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose
 from edge_spec_ros.spec.sparse import DraftDistribution
@@ -25,13 +25,14 @@ from edge_spec_ros.spec.sparse import DraftDistribution
 
 @dataclass(frozen=True)
 class DrafterConfig:
-    """model: hub id or local path; quantize_int8: dynamic int8 quantization of every Linear layer
-    (CPU only; the FSD paper's Go2 drafter is a quantized Qwen2-VL-2B); layers: keep only the first
-    k decoder layers (0: all), a self-speculative drafter; adapters: with ``layers``, the directory
-    of the model's exit adapters whose Adapter_k heads the drafter (``self_draft_model``)."""
+    """model: hub id or local path; quantize: the scheme quantizing every Linear layer (models/quantize.py:
+    none, int8-dynamic, int8-weight, int4-weight on CUDA; the FSD paper's Go2 drafter is a quantized
+    Qwen2-VL-2B); layers: keep only the first k decoder layers (0: all), a self-speculative drafter;
+    adapters: with ``layers``, the directory of the model's exit adapters whose Adapter_k heads the
+    drafter (``self_draft_model``)."""
 
     model: str = "Qwen/Qwen2-VL-2B-Instruct"
-    quantize_int8: bool = False
+    quantize: str = "none"
     dtype: str = "float32"
     device: str = "cpu"
     layers: int = 0
@@ -78,20 +79,6 @@ class Draft:
                      self.alternatives[drop:])
 
 
-def quantize_int8(model: nn.Module) -> nn.Module:
-    """Dynamic int8 quantization of nn.Linear weights (activations stay float).
-
-    torch marks ``torch.ao.quantization`` deprecated (successor: torchao, not a dependency here); it
-    still works in the pinned torch, so those warnings are silenced rather than shown per layer.
-    """
-    from torch.ao.quantization import quantize_dynamic
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*deprecated")
-        return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
-
-
 class AdaptedNorm(nn.Module):
     """Norm(Adapter_k(h)): put in place of the final norm of a model cut after layer k, it makes
     LMHead(Norm(·)) the exit-k head z^(k) = LMHead(Norm(Adapter_k(h^(k)))) of the full model."""
@@ -130,8 +117,9 @@ class DraftCancelled(Exception):
 class Drafter:
     """Drafts γ tokens from any committed prefix, reusing and rolling back its KV cache."""
 
-    def __init__(self, model: Qwen2VLForConditionalGeneration, quantize: bool = False) -> None:
-        self.stack = DecoderStack(quantize_int8(model) if quantize else model)
+    def __init__(self, model: Qwen2VLForConditionalGeneration, quantize: str = "none") -> None:
+        """``quantize``: the scheme (models/quantize.py) applied to ``model`` in place, on its device."""
+        self.stack = DecoderStack(quantize_model(model, quantize, next(model.parameters()).device))
 
     @classmethod
     def from_config(cls, config: DrafterConfig) -> "Drafter":
@@ -148,7 +136,7 @@ class Drafter:
             model = self_draft_model(model, config.layers, adapter).to(config.device)
         elif config.adapters:
             raise ValueError("drafter adapters need `layers` (the exit the drafter stops at)")
-        return cls(model, config.quantize_int8)
+        return cls(model, config.quantize)
 
     def start(self, prompt: EncodedPrompt) -> KVCache:
         return self.stack.prefill(prompt)

@@ -40,12 +40,12 @@ def embedded_max_pixels() -> int:
     return pair_max_pixels(resolve(EMBEDDED))
 
 
-def embedded_pair(quantize_drafter: bool = False) -> ModelPair:
+def embedded_pair(quantize_drafter: str = "none") -> ModelPair:
     """The shipped pair trained on the simulated room: ``load_pair("embedded")``."""
     return load_pair(EMBEDDED, quantize_drafter=quantize_drafter)
 
 
-def random_pair(quantize_drafter: bool = False) -> ModelPair:
+def random_pair(quantize_drafter: str = "none") -> ModelPair:
     """The untrained pair: random verifier, its first layers as drafter (deterministic)."""
     tokenizer = load_tokenizer()
     target = build_tiny_qwen2vl(VERIFIER_SPEC, tokenizer, seed=VERIFIER_SEED)

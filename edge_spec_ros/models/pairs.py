@@ -45,6 +45,7 @@ from transformers import PreTrainedTokenizerBase
 
 from edge_spec_ros.models.drafter import Drafter, DrafterConfig
 from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder
+from edge_spec_ros.models.quantize import check_scheme
 from edge_spec_ros.models.verifier import EarlyExitVerifier, VerifierConfig
 
 EMBEDDED = "embedded"
@@ -96,8 +97,8 @@ class ModelPair:
         return PromptEncoder(self.tokenizer, PromptConfig(max_pixels=self.max_pixels))
 
     def parameters(self) -> dict[str, int]:
-        """Parameters per part: a loaded part counted (an int8-quantized drafter with its packed
-        weights), a verifier not loaded here (the robot's side) counted from its source's config
+        """Parameters per part: a loaded part counted (a quantized drafter's weights at their float
+        shapes), a verifier not loaded here (the robot's side) counted from its source's config
         without loading weights; a part it cannot know is left out."""
         out = {name: count_parameters(part.stack.model)
                for name, part in (("verifier", self.verifier), ("drafter", self.drafter)) if part is not None}
@@ -113,11 +114,9 @@ class ModelPair:
 
 
 def count_parameters(model: nn.Module) -> int:
-    n = sum(p.numel() for p in model.parameters())
-    for m in model.modules():  # dynamically quantized Linear layers keep their weights packed, not as parameters
-        if hasattr(m, "_packed_params") and callable(getattr(m, "weight", None)):
-            n += m.weight().numel() + (m.bias().numel() if m.bias() is not None else 0)
-    return n
+    """Parameters of ``model``, a quantized weight (torchao's tensor subclasses, models/quantize.py)
+    counted at its logical shape, as the float weight it stands for: its packed storage differs."""
+    return sum(p.numel() for p in model.parameters())
 
 
 def config_parameters(checkpoint: str) -> int:
@@ -198,7 +197,7 @@ def pair_max_pixels(source: Source) -> int:
 
 
 def load_pair(source: str | Path = EMBEDDED, *, parts: Collection[str] = PARTS, drafter: str | Path | None = None,
-              adapters: str | Path | None = None, draft_layers: int = 0, quantize_drafter: bool = False,
+              adapters: str | Path | None = None, draft_layers: int = 0, quantize_drafter: str = "none",
               dtype: str = "float32", device: str = "cpu",
               log: Callable[[str], None] = lambda s: None) -> ModelPair:
     """The ``parts`` of ``source`` (see the module docstring), with its tokenizer and pixel budget
@@ -207,12 +206,15 @@ def load_pair(source: str | Path = EMBEDDED, *, parts: Collection[str] = PARTS, 
     drafter: another source to take the drafter from (its drafter part; the tokenizer stays
     ``source``'s); adapters: exit-adapter directory replacing the verifier's exits; draft_layers: K > 0
     makes the drafter the verifier's first K layers + the exit-K adapter of ``adapters``;
-    quantize_drafter: int8 dynamic quantization (CPU); dtype, device: of a checkpoint's weights (a
-    train-sim-pair pair runs in float32 on the CPU). Raises ModelSourceError naming the source when
-    it cannot be loaded here (e.g. a hub id not in the local cache with HF_HUB_OFFLINE=1)."""
+    quantize_drafter: the drafter's quantization scheme (models/quantize.py; checked before loading);
+    dtype, device: of a checkpoint's weights (a train-sim-pair pair runs in float32 on the CPU). Raises
+    ModelSourceError naming the source when it cannot be loaded here (e.g. a hub id not in the local
+    cache with HF_HUB_OFFLINE=1)."""
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise ValueError(f"parts {sorted(parts)}: choose from {PARTS}")
+    if "drafter" in parts:
+        check_scheme(quantize_drafter, device)
     src = resolve(source, log)
     tokenizer = _loading(src, lambda: _tokenizer(src))  # first: a hub id that is not here fails at once
     kind_dtype, kind_device = (dtype, device) if src.kind != "pair" else ("float32", "cpu")
@@ -234,7 +236,7 @@ def load_pair(source: str | Path = EMBEDDED, *, parts: Collection[str] = PARTS, 
             draft = _shape_drafter(dsrc, adapters, draft_layers, quantize_drafter, dtype, device)
         else:
             draft = _loading(dsrc, lambda: Drafter.from_config(DrafterConfig(
-                model=model, quantize_int8=quantize_drafter, dtype=d_dtype, device=d_device, layers=draft_layers,
+                model=model, quantize=quantize_drafter, dtype=d_dtype, device=d_device, layers=draft_layers,
                 adapters=str(adapters) if adapters and draft_layers else None)))
     return ModelPair(draft, verifier, tokenizer, pair_max_pixels(src), str(source), src.location)
 
@@ -250,7 +252,7 @@ def _shape_verifier(src: Source, adapters: str | Path | None, dtype: str, device
     return EarlyExitVerifier(model, exits.to(device))
 
 
-def _shape_drafter(src: Source, adapters: str | Path | None, draft_layers: int, quantize: bool,
+def _shape_drafter(src: Source, adapters: str | Path | None, draft_layers: int, quantize: str,
                    dtype: str, device: str) -> Drafter:
     """A shape source's model as the drafter, or its first ``draft_layers`` layers headed by the exit of
     ``adapters`` at that layer (the logit lens without ``adapters``)."""

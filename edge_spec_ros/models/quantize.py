@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # the table is read without torch (the command line's options)
+    import torch
+    from torch import nn
 
 INT4_GROUP = 64  # divides every Linear input width of SmolLM2 (576) and Qwen2-VL-2B/7B (1536, 8960, 3584, 18944)
 
@@ -34,7 +36,7 @@ class Scheme:
     devices: tuple[str, ...]
     help: str
     config: Callable[[], object] | None = None
-    dtype: torch.dtype | None = None  # the weights' dtype the scheme needs, None: any
+    dtype: str | None = None  # the weights' torch dtype the scheme needs, None: any
 
 
 def _int8_dynamic() -> object:
@@ -60,7 +62,7 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("int8-dynamic", ("cpu", "cuda"), "int8 weights and per-token int8 activations (torchao)", _int8_dynamic),
     Scheme("int8-weight", ("cpu", "cuda"), "int8 weights, float activations (torchao)", _int8_weight),
     Scheme("int4-weight", ("cuda",), f"int4 weights in groups of {INT4_GROUP}, bfloat16 activations (torchao, "
-                                     "CUDA)", _int4_weight, torch.bfloat16),
+                                     "CUDA)", _int4_weight, "bfloat16"),
 )}
 
 
@@ -73,6 +75,8 @@ def scheme(name: str) -> Scheme:
 
 def check_scheme(name: str, device: str | torch.device = "cpu") -> Scheme:
     """``scheme(name)``, refused (ValueError) on a device type it does not run on."""
+    import torch
+
     found = scheme(name)
     kind = torch.device(device).type
     if kind not in found.devices:
@@ -90,7 +94,10 @@ def quantize(model: nn.Module, name: str, device: str | torch.device = "cpu") ->
     if found.config is None:
         return model
     if found.dtype is not None:
-        wrong = {m.weight.dtype for m in model.modules() if isinstance(m, nn.Linear)} - {found.dtype}
+        from torch import nn
+
+        wrong = {str(m.weight.dtype).removeprefix("torch.") for m in model.modules() if isinstance(m, nn.Linear)}
+        wrong -= {found.dtype}
         if wrong:
             raise ValueError(f"quantization scheme {name!r} needs {found.dtype} weights, the model has "
                              f"{sorted(map(str, wrong))}: load it with that dtype")

@@ -44,6 +44,7 @@ from edge_spec_ros.edge.registry import ALL_MODES, FRESH_SOURCE_NAMES, check_fre
 from edge_spec_ros.models.grammar import GrammarBook, GrammarError, book_for
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.prompt import PromptConfig, PromptEncoder, decode_image, encode_image
+from edge_spec_ros.models.quantize import SCHEMES, scheme
 from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nav.config import HARD_MAX_DURATION_S
 from edge_spec_ros.nav.motion import TIMEOUT_FACTOR, TIMEOUT_MARGIN_S
@@ -67,7 +68,9 @@ WORKER_JOIN_S = 5.0
 class DrafterNodeConfig:
     drafter_model: str = field(default="embedded", metadata=doc("model source (models/pairs.py): 'embedded', "
                                                                 "a train-sim-pair or checkpoint directory, a hub id"))
-    quantize_int8: bool = field(default=False, metadata=doc("int8 dynamic quantization of the drafter (CPU)"))
+    quantize: str = field(default="none", metadata=doc(
+        f"the drafter's quantization scheme (models/quantize.py, docs/quantization.md): {', '.join(SCHEMES)}; "
+        "int4-weight needs CUDA"))
     mode: str = field(default="fsd", metadata=doc(
         f"decoding mode: {', '.join(ALL_MODES)} (edge/registry.py; dragon: an instruction is a question, answered "
         "on edge_spec/answer from the memory and the cloud's documents, no motion)"))
@@ -124,6 +127,7 @@ class DrafterNodeConfig:
     def __post_init__(self) -> None:
         find_mode(self.mode)
         check_fresh_source(self.draft_source, self.datastore)
+        scheme(self.quantize)
 
 
 PARAMETER_CONFIGS = (DrafterNodeConfig, ImageInputConfig, DragonNodeConfig, ManagedConfig)
@@ -168,7 +172,7 @@ class DrafterNode(ManagedNode):
         predraft = c.predraft_threads or cpu_budget().predraft_threads
         self.get_logger().info(f"loading drafter {c.drafter_model} ({threads} torch threads, {predraft} pre-draft "
                                "threads) ...")
-        pair = load_pair(c.drafter_model, parts=("drafter",), quantize_drafter=c.quantize_int8)
+        pair = load_pair(c.drafter_model, parts=("drafter",), quantize_drafter=c.quantize)
         drafter, tokenizer = fresh_drafter(c.draft_source, pair.drafter, c.datastore), pair.tokenizer
         self.encoder = PromptEncoder(tokenizer, PromptConfig(max_pixels=c.max_pixels or pair.max_pixels))
         self.link = RosVerifierLink(self, c.open_timeout_s, c.reply_timeout_s)

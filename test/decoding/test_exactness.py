@@ -31,7 +31,7 @@ def drafters(target_model, tokenizer):
     return {
         "self-draft (4 of 6 layers)": Drafter(truncated_copy(target_model, 4)),
         "independent model": Drafter(build_tiny_qwen2vl(DRAFTER_SPEC, tokenizer, seed=1)),
-        "int8 self-draft (2 of 6 layers)": Drafter(truncated_copy(target_model, 2), quantize=True),
+        "int8 self-draft (2 of 6 layers)": Drafter(truncated_copy(target_model, 2), quantize="int8-dynamic"),
     }
 
 
