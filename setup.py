@@ -32,6 +32,7 @@ CORE = [
     "lz4>=4.4.5,<5",
     "bm25s>=0.3.16,<0.4",
     "xgrammar>=0.2.8,<0.3",  # both sides mask their distributions with the same grammar (models/grammar.py)
+    "torchao>=0.18.0,<0.19",  # the drafter's quantization schemes (models/quantize.py)
 ]
 # what each side adds (edge_spec_ros/extras.py: MODULES names what they are imported as)
 ROBOT = [

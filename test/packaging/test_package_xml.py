@@ -34,6 +34,7 @@ PYTHON_KEYS = {
     "rosbags": "python3-rosbags-pip",
     "bm25s": "python3-bm25s-pip",
     "xgrammar": "python3-xgrammar-pip",
+    "torchao": "python3-torchao-pip",
     "ray": "python3-ray-pip",
 }
 # ROS packages that are Python modules of the same name
