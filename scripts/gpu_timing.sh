@@ -3,8 +3,9 @@
 #
 #     scripts/gpu_timing.sh [OUT.json] [more options of python -m edge_spec_ros.bench.gpu_timing]
 #
-# times, on one GPU, the Qwen2-VL-2B-shape drafter and the full-depth Qwen2-VL-7B-shape verifier with its
-# 27 exits, both bfloat16 (random weights built here: nothing is downloaded, no network is needed):
+# times, on one GPU, the Qwen2-VL-2B-shape drafter (bfloat16, and int4-weight when torchao is there) and the
+# full-depth Qwen2-VL-7B-shape verifier with its 27 exits in bfloat16, both with the published 32-block
+# vision tower (random weights built here: nothing is downloaded, no network is needed):
 # prefills, T_p and T_q at γ = 2, 4, 8, each exit's release time, batched verification at B = 1, 4, 16,
 # 32; writes OUT.json (default artifacts/gpu_timing_profile.json), which `edge-spec-ros bench --profile
 # OUT.json` reads, and prints a summary. Options after OUT override the defaults below (the tests run it
@@ -26,11 +27,17 @@ fi
 mkdir -p "$(dirname "$out")"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 limit=${GPU_TIMING_TIMEOUT_S:-480}
+quant=(--drafter-quant int4-weight)
+if ! "$python" -c "import torchao" >/dev/null 2>&1; then
+    echo "gpu_timing.sh: no torchao for $python: timing the bfloat16 drafter only (docs/real_shapes.md)" >&2
+    quant=()
+fi
 
 status=0
 timeout "$limit" "$python" -m edge_spec_ros.bench.gpu_timing \
-    --verifier qwen2-vl-7b-shape --drafter qwen2-vl-2b-shape --dtype bfloat16 --device cuda \
-    --gammas 2,4,8 --gamma 4 --batch-sizes 1,4,16,32 --repeats 10 --warmup 2 \
+    --verifier qwen2-vl-7b-shape:vision_layers=32 --drafter qwen2-vl-2b-shape:vision_layers=32 \
+    --dtype bfloat16 --device cuda \
+    --gammas 2,4,8 --gamma 4 --batch-sizes 1,4,16,32 --repeats 10 --warmup 2 ${quant[@]+"${quant[@]}"} \
     --out "$out" "$@" || status=$?
 if [[ $status -eq 124 ]]; then
     echo "gpu_timing.sh: stopped after ${limit} s (GPU_TIMING_TIMEOUT_S); fewer --repeats or --batch-sizes" >&2

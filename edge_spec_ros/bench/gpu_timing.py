@@ -3,26 +3,32 @@ r"""Real compute times of a drafter and an early-exit verifier, for the ``go2-pa
 The ``go2-paper`` profile emulates the FSD paper's Go2 figures (Table 8(a), Unitree Go2 with a Jetson
 Orin and an A100 server): drafting γT_p = 288 ms at γ = 4 (T_p = 72 ms, a quantized Qwen2-VL-2B on the
 Orin), verification T_q = 620 ms (Qwen2-VL-7B with 27 exits), c = T_p/T_q = 0.11, T_c = 120 ms, exit l
-of L released at l/L of T_q. This command measures the same figures on the hardware it runs on. With
-the real-shape sources (``models/real_shapes.py``: the published shapes, random weights, nothing
-downloaded) it times the deployment's sizes on one GPU; ``scripts/gpu_timing.sh`` is that run, under a
-timeout of 8 minutes (docs/real_shapes.md)::
+of L released at l/L of T_q; its Table 9 gives an A100's latency per batch of B verifications (Vicuna-7B:
+17.94, 24.63, 45.79, 96.94 ms at B = 1, 4, 16, 32). This command measures these figures on the hardware
+it runs on. With the real-shape sources (``models/real_shapes.py``: the published shapes, random
+weights, nothing downloaded) it times the deployment's sizes on one GPU; ``scripts/gpu_timing.sh`` is
+that run under a timeout of 8 minutes (docs/real_shapes.md, "GPU timing", with the figures to expect)::
 
-    python3 -m edge_spec_ros.bench.gpu_timing --verifier qwen2-vl-7b-shape --drafter qwen2-vl-2b-shape \
-        --dtype bfloat16 --device cuda --out artifacts/gpu_timing_profile.json
+    python3 -m edge_spec_ros.bench.gpu_timing --verifier qwen2-vl-7b-shape:vision_layers=32 \
+        --drafter qwen2-vl-2b-shape:vision_layers=32 --dtype bfloat16 --device cuda \
+        --drafter-quant int4-weight --out artifacts/gpu_timing_profile.json
 
 (``edge-spec-ros bench gpu-timing`` takes the same options; the module form needs neither ZeroMQ nor
 rosbags, which the GPU image lacks.) Per measured round, and as medians, it writes:
 
 - the prefill of each model (the verifier's and each drafter variant's; image + prompt);
 - per γ of ``gammas`` (default 2, 4, 8) and per drafter variant (``dtype``, and ``drafter_quant``'s
-  scheme when given): γT_p, γ tokens drafted greedily after the prompt, and T_p = γT_p / γ;
+  scheme when given, ``models.quantize``): γT_p, γ tokens drafted greedily after the prompt, and
+  T_p = γT_p / γ;
 - per γ: T_q, one verification of γ + 1 positions with every exit's head run (the final exit's time),
   and each exit's release time, the moment its logits are ready, in seconds and as a fraction of T_q
   (the profile's "exit l at l/L" assumption, measured);
 - per B of ``batch_sizes`` (default 1, 4, 16, 32): one batched verification of B sessions' blocks at
   the profile's γ, through the batched server's own code (``cloud.batching.verify_batch``: one forward
   per layer over the B blocks, every exit's head per session), its time and the time per session.
+  Where ``cloud.batching`` cannot be imported (its wire codec needs lz4, which a bare GPU image may
+  lack) the same forward runs without the server's job bookkeeping (``DecoderStack.run_batch`` and the
+  exit heads) and the stamp's ``batched_by`` says so.
 
 The top-level ``tp_s`` and ``tq_s`` are the first drafter variant's T_p and T_q at ``gamma`` (default
 4, Table 8's γ): ``edge-spec-ros bench --profile <the JSON file>`` emulates them over ``go2-paper``'s
@@ -50,8 +56,6 @@ import torch
 
 from edge_spec_ros.bench.report import machine_stamp, pair_stamp
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
-from edge_spec_ros.cloud.batching import verify_batch
-from edge_spec_ros.cloud.session import VerifyJob
 from edge_spec_ros.config_cli import UsageError, add_config, config_from, doc
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.prompt import EncodedPrompt
@@ -67,7 +71,8 @@ class TimingConfig:
     """verifier / drafter: model sources (``load_pair``; drafter empty: the verifier source's own);
     adapters: exit-adapter directory for the verifier; dtype, device: of checkpoint weights; gammas:
     the draft lengths γ timed; gamma: the γ of the profile's T_p and T_q (timed too if not in gammas);
-    batch_sizes: sessions B per batched verification (empty: none); repeats: measured rounds (after
+    batch_sizes: sessions B per batched verification (empty: none); drafter_quant: the scheme of a second,
+    quantized drafter variant (``models.quantize``; empty: none); repeats: measured rounds (after
     ``warmup``)."""
 
     verifier: str = field(default="embedded", metadata=doc("verifier source (load_pair)"))
@@ -79,6 +84,9 @@ class TimingConfig:
     gamma: int = field(default=4, metadata=doc("γ of the profile's T_p and T_q, and of the batched rounds", 1, 64))
     batch_sizes: tuple[int, ...] = field(default=(1, 4, 16, 32), metadata=doc(
         "sessions B verified in one batched forward (empty: none)"))
+    drafter_quant: str = field(default="", metadata=doc(
+        "a second drafter variant timed beside the dtype one, quantized by this scheme (models/quantize.py: "
+        "int8-dynamic, int8-weight, int4-weight on CUDA; empty: none)"))
     repeats: int = field(default=10, metadata=doc("measured rounds", 1, 10**6))
     warmup: int = field(default=2, metadata=doc("rounds before the measured ones", 0, 10**6))
 
@@ -165,21 +173,50 @@ def _verify_solo(verifier: EarlyExitVerifier, kv, sequence: list[int], first: in
 
 def _verify_batched(verifier: EarlyExitVerifier, kv, sequence: list[int], first: int, sessions: int,
                     now: Callable[[], float]) -> float:
-    """``sessions`` copies of one block (each its own KV cache, forked from the prompt's) verified by
-    ``verify_batch``, as the batched server runs them; seconds for the whole batch."""
+    """``sessions`` copies of one block (each its own KV cache, forked from the prompt's) verified in one
+    batched forward (``batch_runner``); seconds for the whole batch."""
     exits = frozenset(verifier.exit_layers)
-    jobs = []
-    for _ in range(sessions):
-        block = _Block(kv.fork(kv.floor), sequence, first, exits)
-        jobs.append(VerifyJob(begin=lambda block=block: block, verify_exit=lambda plan, tally, out: None,
-                              forward=lambda plan: iter(())))
+    blocks = [_Block(kv.fork(kv.floor), sequence, first, exits) for _ in range(sessions)]
+    run, _ = batch_runner()
     t0 = now()
-    errors = verify_batch(verifier, jobs)
-    elapsed = now() - t0
-    failed = [e for e in errors if e is not None]
+    run(verifier, blocks)
+    return now() - t0
+
+
+def _server_batch(verifier: EarlyExitVerifier, blocks: list[_Block]) -> None:
+    """The blocks as the batched server runs them: ``cloud.batching.verify_batch`` over one ``VerifyJob``
+    per block (whose verdicts are not needed here)."""
+    from edge_spec_ros.cloud.batching import verify_batch
+    from edge_spec_ros.cloud.session import VerifyJob
+
+    jobs = [VerifyJob(begin=lambda block=block: block, verify_exit=lambda plan, tally, out: None,
+                      forward=lambda plan: iter(())) for block in blocks]
+    failed = [e for e in verify_batch(verifier, jobs) if e is not None]
     if failed:
-        raise RuntimeError(f"batched verification of {sessions} blocks failed: {failed[0]!r}") from failed[0]
-    return elapsed
+        raise RuntimeError(f"batched verification of {len(blocks)} blocks failed: {failed[0]!r}") from failed[0]
+
+
+def _stack_batch(verifier: EarlyExitVerifier, blocks: list[_Block]) -> None:
+    """The same forward without the server's job bookkeeping: ``DecoderStack.run_batch`` and, per block,
+    each exit's head and the final one, as ``verify_batch`` computes them."""
+    L = verifier.num_layers
+    for outputs in verifier.stack.run_batch([(b.kv, b.sequence, b.first) for b in blocks]):
+        for block, out in zip(blocks, outputs):
+            if out.layer == L:
+                verifier.stack.logits(out.hidden)
+            elif out.layer in block.exits:
+                verifier.exit_logits(out.layer, out.hidden)
+
+
+def batch_runner() -> tuple[Callable[[EarlyExitVerifier, list[_Block]], None], str]:
+    """The batched server's own code (``cloud.batching.verify_batch``) and its name, or, where that cannot
+    be imported (the wire codec's lz4, which a bare GPU image may lack), the same forward without the
+    job bookkeeping (``_stack_batch``) and why."""
+    try:
+        import edge_spec_ros.cloud.batching  # noqa: F401
+    except ImportError as exc:
+        return _stack_batch, f"models.stack.run_batch + exit heads (cloud.batching not importable: {exc})"
+    return _server_batch, "cloud.batching.verify_batch"
 
 
 def _round(pair, drafters: dict[str, object], prompt: EncodedPrompt, config: TimingConfig,
@@ -244,23 +281,29 @@ def summarize(rows: list[dict], config: TimingConfig, names: list[str], layers: 
 
 
 def measure(config: TimingConfig, progress: Callable[[str], None] = lambda s: None) -> tuple[Timings, dict]:
-    """Load the pair, then time ``warmup + repeats`` rounds (``_round``); returns the timings and the stamp."""
+    """Load the pair, then time ``warmup + repeats`` rounds (``_round``); returns the timings and the stamp.
+    The prompt is encoded on the CPU (as a server decodes a request) and moved to the device."""
     progress(f"loading {config.verifier}" + (f" + drafter {config.drafter}" if config.drafter else ""))
     with on_device(config.device):
-        return _measure(config, progress)
-
-
-def _measure(config: TimingConfig, progress: Callable[[str], None]) -> tuple[Timings, dict]:
-    pair = load_pair(config.verifier, drafter=config.drafter or None, adapters=config.adapters or None,
-                     dtype=config.dtype, device=config.device)
+        pair = load_pair(config.verifier, drafter=config.drafter or None, adapters=config.adapters or None,
+                         dtype=config.dtype, device=config.device)
     drafters = {config.dtype: pair.drafter}
     prompt = _prompt_on(pair.prompt_encoder().encode(INSTRUCTION, synthetic_camera_image(seed=0)), config.device)
+    quant_error = ""
+    if config.drafter_quant:
+        with on_device(config.device):
+            try:
+                drafters[f"{config.dtype}+{config.drafter_quant}"] = _quantized_drafter(config, prompt)
+            except Exception as exc:  # noqa: BLE001 - the other figures are still measured, the stamp says why
+                quant_error = f"{type(exc).__name__}: {exc}"
+                progress(f"drafter {config.drafter_quant}: {quant_error}; timing the {config.dtype} drafter only")
     progress(f"prompt of {len(prompt)} tokens; verifier L = {pair.verifier.num_layers} with "
-             f"{len(pair.verifier.exit_layers)} exits")
+             f"{len(pair.verifier.exit_layers)} exits; batched verification by {batch_runner()[1]}")
     now = _clock(config.device)
     rows = []
     for i in range(config.warmup + config.repeats):
-        row = _round(pair, drafters, prompt, config, now)
+        with on_device(config.device):
+            row = _round(pair, drafters, prompt, config, now)
         if i >= config.warmup:
             rows.append(row)
         g, draft = config.gamma, row["draft_gamma_s"][config.gamma][config.dtype]
@@ -270,8 +313,24 @@ def _measure(config: TimingConfig, progress: Callable[[str], None]) -> tuple[Tim
     timings = summarize(rows, config, list(drafters), layers)
     stamp = {"machine": machine_stamp(), "pair": pair_stamp(config.verifier, pair.parameters()),
              "device": config.device, "dtype": config.dtype, "prompt_tokens": len(prompt),
-             "verifier_layers": pair.verifier.num_layers, "exits": len(pair.verifier.exit_layers)}
+             "verifier_layers": pair.verifier.num_layers, "exits": len(pair.verifier.exit_layers),
+             "batched_by": batch_runner()[1]}
+    if quant_error:
+        stamp["drafter_quant_error"] = quant_error
     return timings, stamp
+
+
+def _quantized_drafter(config: TimingConfig, prompt: EncodedPrompt):
+    """The drafter loaded again (a shape source builds the same weights) and quantized by
+    ``config.drafter_quant`` (``models.quantize.quantize``), checked by drafting one token."""
+    from edge_spec_ros.models.drafter import Drafter
+    from edge_spec_ros.models.quantize import quantize
+
+    again = load_pair(config.verifier, parts=("drafter",), drafter=config.drafter or None, dtype=config.dtype,
+                      device=config.device).drafter
+    drafter = Drafter(quantize(again.stack.model, config.drafter_quant, config.device))
+    drafter.draft(drafter.start(prompt), prompt.input_ids.tolist(), 1, GREEDY, PositionalRNG(0))
+    return drafter
 
 
 def summary_lines(timings: Timings, config: TimingConfig) -> Iterator[str]:
@@ -303,6 +362,13 @@ def command(args: argparse.Namespace) -> int:
     config = config_from(TimingConfig, args)
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {config.device}: no CUDA device is visible to torch {torch.__version__}")
+    if config.drafter_quant:
+        from edge_spec_ros.models.quantize import check_scheme
+
+        try:
+            check_scheme(config.drafter_quant, config.device)
+        except ValueError as exc:
+            raise UsageError(f"--drafter-quant: {exc}") from None
     if args.out:  # before minutes of measuring: an output that cannot be written fails now
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     timings, stamp = measure(config, lambda s: print(s, file=sys.stderr, flush=True))
