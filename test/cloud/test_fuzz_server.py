@@ -67,7 +67,9 @@ def test_fuzzed_requests_are_answered_and_never_crash_the_server(text_prompt):
         assert server.proc.poll() is None
         assert stats["frames_received"] >= sent and stats.get("internal_error", 0) == 0
         assert "Error.INTERNAL" not in replies
-        assert replies.get("Opened", 0) > 0 and replies.get("Error.MALFORMED", 0) > 0  # both sides exercised
+        # both sides exercised: valid Opens admitted (whether a session's Opened comes before a fuzzed Close
+        # of the same id cancels its prefill depends on the machine's load) and malformed frames refused
+        assert stats["sessions_opened"] > 0 and replies.get("Error.MALFORMED", 0) > 0
         # and a well-behaved robot still gets the verifier's own greedy tokens
         with VerifierClient(ClientConfig(endpoint=server.endpoint, reply_timeout_s=REPLY_S)) as client:
             sid, _ = client.open(Open(input_ids=ids))
