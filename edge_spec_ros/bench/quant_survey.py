@@ -5,7 +5,10 @@ float weights, quantized by the scheme) decodes every prompt by greedy speculati
 against the pair's own float verifier (``decoding.reference.speculative``). Reported per scheme:
 T_p, the drafter's time per drafted token (ms), the ratio to the
 float drafter's T_p, τ (tokens committed per round) and α (accepted / drafted), and whether every
-output equals the verifier's own greedy answer (it must: the verifier decides every token).
+output equals the verifier's own greedy answer (it must: the verifier decides every token). Every
+scheme decodes a prompt before the next prompt, so a load that comes and goes on the machine falls
+on all of them alike. The figures of torch.ao.quantization's dynamic int8, which this replaced, are
+in docs/quantization.md.
 
 Pairs: ``embedded`` (the shipped pair, ``load_pair()``; frames of the simulated room with a "find the
 <colour> <shape>" instruction) and ``smollm2`` (SmolLM2-135M converted locally, ``models/smollm2.py``;
@@ -102,18 +105,7 @@ def survey(name: str, drafter_model: torch.nn.Module, verifier: EarlyExitVerifie
 
 def cpu_schemes() -> dict:
     """Scheme name → model → quantized model, for every scheme that runs on the CPU."""
-    found = {name: (lambda m, n=name: quantize(m, n, "cpu")) for name in CPU_SCHEMES}
-    return {"none": found.pop("none"), "torch.ao-int8": _legacy_int8, **found}
-
-
-def _legacy_int8(model: torch.nn.Module) -> torch.nn.Module:
-    import warnings
-
-    from torch.ao.quantization import quantize_dynamic
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    return {name: (lambda m, n=name: quantize(m, n, "cpu")) for name in CPU_SCHEMES}
 
 
 def run(pairs: list[str], prompts: int, smollm2_prompts_n: int, max_new_tokens: int, draft_layers: int,

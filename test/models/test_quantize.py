@@ -96,3 +96,13 @@ def test_the_drafter_node_refuses_an_unknown_scheme():
     assert DrafterNodeConfig(quantize="int8-dynamic").quantize == "int8-dynamic"
     with pytest.raises(ValueError, match="unknown quantization scheme 'int8'.*int8-dynamic"):
         DrafterNodeConfig(quantize="int8")
+
+
+def test_the_survey_reports_every_cpu_scheme_against_the_float_drafter(target_model, verifier, prompts):
+    from edge_spec_ros.bench.quant_survey import cpu_schemes, survey, table
+
+    rows = survey("tiny", truncated_copy(target_model, 2), verifier, prompts[:1], cpu_schemes(), 8, (),
+                  log=lambda s: None)
+    assert [r.scheme for r in rows] == CPU_SCHEMES and rows[0].tp_ratio == 1.0
+    assert all(r.exact and r.tokens == 8 and r.tp_ms > 0 and r.tau >= 1 for r in rows)
+    assert table(rows).count("\n| tiny |") == len(CPU_SCHEMES)
