@@ -1,9 +1,9 @@
 """A drafter with fewer vocabulary rows than its verifier (as Qwen2-VL-2B's 151,936 to -7B's 152,064)
 and the two-token chi-square expectation for decodes that stop at an id only the verifier has.
 
-The drafter cannot embed an id it has no row for, so those ids are stop tokens here: a decode ends
-at one (kept in the output). The extra ids still carry the verifier's mass, so the residual over them
-is exercised; the drafter never has to read them back.
+Those ids are stop tokens in the decodes here: a decode ends at one (kept in the output), which keeps
+the two-token expectation simple. The extra ids still carry the verifier's mass, so the residual over
+them is exercised. (A drafter that reads one back embeds it as its last row: ``DecoderStack.embed``.)
 """
 
 from __future__ import annotations

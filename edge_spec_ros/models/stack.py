@@ -145,7 +145,7 @@ class DecoderStack:
         ids = torch.tensor([new], dtype=torch.long)  # (1, m')
         positions = (torch.arange(start, len(sequence)) + kv.rope_delta)[None, None, :].expand(3, 1, len(new))
         with torch.inference_mode():
-            embeds = self.text.embed_tokens(ids)
+            embeds = self.embed(ids)
             kv.tokens.extend(new)
             done = False
             try:
@@ -190,7 +190,7 @@ class DecoderStack:
         caches = [kv for kv, _, _ in items]
         batch_cache = _BatchCache(caches, [start for start, _, _ in plans], [len(new) for _, new, _ in plans], P)
         with torch.inference_mode():
-            embeds = self.text.embed_tokens(ids)
+            embeds = self.embed(ids)
             for (kv, _, _), (_, new, _) in zip(items, plans):
                 kv.tokens.extend(new)
             done = False
@@ -234,6 +234,16 @@ class DecoderStack:
         head = self.model.lm_head
         with torch.inference_mode():
             return Shortlist(ids, head.weight[ids], None if head.bias is None else head.bias[ids])
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings (..., d) of ``ids`` (...). An id past this model's rows, one only a larger
+        vocabulary has (a drafter's context holds the verifier's tokens: Qwen2-VL-7B has 152,064 rows
+        against the 2B's 151,936, both past the tokenizer's 151,657 ids), is embedded as the last row,
+        a padding row: it shapes only this model's own context, never the committed sequence."""
+        rows = self.text.embed_tokens.num_embeddings
+        if ids.numel() and int(ids.max()) >= rows:
+            ids = ids.clamp(max=rows - 1)
+        return self.text.embed_tokens(ids)
 
     def final_logits(self, kv: KVCache, sequence: list[int], first: int) -> torch.Tensor:
         """Logits (m, V) of the last layer for positions ``first ..`` of ``sequence``."""

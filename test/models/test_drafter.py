@@ -118,3 +118,17 @@ def test_self_drafter_is_the_verifiers_exit(target_model, prompts, tmp_path):
         Drafter.from_config(DrafterConfig(model=str(tmp_path / "model"), layers=3, adapters=str(tmp_path / "exits")))
     with pytest.raises(ValueError, match="keeps 1..5"):
         self_draft_model(target_model, 6)
+
+
+def test_a_drafter_with_fewer_rows_drafts_after_an_id_only_the_verifier_has(target_model, prompts):
+    """The verifier may commit an id past the drafter's rows (Qwen2-VL-7B's 152,064 against the 2B's
+    151,936): the drafter embeds it as its last row and drafts on; the context keeps the real id."""
+    from narrow_vocab import narrow_copy
+
+    rows = target_model.config.text_config.vocab_size - 8
+    drafter = Drafter(narrow_copy(target_model, rows))
+    kv = drafter.start(prompts[0])
+    prefix = prompts[0].input_ids.tolist() + [rows + 3]  # an id only the verifier has
+    draft = drafter.draft(kv, prefix, 3, SamplingConfig(1.0), PositionalRNG(0))
+    assert len(draft.tokens) == 3 and all(t < rows for t in draft.tokens) and draft.q.shape == (3, rows)
+    assert kv.tokens[len(prefix) - 1] == rows + 3
