@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU timing run of the deployment's shapes, in one command (docs/real_shapes.md, "GPU timing"):
 #
-#     scripts/gpu_timing.sh [OUT.json] [more options of python -m edge_spec_ros.bench.gpu_timing]
+#     scripts/gpu_timing.sh [OUT.json] [more options of edge-spec-ros bench gpu-timing]
 #
 # times, on one GPU, the Qwen2-VL-2B-shape drafter (bfloat16, and int4-weight when torchao is there) and the
 # full-depth Qwen2-VL-7B-shape verifier with its 27 exits in bfloat16, both with the published 32-block
@@ -11,7 +11,8 @@
 # OUT.json` reads, and prints a summary. Options after OUT override the defaults below (the tests run it
 # on the CPU with --device cpu --dtype float32 and reduced depth). The run is stopped after
 # GPU_TIMING_TIMEOUT_S seconds (default 480). PYTHON picks the interpreter (default: .venv/bin/python
-# where there is one, else python3).
+# where there is one, else python3). It calls the command's function, edge_spec_ros.bench.gpu_timing.main,
+# rather than the edge-spec-ros command line, whose bench needs ZeroMQ and rosbags (a GPU image may lack them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,8 +34,9 @@ if ! "$python" -c "import torchao" >/dev/null 2>&1; then
     quant=()
 fi
 
+run='import sys; from edge_spec_ros.bench.gpu_timing import main; sys.exit(main(sys.argv[1:]))'
 status=0
-timeout "$limit" "$python" -m edge_spec_ros.bench.gpu_timing \
+timeout "$limit" "$python" -c "$run" \
     --verifier qwen2-vl-7b-shape:vision_layers=32 --drafter qwen2-vl-2b-shape:vision_layers=32 \
     --dtype bfloat16 --device cuda \
     --gammas 2,4,8 --gamma 4 --batch-sizes 1,4,16,32 --repeats 10 --warmup 2 ${quant[@]+"${quant[@]}"} \

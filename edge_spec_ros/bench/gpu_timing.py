@@ -9,12 +9,13 @@ it runs on. With the real-shape sources (``models/real_shapes.py``: the publishe
 weights, nothing downloaded) it times the deployment's sizes on one GPU; ``scripts/gpu_timing.sh`` is
 that run under a timeout of 8 minutes (docs/real_shapes.md, "GPU timing", with the figures to expect)::
 
-    python3 -m edge_spec_ros.bench.gpu_timing --verifier qwen2-vl-7b-shape:vision_layers=32 \
+    edge-spec-ros bench gpu-timing --verifier qwen2-vl-7b-shape:vision_layers=32 \
         --drafter qwen2-vl-2b-shape:vision_layers=32 --dtype bfloat16 --device cuda \
         --drafter-quant int4-weight --out artifacts/gpu_timing_profile.json
 
-(``edge-spec-ros bench gpu-timing`` takes the same options; the module form needs neither ZeroMQ nor
-rosbags, which the GPU image lacks.) Per measured round, and as medians, it writes:
+(the script calls ``main`` with these options: it needs neither ZeroMQ nor rosbags, which the command
+line's ``bench`` imports and a GPU image with PyTorch may lack). Per measured round, and as medians, it
+writes:
 
 - the prefill of each model (the verifier's and each drafter variant's; image + prompt);
 - per γ of ``gammas`` (default 2, 4, 8) and per drafter variant (``dtype``, and ``drafter_quant``'s
@@ -382,8 +383,9 @@ def command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m edge_spec_ros.bench.gpu_timing``: the command without the CLI's other imports."""
-    parser = argparse.ArgumentParser(prog="python -m edge_spec_ros.bench.gpu_timing",
+    """The command without the command line's other imports (``scripts/gpu_timing.sh`` calls it: the
+    CLI's ``bench`` needs ZeroMQ and rosbags, which a GPU image with PyTorch may lack)."""
+    parser = argparse.ArgumentParser(prog="edge-spec-ros bench gpu-timing",
                                      description="real compute times of a drafter and an early-exit verifier, "
                                                  "for bench --profile FILE")
     add_arguments(parser)
@@ -392,7 +394,3 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

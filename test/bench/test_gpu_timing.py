@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -78,13 +77,17 @@ def test_times_every_gamma_and_batch_size_and_writes_the_profile_figures(tmp_pat
     assert "T_q" in printed and "B = 2" in printed and "γ = 3" in printed
 
 
-def script_command(out: Path) -> list[str]:
-    """The options ``scripts/gpu_timing.sh OUT`` gives ``python -m edge_spec_ros.bench.gpu_timing``: the script
-    run with ``echo`` as its interpreter (its timeout, output directory and environment as on the GPU)."""
-    done = run_script(str(out), env={"PYTHON": "echo"}, timeout=30)
+def script_command(out: Path, tmp_path: Path) -> list[str]:
+    """The options ``scripts/gpu_timing.sh OUT`` gives ``bench.gpu_timing.main``: the script run with an
+    interpreter that prints its arguments (its timeout, output directory and environment as on the GPU;
+    its torchao check passes)."""
+    stub = tmp_path / "print_args"
+    stub.write_text('#!/bin/sh\nfor a in "$@"; do printf \'%s\\0\' "$a"; done\n')
+    stub.chmod(0o755)
+    done = run_script(str(out), env={"PYTHON": str(stub)}, timeout=30)
     assert done.returncode == 0, done.stderr
-    argv = shlex.split(done.stdout)
-    assert argv[:2] == ["-m", "edge_spec_ros.bench.gpu_timing"] and out.parent.is_dir()
+    argv = done.stdout.split("\0")[:-1]
+    assert argv[0] == "-c" and "from edge_spec_ros.bench.gpu_timing import main" in argv[1] and out.parent.is_dir()
     return argv[2:]
 
 
@@ -94,7 +97,7 @@ def test_the_gpu_script_runs_the_full_depth_shapes_in_bfloat16_on_cuda(tmp_path,
     the issue's γ and batch sizes, int4 for the second drafter, the output directory made, the 8-minute
     timeout."""
     out = tmp_path / "deep" / "profile.json"
-    argv = script_command(out)
+    argv = script_command(out, tmp_path)
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(argv)
@@ -114,8 +117,8 @@ def test_the_gpu_scripts_command_on_the_cpu_writes_a_profile_bench_reads(tmp_pat
     process: the shipped pair, since the real shapes even at reduced depth take a minute to build here
     and a new interpreter 10-20 s to import torch and transformers (both in the slow test below)."""
     out = tmp_path / "profile.json"
-    argv = script_command(out) + [*CPU, "--verifier", "embedded", "--drafter", "", "--repeats", "1", "--warmup",
-                                  "0", "--batch-sizes", "1,4"]
+    argv = script_command(out, tmp_path) + [*CPU, "--verifier", "embedded", "--drafter", "", "--repeats", "1",
+                                            "--warmup", "0", "--batch-sizes", "1,4"]
     assert timing_main(argv) == 0
     report = read(out)
     check_report(report, gammas=[2, 4, 8], gamma=4, batch_sizes=[1, 4], exits=report["stamp"]["exits"])
@@ -127,8 +130,8 @@ def test_the_gpu_scripts_command_on_the_cpu_writes_a_profile_bench_reads(tmp_pat
 @pytest.mark.slow
 def test_the_gpu_script_on_the_cpu_with_the_real_shapes_at_reduced_depth(tmp_path):
     """The script itself, in a new interpreter, at the real widths and vocabularies (7B-shape verifier at 2
-    layers with its 1 exit, 2B-shape drafter at 1 layer), float32 on the CPU: about a minute and a peak
-    RSS of 9 GiB here."""
+    layers with its 1 exit, 2B-shape drafter at 1 layer), float32 on the CPU, the drafter again quantized with
+    int8-weight: about 95 s and a peak RSS of 10.6 GiB here."""
     out = tmp_path / "profile.json"
     done = run_script(str(out), *CPU, "--verifier", "qwen2-vl-7b-shape:layers=2", "--drafter",
                       "qwen2-vl-2b-shape:layers=1", "--repeats", "1", "--warmup", "0", "--gammas", "2",
