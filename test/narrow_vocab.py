@@ -3,7 +3,7 @@ and the two-token chi-square expectation for decodes that stop at an id only the
 
 Those ids are stop tokens in the decodes here: a decode ends at one (kept in the output), which keeps
 the two-token expectation simple. The extra ids still carry the verifier's mass, so the residual over
-them is exercised. (A drafter that reads one back embeds it as its last row: ``DecoderStack.embed``.)
+them is exercised. (A drafter that reads one back embeds it as its last row: ``DecoderStack.known``.)
 """
 
 from __future__ import annotations

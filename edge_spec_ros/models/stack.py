@@ -142,10 +142,10 @@ class DecoderStack:
         start = min(common_prefix(kv.tokens, sequence), first)
         kv.truncate(start)
         new = sequence[start:]
-        ids = torch.tensor([new], dtype=torch.long)  # (1, m')
+        ids = torch.tensor([self.known(new)], dtype=torch.long)  # (1, m')
         positions = (torch.arange(start, len(sequence)) + kv.rope_delta)[None, None, :].expand(3, 1, len(new))
         with torch.inference_mode():
-            embeds = self.embed(ids)
+            embeds = self.text.embed_tokens(ids)
             kv.tokens.extend(new)
             done = False
             try:
@@ -183,14 +183,14 @@ class DecoderStack:
         mask = torch.zeros((B, 1, M, P + M), dtype=torch.bool)
         causal = torch.ones((M, M), dtype=torch.bool).tril()
         for b, ((kv, _, _), (start, new, _)) in enumerate(zip(items, plans)):
-            ids[b, : len(new)] = torch.tensor(new, dtype=torch.long)
+            ids[b, : len(new)] = torch.tensor(self.known(new), dtype=torch.long)
             positions[:, b, : len(new)] = torch.arange(start, start + len(new)) + kv.rope_delta
             mask[b, 0, :, :start] = True
             mask[b, 0, :, P:] = causal  # padded query rows see only positions of this row: finite, unused
         caches = [kv for kv, _, _ in items]
         batch_cache = _BatchCache(caches, [start for start, _, _ in plans], [len(new) for _, new, _ in plans], P)
         with torch.inference_mode():
-            embeds = self.embed(ids)
+            embeds = self.text.embed_tokens(ids)
             for (kv, _, _), (_, new, _) in zip(items, plans):
                 kv.tokens.extend(new)
             done = False
@@ -235,15 +235,14 @@ class DecoderStack:
         with torch.inference_mode():
             return Shortlist(ids, head.weight[ids], None if head.bias is None else head.bias[ids])
 
-    def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """Token embeddings (..., d) of ``ids`` (...). An id past this model's rows, one only a larger
-        vocabulary has (a drafter's context holds the verifier's tokens: Qwen2-VL-7B has 152,064 rows
-        against the 2B's 151,936, both past the tokenizer's 151,657 ids), is embedded as the last row,
-        a padding row: it shapes only this model's own context, never the committed sequence."""
+    def known(self, tokens: list[int]) -> list[int]:
+        """``tokens`` with each id past this model's rows, one only a larger vocabulary has (a drafter's
+        context holds the verifier's tokens: Qwen2-VL-7B has 152,064 rows against the 2B's 151,936, both
+        past the tokenizer's 151,657 ids), replaced by the last row, a padding row: it shapes only this
+        model's own context, never the committed sequence (the cache keeps the real ids). Checked on the
+        list, before any tensor exists: no device round trip per forward."""
         rows = self.text.embed_tokens.num_embeddings
-        if ids.numel() and int(ids.max()) >= rows:
-            ids = ids.clamp(max=rows - 1)
-        return self.text.embed_tokens(ids)
+        return tokens if not tokens or max(tokens) < rows else [min(t, rows - 1) for t in tokens]
 
     def final_logits(self, kv: KVCache, sequence: list[int], first: int) -> torch.Tensor:
         """Logits (m, V) of the last layer for positions ``first ..`` of ``sequence``."""
