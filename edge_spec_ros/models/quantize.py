@@ -10,7 +10,7 @@ A scheme is named by the drafter node's ``quantize`` parameter and ``DrafterConf
   tinygemm kernel (``Int4WeightOnlyConfig``, tile-packed; CUDA of compute capability >= 8.0, as a
   Jetson Orin's; the model in bfloat16). torchao 0.18 has no CPU int4 layout: the CPU refuses it.
 
-Which one a robot should use: docs/quantization.md (measured by ``python -m edge_spec_ros.bench.quant_survey``).
+Which one a robot should use: docs/quantization.md (measured by ``edge-spec-ros bench quant-survey``).
 Quantization changes the drafter's q, never the verdict's exactness: the verifier decides every token.
 """
 
