@@ -106,3 +106,16 @@ def test_the_survey_reports_every_cpu_scheme_against_the_float_drafter(target_mo
     assert [r.scheme for r in rows] == CPU_SCHEMES and rows[0].tp_ratio == 1.0
     assert all(r.exact and r.tokens == 8 and r.tp_ms > 0 and r.tau >= 1 for r in rows)
     assert table(rows).count("\n| tiny |") == len(CPU_SCHEMES)
+
+
+def test_loading_a_model_logs_nothing_of_torchao_s_cuda_kernels():
+    """transformers imports torchao whenever it is installed; under a CPU torch torchao's CUDA kernels do
+    not load and it says so, and torch warns of torchao's enums (edge_spec_ros/__init__.py drops exactly
+    those records): a node's log opens with neither."""
+    import subprocess
+    import sys
+
+    code = "from edge_spec_ros.models.pairs import load_pair; load_pair(parts=('drafter',))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Failed to load" not in done.stderr and "Enum subclass" not in done.stderr, done.stderr
