@@ -5,19 +5,3 @@
 # span every edge_spec_ros directory on sys.path.
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
-
-def _quiet_import_noise() -> None:
-    """torchao (the drafter's quantization, models/quantize.py), which transformers imports whenever it
-    is installed, warns at import that its CUDA kernels do not load under a CPU build of torch, and
-    torch that torchao registers two enums the old way. Neither matters to a decision, and a node's log
-    should not open with them: those records only are dropped (logging, no torch import here)."""
-    import logging
-
-    def drop(logger: str, *needles: str) -> None:
-        logging.getLogger(logger).addFilter(lambda r: not any(n in r.getMessage() for n in needles))
-
-    drop("torchao", "Failed to load")  # an unloadable _C_*.so (CUDA kernels) under a CPU torch
-    drop("torch.utils._pytree", "is an Enum subclass and is now natively supported")
-
-
-_quiet_import_noise()

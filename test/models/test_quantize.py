@@ -108,14 +108,14 @@ def test_the_survey_reports_every_cpu_scheme_against_the_float_drafter(target_mo
     assert table(rows).count("\n| tiny |") == len(CPU_SCHEMES)
 
 
-def test_loading_a_model_logs_nothing_of_torchao_s_cuda_kernels():
+def test_loading_a_model_logs_nothing_of_torchao_s_cuda_kernels(tmp_path):
     """transformers imports torchao whenever it is installed; under a CPU torch torchao's CUDA kernels do
-    not load and it says so, and torch warns of torchao's enums (edge_spec_ros/__init__.py drops exactly
-    those records): a node's log opens with neither."""
+    not load and it says so, and torch warns of torchao's enums (edge_spec_ros/models/__init__.py drops
+    exactly those records): a node's log opens with neither. Run outside the source tree, as a node is."""
     import subprocess
     import sys
 
     code = "from edge_spec_ros.models.pairs import load_pair; load_pair(parts=('drafter',))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "Failed to load" not in done.stderr and "Enum subclass" not in done.stderr, done.stderr
