@@ -4,4 +4,3 @@
 # directory than this source tree (the development virtual environment does so); let the package
 # span every edge_spec_ros directory on sys.path.
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
-
