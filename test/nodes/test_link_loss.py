@@ -14,14 +14,13 @@ noticed and the robot stood about 92 s before its cycle ended."""
 
 from __future__ import annotations
 
-import sys
 import time
 
 from action_msgs.msg import GoalStatus
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 
 from rosharness import drafter_matched_instruction, navigate_matched_instruction, node_command, process, wait_for
-from test_navigate import MOVE, STACK, Stack, moving, stack_params
+from test_navigate import MOVE, Stack, moving, navigate_stack
 from edge_spec_ros.action import Navigate
 from edge_spec_ros.msg import BridgeStatus, NavAction as NavActionMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
@@ -37,7 +36,6 @@ DECIDE_S = 90.0
 def test_a_lost_verifier_ends_the_decision_and_the_motion_with_the_reason(ros, tmp_path):
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     serve = ("--bind", endpoint, "--emulate-tq-s", TQ_S)
-    params = stack_params(tmp_path, endpoint)
     s = Stack(ros, tmp_path)
     status: list[tuple[float, BridgeStatus]] = []
     ros.node.create_subscription(BridgeStatus, "edge_spec/bridge_status",
@@ -45,7 +43,7 @@ def test_a_lost_verifier_ends_the_decision_and_the_motion_with_the_reason(ros, t
     link: list[tuple[float, DiagnosticStatus]] = []
     ros.node.create_subscription(DiagnosticArray, "/diagnostics", lambda a: link.extend(
         (time.monotonic(), st) for st in a.status if st.hardware_id == endpoint), 10)
-    stack_cmd = [sys.executable, "-c", STACK, "--ros-args", "--params-file", str(params)]
+    stack_cmd = navigate_stack(tmp_path, endpoint)
     navigate_cmd = node_command("navigate_node", "-p", "progress_timeout_s:=120.0")
 
     def heard_loss() -> int:  # the action node's log lines on a LINK_LOST so far

@@ -33,6 +33,14 @@ UP_S = 90.0
 DECIDE_S = 60.0
 
 
+def navigate_stack(log_dir: Path, endpoint: str) -> list[str]:
+    """The stack process of these tests (test_link_loss.py's too): timed motions (no odometry without
+    the sim), slow enough to be cancelled on the way."""
+    return stack_command(stack_params(log_dir, endpoint, bridge={"diagnostics_period_s": 0.25},
+                                      drafter={"mode": "fsd", "predraft_threads": 1, "torch_threads": 1},
+                                      action={"odom_topic": "", "cruise_linear_speed": 0.15}))
+
+
 class Stack:
     """The processes, and what the test process hears of them."""
 
@@ -82,12 +90,8 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(ros, server_endpoint, tmp_path_factory):
     logs = tmp_path_factory.mktemp("navigate")
-    # timed motions (no odometry without the sim), slow enough to be cancelled on the way
-    params = stack_params(logs, server_endpoint, bridge={"diagnostics_period_s": 0.25},
-                          drafter={"mode": "fsd", "predraft_threads": 1, "torch_threads": 1},
-                          action={"odom_topic": "", "cruise_linear_speed": 0.15})
     s = Stack(ros, logs)
-    stack_cmd = stack_command(params)
+    stack_cmd = navigate_stack(logs, server_endpoint)
     navigate_cmd = node_command("navigate_node", "-p", "progress_timeout_s:=60.0")
     with process(stack_cmd, logs / "stack.log") as robot, process(navigate_cmd, logs / "navigate.log") as nav:
         wait_for(lambda: s.navigate.server_is_ready() and s.describe.service_is_ready()
