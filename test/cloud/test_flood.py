@@ -24,7 +24,7 @@ from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Open, Opened
 import hostile_peers
 
 FLOOD_COUNT = 10_000  # frame sets of each malformed kind
-ANSWER_BOUND_S = 1.0
+ANSWER_BOUND_S = 2.0  # 1.17 s seen with two test suites (four workers) on the 2 cores; a starved server: never
 EXIT_BOUND_S = 2.0
 CLIENT_TIMEOUT_S = 10.0  # a failing server fails the test instead of hanging it
 FLOOD_TIMEOUT_S = 240.0
