@@ -250,6 +250,9 @@ class LookupDrafter(Drafter):
     def start(self, prompt: EncodedPrompt) -> KVCache:
         return self.model.start(prompt) if self.model is not None else KVCache(None, [], 0, floor=0)
 
+    def catch_up(self, kv: KVCache, seq: list[int]) -> bool:
+        return self.model is not None and self.model.catch_up(kv, seq)
+
     def draft(self, kv: KVCache, prefix: list[int], gamma: int, sampling: SamplingConfig, rng: PositionalRNG,
               min_step_s: float = 0.0, cancelled: Callable[[], bool] | None = None,
               distribution: DraftDistribution | None = None, truncate: Callable[[], bool] | None = None) -> Draft:

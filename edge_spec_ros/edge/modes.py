@@ -67,7 +67,7 @@ from edge_spec_ros.decoding.reference import DecodeResult, append_until_stop
 from edge_spec_ros.edge.config import EdgeConfig
 from edge_spec_ros.edge.constrained import DecisionMasks, GrammarDrafter
 from edge_spec_ros.edge.decision import CloudFallback, CloudTokens, DecisionState, NewRound
-from edge_spec_ros.edge.draft_sources import DraftChain, FreshDraft, PreDraftCache
+from edge_spec_ros.edge.draft_sources import DraftChain, FreshDraft, PreDraftCache, SourcedDraft
 from edge_spec_ros.edge.first_block import Opening, first_gamma, observed_open_times
 from edge_spec_ros.edge.gamma import GammaPolicy, RoundTiming
 from edge_spec_ros.edge.long_lived import LongLivedParts
@@ -77,7 +77,7 @@ from edge_spec_ros.edge.registry import MODES, REGISTRY, Mode, get_mode
 from edge_spec_ros.edge.round_link import RoundLink, verdict_tokens
 from edge_spec_ros.models.drafter import Draft, Drafter
 from edge_spec_ros.models.grammar import GrammarBook
-from edge_spec_ros.models.kv_cache import KVCache, common_prefix
+from edge_spec_ros.models.kv_cache import KVCache
 from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.spec.pipeline import OpenTimes
 from edge_spec_ros.spec.sampling import PositionalRNG
@@ -270,19 +270,15 @@ class EdgeDecoder:
                         policy: GammaPolicy) -> float:
         """Bring the drafter's cache up to the committed sequence before a speculative round: the
         prompt's prefill when none ran yet (a decision AS² hands to the cloud at once never pays it),
-        and the tokens cloud-only chunks emitted since the drafter last drafted (all but the last, which
-        the round's first draft step feeds). Returns the time it took: a cost of starting or resuming
+        and the tokens cloud-only chunks emitted since the drafter last drafted (``Drafter.catch_up``;
+        only these two leave it behind). Returns the time it took: a cost of starting or resuming
         speculation, not of the round (AS² prices rounds by their wall time); after cloud-only chunks
         the policy hears it as the cost of resuming (``observe_resume``)."""
         start = time.perf_counter()
         prefill = state.kv is None
         if prefill:
             state.kv = self._draft_prefill(prompt, stats)
-        stack = self.drafter.stack
-        behind = stack is not None and len(state.seq) - 1 - common_prefix(state.kv.tokens, state.seq) > 1
-        if behind:
-            for _ in stack.run(state.kv, state.seq[:-1], len(state.seq) - 2):
-                pass
+        behind = (prefill or stats.cloud_fallback) and self.drafter.catch_up(state.kv, state.seq)
         if not (prefill or behind):
             return 0.0
         took = time.perf_counter() - start
@@ -334,28 +330,17 @@ class EdgeDecoder:
         source that has one (``edge.draft_sources``), send it, the verdict (``edge.pipeline``: a
         pipelined round drafts ahead meanwhile), commit its tokens, settle the next round's draft. A first
         block sent with the Open (``opening.first``) is round 0's, on the link already."""
-        d = self.config.decode
-        sid, link = opening.sid, opening.link
-        state = DecisionState(prompt.input_ids.tolist(), d, stats, t0,
+        link = opening.link
+        state = DecisionState(prompt.input_ids.tolist(), self.config.decode, stats, t0,
                               partial(self._round_parts, spec, link, rng, predrafter, stats))
-        if opening.first is not None:
-            state.kv = opening.first.kv
-            state.sources.preset(opening.first)
-        # a first block keeps its γ₀; what is drafted while it is verified (PicoSpec's next block, FSD's
-        # pre-drafts) takes round 0's γ, which the block drafted ahead then carries on: the policy's answer
-        # at the opening (asked once), or a fixed policy's γ
-        gamma = d.gamma
-        if opening.first is not None:
-            asked = policy.gamma(state.remaining) if opening.round_gamma is None else opening.round_gamma
-            gamma = asked or opening.first.draft.gamma
-        fallback = CloudFallback(policy, partial(self._cloud_ar, sid, stats, t0))
-        for _ in range(d.max_new_tokens + 1):
+        gamma = self._opening_gamma(opening, state, policy)
+        fallback = CloudFallback(policy, partial(self._cloud_ar, opening.sid, stats, t0))
+        for _ in range(self.config.decode.max_new_tokens + 1):
             if not state.sources.in_flight:  # a block on the link already keeps the γ it was drafted with
                 gamma = fallback.gamma(state)
                 if gamma is None:  # the cloud's chunks finished the decision
                     return state.out
-            if not state.sources.in_flight:  # after cloud-only chunks: a switch's cost, not the round's
-                state.mark += self._resume_drafter(state, prompt, stats, policy)
+                state.mark += self._resume_drafter(state, prompt, stats, policy)  # a switch's cost, not the round's
             block = state.sources.draft(state.number, state.kv, state.seq, gamma, state.resampled)
             sent = block.sent_at if block.sent_at is not None else \
                 link.send(state.number, block.draft, state.resampled)
@@ -363,16 +348,9 @@ class EdgeDecoder:
             state.sources.begin_round(state.number, state.seq, state.kv, gamma)
             round_ = state.new_round(state.number)
             final = round_.verdict(state.seq, state.kv, draft, gamma)
-            round_trip = time.perf_counter() - sent
             # the first block's round trip waited for the prefill, and its drafting overlapped the Open: neither
             # its round trip nor its wall time is what a round costs
-            measured = block is not opening.first
-            record_round(stats, draft, final, round_trip, measured)
-            tokens = verdict_tokens(final, draft, rng, self.drafter.stack.vocab_size)
-            now = time.perf_counter()
-            policy.observe(RoundTiming(final.accepted, draft.gamma, block.t_token_s, round_trip, final.compute_s,
-                                       link.sent_bytes(state.number), wall_s=now - state.mark if measured else None,
-                                       emitted=len(tokens), link_measured=measured))
+            tokens, now = self._observe(state, block, final, sent, block is not opening.first, link, rng, policy)
             if state.commit(tokens, now, tokens[-1] if final.resample else -1):  # DSSD: the next block tells it
                 return state.out
             settled = round_.settle(draft, final, tokens)
@@ -380,6 +358,31 @@ class EdgeDecoder:
             state.sources.after_verdict(settled.ahead, tokens)
             state.number = settled.next_number
         raise VerifierError(0, "decode did not finish within its token budget")  # unreachable
+
+    def _opening_gamma(self, opening: Opening, state: DecisionState, policy: GammaPolicy) -> int:
+        """Round 0's γ. A first block keeps its γ₀; what is drafted while it is verified (PicoSpec's next
+        block, FSD's pre-drafts) takes round 0's γ, which the block drafted ahead then carries on: the
+        policy's answer at the opening (asked once), or a fixed policy's γ. Without a first block the
+        loop asks the policy itself."""
+        if opening.first is None:
+            return self.config.decode.gamma
+        state.kv = opening.first.kv
+        state.sources.preset(opening.first)
+        asked = policy.gamma(state.remaining) if opening.round_gamma is None else opening.round_gamma
+        return asked or opening.first.draft.gamma
+
+    def _observe(self, state: DecisionState, block: SourcedDraft, final: ExitResult, sent: float, measured: bool,
+                 link: RoundLink, rng: PositionalRNG, policy: GammaPolicy) -> tuple[tuple[int, ...], float]:
+        """A verdict's tokens and when they came, the round recorded (``record_round``) and told to the γ
+        policy; ``measured``: whether its round trip and wall time are what a round costs."""
+        round_trip = time.perf_counter() - sent
+        record_round(state.stats, block.draft, final, round_trip, measured)
+        tokens = verdict_tokens(final, block.draft, rng, self.drafter.stack.vocab_size)
+        now = time.perf_counter()
+        policy.observe(RoundTiming(final.accepted, block.draft.gamma, block.t_token_s, round_trip, final.compute_s,
+                                   link.sent_bytes(state.number), wall_s=now - state.mark if measured else None,
+                                   emitted=len(tokens), link_measured=measured))
+        return tokens, now
 
     def _round_parts(self, spec: Mode, link: RoundLink, rng: PositionalRNG, predrafter: PreDrafter | None,
                      stats: DecodeStats, number: int) -> tuple[DraftChain, NewRound]:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from transformers import Qwen2VLForConditionalGeneration
 
-from edge_spec_ros.models.kv_cache import KVCache
+from edge_spec_ros.models.kv_cache import KVCache, common_prefix
 from edge_spec_ros.models.loading import load_qwen2vl
 from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.models.quantize import quantize as quantize_model
@@ -140,6 +140,15 @@ class Drafter:
 
     def start(self, prompt: EncodedPrompt) -> KVCache:
         return self.stack.prefill(prompt)
+
+    def catch_up(self, kv: KVCache, seq: list[int]) -> bool:
+        """Extend ``kv`` over ``seq`` but its last token (the next draft step feeds that one) where it lags
+        further: after tokens the drafter did not draft (AS²'s cloud-only chunks). True when it ran."""
+        if len(seq) - 1 - common_prefix(kv.tokens, seq) <= 1:
+            return False
+        for _ in self.stack.run(kv, seq[:-1], len(seq) - 2):
+            pass
+        return True
 
     def draft(self, kv: KVCache, prefix: list[int], gamma: int, sampling: SamplingConfig,
               rng: PositionalRNG, min_step_s: float = 0.0,

@@ -74,6 +74,21 @@ def test_rolled_back_cache_drafts_like_a_fresh_one(drafter, prompts):
     torch.testing.assert_close(reused.q, fresh.q, atol=1e-5, rtol=0)
 
 
+def test_catch_up_extends_the_cache_to_all_but_the_last_token_and_drafts_the_same(drafter, prompts):
+    """After tokens the drafter did not draft (AS²'s cloud-only chunks) ``catch_up`` fills its cache up to
+    the last one; a cache one token behind, or level, is left to the draft step."""
+    prompt = prompts[1]
+    rng = PositionalRNG(2)
+    seq = prompt.input_ids.tolist() + [30, 31, 32, 33]
+    kv = drafter.start(prompt)
+    assert drafter.catch_up(kv, seq) and kv.tokens == seq[:-1]
+    assert not drafter.catch_up(kv, seq) and not drafter.catch_up(kv, seq + [34])
+    caught = drafter.draft(kv, seq, 4, T, rng)
+    fresh = drafter.draft(drafter.start(prompt), seq, 4, T, rng)
+    assert caught.tokens == fresh.tokens
+    torch.testing.assert_close(caught.q, fresh.q, atol=1e-5, rtol=0)
+
+
 def test_int8_quantized_drafter(target_model, prompts):
     quantized = Drafter(truncated_copy(target_model, 3), quantize="int8-dynamic")
     weights = {type(m.weight.data).__name__ for m in quantized.stack.model.modules() if isinstance(m, nn.Linear)}
