@@ -60,7 +60,7 @@ from edge_spec_ros.camera.synthetic import synthetic_camera_image
 from edge_spec_ros.config_cli import UsageError, add_config, config_from, doc
 from edge_spec_ros.models.pairs import load_pair
 from edge_spec_ros.models.prompt import EncodedPrompt
-from edge_spec_ros.models.verifier import EarlyExitVerifier
+from edge_spec_ros.models.verifier import BlockForward, EarlyExitVerifier, ExitLogits
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig
 
 INSTRUCTION = "find the silver bottle"
@@ -125,17 +125,17 @@ class Timings:
     rounds: list[dict] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class _Block:
-    """What ``verify_batch`` reads of a session's admitted block (``cloud.session.VerifyPlan``'s fields):
-    the forward over ``sequence`` from ``first`` on ``kv``, every exit computed over the whole vocabulary."""
+@dataclass
+class _TimedJob:
+    """A block for the batched forward (``cloud.batching.BatchJob``) whose verdicts are not needed here."""
 
-    kv: object
-    sequence: list[int]
-    first: int
-    exits: frozenset[int]
-    want_exits: bool = True
-    shortlist: None = None
+    forward: BlockForward
+
+    def begin(self) -> BlockForward:
+        return self.forward
+
+    def exit(self, out: ExitLogits) -> None:
+        pass
 
 
 def _clock(device: str) -> Callable[[], float]:
@@ -177,27 +177,23 @@ def _verify_batched(verifier: EarlyExitVerifier, kv, sequence: list[int], first:
     """``sessions`` copies of one block (each its own KV cache, forked from the prompt's) verified in one
     batched forward (``batch_runner``); seconds for the whole batch."""
     exits = frozenset(verifier.exit_layers)
-    blocks = [_Block(kv.fork(kv.floor), sequence, first, exits) for _ in range(sessions)]
+    blocks = [BlockForward(kv.fork(kv.floor), sequence, first, exits) for _ in range(sessions)]
     run, _ = batch_runner()
     t0 = now()
     run(verifier, blocks)
     return now() - t0
 
 
-def _server_batch(verifier: EarlyExitVerifier, blocks: list[_Block]) -> None:
-    """The blocks as the batched server runs them: ``cloud.batching.verify_batch`` over one ``VerifyJob``
-    per block (whose verdicts are not needed here)."""
+def _server_batch(verifier: EarlyExitVerifier, blocks: list[BlockForward]) -> None:
+    """The blocks as the batched server runs them: ``cloud.batching.verify_batch``, one job per block."""
     from edge_spec_ros.cloud.batching import verify_batch
-    from edge_spec_ros.cloud.session import VerifyJob
 
-    jobs = [VerifyJob(begin=lambda block=block: block, verify_exit=lambda plan, tally, out: None,
-                      forward=lambda plan: iter(())) for block in blocks]
-    failed = [e for e in verify_batch(verifier, jobs) if e is not None]
+    failed = [e for e in verify_batch(verifier, [_TimedJob(block) for block in blocks]) if e is not None]
     if failed:
         raise RuntimeError(f"batched verification of {len(blocks)} blocks failed: {failed[0]!r}") from failed[0]
 
 
-def _stack_batch(verifier: EarlyExitVerifier, blocks: list[_Block]) -> None:
+def _stack_batch(verifier: EarlyExitVerifier, blocks: list[BlockForward]) -> None:
     """The same forward without the server's job bookkeeping: ``DecoderStack.run_batch`` and, per block,
     each exit's head and the final one, as ``verify_batch`` computes them."""
     L = verifier.num_layers
@@ -209,7 +205,7 @@ def _stack_batch(verifier: EarlyExitVerifier, blocks: list[_Block]) -> None:
                 verifier.exit_logits(out.layer, out.hidden)
 
 
-def batch_runner() -> tuple[Callable[[EarlyExitVerifier, list[_Block]], None], str]:
+def batch_runner() -> tuple[Callable[[EarlyExitVerifier, list[BlockForward]], None], str]:
     """The batched server's own code (``cloud.batching.verify_batch``) and its name, or, where that cannot
     be imported (the wire codec's lz4, which a bare GPU image may lack), the same forward without the
     job bookkeeping (``_stack_batch``) and why."""

@@ -21,16 +21,27 @@ Legend: γ — draft length; L — final layer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from edge_spec_ros.cloud.session import VerifyJob
-from edge_spec_ros.models.verifier import EarlyExitVerifier, ExitLogits
+from edge_spec_ros.models.verifier import BlockForward, EarlyExitVerifier, ExitLogits
 
 DEFAULT_MAX_BATCH = 8
 
 
+class BatchJob(Protocol):
+    """What a batch runs (``VerifyJob`` is one): ``begin`` admits the block and names its forward (None:
+    nothing to compute), ``exit`` takes each exit's logits over the block's rows, in layer order."""
+
+    def begin(self) -> BlockForward | None: ...
+
+    def exit(self, out: ExitLogits) -> None: ...
+
+
 @dataclass
 class _Entry:
-    job: VerifyJob
+    job: BatchJob
+    forward: BlockForward | None = None
     error: BaseException | None = None
 
 
@@ -39,7 +50,7 @@ def batchable(job: object) -> bool:
     return isinstance(job, VerifyJob) and not job.spent
 
 
-def verify_batch(verifier: EarlyExitVerifier, jobs: list[VerifyJob]) -> list[BaseException | None]:
+def verify_batch(verifier: EarlyExitVerifier, jobs: list[BatchJob]) -> list[BaseException | None]:
     """Run ``jobs`` (different sessions' whole blocks) with one forward of the verifier per layer; per
     job, None or the exception its session's work raised (the server answers it as it would a solo
     job's). A job whose admission checks fail is left out of the forward; a job that fails part-way
@@ -47,23 +58,23 @@ def verify_batch(verifier: EarlyExitVerifier, jobs: list[VerifyJob]) -> list[Bas
     entries = [_Entry(job) for job in jobs]
     for entry in entries:
         try:
-            entry.job.begin()
+            entry.forward = entry.job.begin()
         except Exception as exc:  # noqa: BLE001 - handed back to the scheduler, per session
             entry.error = exc
-    live = [e for e in entries if e.job.plan is not None and e.error is None]
+    live = [e for e in entries if e.forward is not None and e.error is None]
     if not live:
         return [e.error for e in entries]
     L = verifier.num_layers
-    items = [(e.job.plan.kv, e.job.plan.sequence, e.job.plan.first) for e in live]
+    items = [(e.forward.kv, e.forward.sequence, e.forward.first) for e in live]
     for outputs in verifier.stack.run_batch(items):
         for entry, out in zip(live, outputs):
-            plan = entry.job.plan
+            forward = entry.forward
             if entry.error is not None:
                 continue
             if out.layer == L:
                 logits = ExitLogits(L, verifier.stack.logits(out.hidden), True)
-            elif plan.want_exits and out.layer in plan.exits:  # the planner's choice (spec/exits.py)
-                logits = ExitLogits(out.layer, verifier.exit_logits(out.layer, out.hidden, plan.shortlist), False)
+            elif out.layer in forward.exits:  # the planner's choice (spec/exits.py)
+                logits = ExitLogits(out.layer, verifier.exit_logits(out.layer, out.hidden, forward.shortlist), False)
             else:
                 continue
             try:

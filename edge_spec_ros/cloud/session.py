@@ -27,7 +27,7 @@ from edge_spec_ros.cloud.limits import MAX_GAMMA, Limits, RequestError, check_dr
 from edge_spec_ros.models.grammar import GrammarBook, GrammarError, book_for
 from edge_spec_ros.models.prompt import PromptEncoder, decode_image
 from edge_spec_ros.models.stack import Shortlist
-from edge_spec_ros.models.verifier import EarlyExitVerifier, ExitLogits
+from edge_spec_ros.models.verifier import BlockForward, EarlyExitVerifier, ExitLogits
 from edge_spec_ros.spec.constraint import ConstraintState, ForbiddenToken, mask_logits
 from edge_spec_ros.spec.exits import exit_confidence, verify_exit
 from edge_spec_ros.spec.sampling import PositionalRNG, SamplingConfig, Stream, choose, probs_from_logits
@@ -260,7 +260,7 @@ class VerifySession:
 
     def _begin_verify(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> "VerifyPlan | None":
         """A whole block's checks and state changes before its forward pass (None: answered already, a
-        stale chained block); the forward then covers ``plan.sequence`` from ``plan.first``. One block is
+        stale chained block); the forward then covers what ``plan.forward`` says. One block is
         one forward pass, not sliced (``VerifyJob``)."""
         if draft.chained:
             draft = self._unchain(draft, emit)
@@ -302,16 +302,17 @@ class VerifySession:
                 planner.observe_cycle(arrived - self._last_block[0], self._last_block[1])
             every = probe and exits == frozenset(self._verifier.exit_layers)  # a probe round: neither arm
             self._last_block = (arrived, None if every else bool(exits))
+        forward = BlockForward(self._kv, self._committed + tokens, len(self._committed) - 1 + done, exits,
+                               self._shortlist(tokens) if exits else None)
         return VerifyPlan(draft, tokens, None if split else self._dense_q(draft), t0, prepared,
-                          want_exits, split, self._kv, self._committed + tokens,
-                          len(self._committed) - 1 + done, exits, self._shortlist(tokens) if exits else None, masks)
+                          want_exits, split, forward, masks)
 
     def _verify_exit(self, plan: "VerifyPlan", tally: "ExitTally", out: ExitLogits,
                      emit: Callable[[ExitResult], None]) -> None:
         """One exit's logits over the block (joined to a prepared partial block's rows): verify, wait
         for the emulated compute, emit; the final exit commits. ``tally``: what the round's early exits
         gave and cost so far."""
-        if not out.is_final and out.layer not in plan.exits:
+        if not out.is_final and out.layer not in plan.forward.exits:
             return  # an exit this round's plan left out (a caller that computed it anyway)
         if plan.prepared is not None:
             out = ExitLogits(out.layer, torch.cat([plan.prepared.logits[out.layer], out.logits]), out.is_final,
@@ -401,10 +402,11 @@ class VerifySession:
     def _forward(self, plan: "VerifyPlan") -> Iterator[ExitLogits]:
         """Exit logits over the block's rows after a prepared partial block (all γ+1 rows without one),
         layer by layer; ``verify_exit`` joins them to the prepared rows."""
+        f = plan.forward
         if plan.want_exits:
-            yield from self._verifier.exits(plan.kv, plan.sequence, plan.first, plan.exits, plan.shortlist)
+            yield from self._verifier.exits(f.kv, f.sequence, f.first, f.exits, f.shortlist)
         else:
-            yield ExitLogits(self._verifier.num_layers, self._verifier.logits(plan.kv, plan.sequence, plan.first), True)
+            yield ExitLogits(self._verifier.num_layers, self._verifier.logits(f.kv, f.sequence, f.first), True)
 
     def _unchain(self, draft: DraftBlock, emit: Callable[[ExitResult], None]) -> DraftBlock | None:
         """PicoSpec's overlapped round: a block drafted (and sent) before the previous verdict, as if
@@ -503,34 +505,34 @@ class VerifyJob:
     ``torch.inference_mode`` block, which another session's work must not interleave with on the same
     thread). A batching scheduler (``cloud/batching.py``) instead runs its steps around one forward
     shared with other sessions' blocks: ``begin`` (the block's checks and state changes; the job is
-    spent from then on), the forward over ``plan.sequence`` from ``plan.first``, and ``exit`` for each
-    exit's logits, in layer order."""
+    spent from then on) says which forward (``BlockForward``), the scheduler runs it, and ``exit`` takes
+    each exit's logits, in layer order."""
 
     def __init__(self, begin: Callable[[], "VerifyPlan | None"],
                  verify_exit: Callable[["VerifyPlan", "ExitTally", ExitLogits], None],
                  forward: Callable[["VerifyPlan"], Iterator[ExitLogits]]) -> None:
         self._begin, self._verify_exit, self._forward = begin, verify_exit, forward
         self._tally = ExitTally()
-        self.plan: VerifyPlan | None = None
+        self._plan: VerifyPlan | None = None
         self.spent = False
 
-    def begin(self) -> "VerifyPlan | None":
-        """Admit the block for its forward pass: its plan, or None when it is answered already (a stale
+    def begin(self) -> BlockForward | None:
+        """Admit the block: the forward pass it needs, or None when it is answered already (a stale
         chained block). Raises ``RequestError`` for a block the session cannot verify."""
         self.spent = True
-        self.plan = self._begin()
-        return self.plan
+        self._plan = self._begin()
+        return self._plan.forward if self._plan is not None else None
 
     def exit(self, out: ExitLogits) -> None:
-        """One exit's logits over the block (after ``begin`` returned a plan): verify and emit."""
-        self._verify_exit(self.plan, self._tally, out)
+        """One exit's logits over the block (after ``begin`` returned its forward): verify and emit."""
+        self._verify_exit(self._plan, self._tally, out)
 
     def __iter__(self) -> "VerifyJob":
         return self
 
     def __next__(self) -> None:
         if not self.spent and self.begin() is not None:
-            for out in self._forward(self.plan):
+            for out in self._forward(self._plan):
                 self.exit(out)
         raise StopIteration
 
@@ -565,8 +567,8 @@ class _Prepared:
 class VerifyPlan:
     """A whole block admitted for verification (``VerifyJob.begin``): the draft, its tokens, the dense q
     (None for DSSD's split verification), its start time, a prepared partial block, whether early
-    exits are wanted, what the forward pass covers (``kv`` over ``sequence`` from ``first``) and which
-    early exits it computes. Read-only: what the exits give is tallied apart (``ExitTally``)."""
+    exits are wanted, the forward pass it needs (``forward``) and the grammar's masks. Read-only: what
+    the exits give is tallied apart (``ExitTally``)."""
 
     draft: DraftBlock
     tokens: list[int]
@@ -575,9 +577,5 @@ class VerifyPlan:
     prepared: _Prepared | None
     want_exits: bool
     split: bool
-    kv: object
-    sequence: list[int]
-    first: int
-    exits: frozenset[int] = frozenset()  # the early exits this round computes (the planner's choice)
-    shortlist: Shortlist | None = None  # the ids their heads score (None: the whole vocabulary)
+    forward: BlockForward
     masks: torch.Tensor | None = None  # (γ+1, V) bool: the grammar's m(s_i) for each row (None: unconstrained)

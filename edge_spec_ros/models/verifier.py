@@ -44,6 +44,20 @@ class ExitLogits:
     head_s: float = 0.0  # time of the exit's head (adapter, norm, LM head); 0 for the final exit
 
 
+@dataclass(frozen=True)
+class BlockForward:
+    """The forward pass a whole block needs, all a batched forward reads of it (``cloud.batching``): ``kv`` made to
+    cover ``sequence``, hidden states from position ``first`` on, and the early exits it computes
+    (``exits``: the planner's choice, empty for the final layer only) over the ids ``shortlist`` names
+    (None: the whole vocabulary)."""
+
+    kv: KVCache
+    sequence: list[int]
+    first: int
+    exits: frozenset[int] = frozenset()
+    shortlist: Shortlist | None = None
+
+
 class EarlyExitVerifier:
     """Target model M with exits at ``adapters.layers`` and the final layer L."""
 
