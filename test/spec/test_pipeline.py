@@ -7,8 +7,8 @@ import math
 import pytest
 
 from edge_spec_ros.spec.pipeline import (
-    OpenTimes, PipelineTimes, async_cycle, async_throughput, expected_length, expected_round_tokens, first_block_gamma,
-    latency_immunity_bound, pipelined_gamma, sync_throughput,
+    OpenTimes, PipelineTimes, async_cycle, async_throughput, chained_cycle, expected_length, expected_round_tokens,
+    first_block_gamma, latency_immunity_bound, pipelined_gamma, sync_throughput,
 )
 
 TIMES = PipelineTimes(t_draft=0.288, t_rtt=0.240, t_verify=0.620)  # FSD Table 8's Go2 figures
@@ -87,19 +87,33 @@ def test_first_block_gamma_fits_the_open_and_maximises_the_first_rate():
         OpenTimes(0.3, 0.0, 0.0, 0.0, t_pre=-0.1)
 
 
-def test_pipelined_gamma_maximises_the_pipelines_rate_and_is_never_below_fixed_gamma():
-    """Go2's times (T_p 72 ms, T_q 620 ms, 2T_c 240 ms): γ maximises τ/E[T_async]; its modelled rate is at
-    least the paper's fixed γ = 4's; drafting for free makes the longest block best, a slow drafter a
-    short one; a costlier link per draft token shortens γ."""
-    def rate(alpha, gamma, t_p=0.072, t_q=0.62, rtt=0.24):
-        return expected_round_tokens(alpha, gamma) / async_cycle(alpha, gamma, PipelineTimes(gamma * t_p, rtt, t_q))
+def test_the_chained_cycle_is_the_verification_or_half_the_loop_never_eq_2s():
+    """One block drafted ahead, chained: the cloud-bound cycle T_q while T_draft + T_RTT ≤ T_q, half the
+    loop T_q + T_RTT + T_draft beyond; go2-paper's rounds at γ = 4, 6, 8 (T_draft = (γ+1) x 72 ms)."""
+    assert chained_cycle(0.2, 0.24, 0.62) == pytest.approx(0.62)
+    assert [round(chained_cycle((g + 1) * 0.072, 0.24, 0.62), 3) for g in (4, 6, 8)] == [0.62, 0.682, 0.754]
+    assert chained_cycle(0.5, 0.24, 0.62) < PipelineTimes(0.5, 0.24, 0.62).overlapped_cycle  # eq. 2: 0.86
 
+
+def test_pipelined_gamma_maximises_the_pipelines_rate_among_blocks_that_fit_a_verification():
+    """Go2's times (T_p 72 ms, T_q 620 ms, 2T_c 240 ms): γ maximises τ/E[T_async] with the chained cycle
+    among the γ whose block drafted ahead ((γ+1)T_p) is done within T_q, and its modelled rate is at least
+    the paper's fixed γ = 4's where 4 fits; drafting for free makes the longest block best, a drafter
+    slower than a verification γ = 1; a costlier link per draft token shortens γ."""
+    def rate(alpha, gamma, t_p=0.072, t_q=0.62, rtt=0.24):
+        hit = alpha**gamma
+        cycle = hit * chained_cycle((gamma + 1) * t_p, rtt, t_q) + (1 - hit) * (gamma * t_p + rtt + t_q)
+        return expected_round_tokens(alpha, gamma) / cycle
+
+    fits = [g for g in range(1, 17) if (g + 1) * 0.072 <= 0.62]
+    assert fits == list(range(1, 8))
     for alpha in (0.5, 0.8, 0.95):
         gamma = pipelined_gamma(alpha, 0.072, 0.62, 0.24, 16)
-        assert rate(alpha, gamma) == max(rate(alpha, g) for g in range(1, 17))
+        assert gamma in fits and rate(alpha, gamma) == max(rate(alpha, g) for g in fits)
         assert rate(alpha, gamma) >= rate(alpha, 4)
+    assert pipelined_gamma(0.98, 0.072, 0.62, 0.24, 16) == 7  # the model alone would take 16: cut at the verdict
     assert pipelined_gamma(0.95, 0.0, 0.62, 0.24, 16) == 16
     assert pipelined_gamma(0.8, 1.0, 0.62, 0.24, 16) == 1
-    assert pipelined_gamma(0.95, 0.072, 0.62, 0.24, 16, t_rtt_token=0.05) < pipelined_gamma(0.95, 0.072, 0.62, 0.24, 16)
+    assert pipelined_gamma(0.8, 0.072, 0.62, 0.24, 16, t_rtt_token=0.05) < pipelined_gamma(0.8, 0.072, 0.62, 0.24, 16)
     with pytest.raises(ValueError):
         pipelined_gamma(0.8, 0.072, 0.62, 0.24, 0)
