@@ -46,10 +46,10 @@ class ExitLogits:
 
 @dataclass(frozen=True)
 class BlockForward:
-    """The forward pass a whole block needs, all a batched forward reads of it (``cloud.batching``): ``kv`` made to
-    cover ``sequence``, hidden states from position ``first`` on, and the early exits it computes
-    (``exits``: the planner's choice, empty for the final layer only) over the ids ``shortlist`` names
-    (None: the whole vocabulary)."""
+    """The forward pass a whole block needs, all a batched forward reads of it (``cloud.batching``):
+    ``kv`` made to cover ``sequence``, hidden states from position ``first`` on, and the early exits it
+    computes (``exits``: the planner's choice, empty for the final layer only) over the ids
+    ``shortlist`` names (None: the whole vocabulary)."""
 
     kv: KVCache
     sequence: list[int]
