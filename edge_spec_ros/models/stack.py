@@ -85,6 +85,12 @@ class DecoderStack:
     def dtype(self) -> torch.dtype:
         return self.text.embed_tokens.weight.dtype  # never quantized, unlike Linear layers
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model's weights are: the inputs it is given (ids, positions, masks, the image) are
+        moved there; the logits it returns come back to the CPU (``logits``)."""
+        return self.text.embed_tokens.weight.device
+
     def prefill(self, prompt: EncodedPrompt) -> KVCache:
         """Encode the image and cache every prompt position but the last.
 
@@ -106,10 +112,12 @@ class DecoderStack:
         prompt's length only. The image is encoded here, at once (its size is bounded by the server's
         pixel limit); each ``step`` runs one layer over the current slice with the slices before it in
         the cache, which is the same causal computation."""
-        ids = prompt.input_ids[None, :]  # (1, n)
+        device = self.device
+        ids = prompt.input_ids[None, :].to(device)  # (1, n)
+        grid = prompt.image_grid_thw.to(device) if prompt.image_grid_thw is not None else None
         if prompt.pixel_values is not None:
             positions, delta = self.model.model.get_rope_index(
-                ids, prompt.mm_token_type_ids[None, :], image_grid_thw=prompt.image_grid_thw
+                ids, prompt.mm_token_type_ids[None, :].to(device), image_grid_thw=grid
             )  # positions: (3, 1, n)
             rope_delta = int(delta.item())
         else:
@@ -118,14 +126,14 @@ class DecoderStack:
         embeds = self.text.embed_tokens(ids[:, :n])  # (1, n, d)
         if prompt.pixel_values is not None:
             image = self.model.model.get_image_features(
-                prompt.pixel_values.to(self.dtype), prompt.image_grid_thw, return_dict=True
+                prompt.pixel_values.to(device, self.dtype), grid, return_dict=True
             ).pooler_output
             image = torch.cat(image, dim=0).to(embeds.dtype)  # (image tokens, d)
             mask = (ids[:, :n] == self.model.config.image_token_id)[..., None].expand_as(embeds)
             embeds = embeds.masked_scatter(mask, image)
             positions = positions[:, :, :n]
         else:
-            positions = torch.arange(n)[None, None, :].expand(3, 1, n)
+            positions = torch.arange(n, device=device)[None, None, :].expand(3, 1, n)
         kv = KVCache(None, ids[0, :n].tolist(), rope_delta, floor=n, reserve=n + GROW_MIN)
         return PendingPrefill(self, kv, embeds, positions, chunk_tokens if chunk_tokens > 0 else max(n, 1),
                               chunk_cells)
@@ -142,8 +150,9 @@ class DecoderStack:
         start = min(common_prefix(kv.tokens, sequence), first)
         kv.truncate(start)
         new = sequence[start:]
-        ids = torch.tensor([self.known(new)], dtype=torch.long)  # (1, m')
-        positions = (torch.arange(start, len(sequence)) + kv.rope_delta)[None, None, :].expand(3, 1, len(new))
+        ids = torch.tensor([self.known(new)], dtype=torch.long, device=self.device)  # (1, m')
+        positions = (torch.arange(start, len(sequence), device=self.device) + kv.rope_delta)[None, None, :].expand(
+            3, 1, len(new))
         with torch.inference_mode():
             embeds = self.text.embed_tokens(ids)
             kv.tokens.extend(new)
@@ -178,7 +187,7 @@ class DecoderStack:
         B = len(items)
         M = max(len(new) for _, new, _ in plans)
         P = max(start for start, _, _ in plans)
-        ids = torch.zeros((B, M), dtype=torch.long)
+        ids = torch.zeros((B, M), dtype=torch.long)  # built on the CPU, moved once
         positions = torch.zeros((3, B, M), dtype=torch.long)
         mask = torch.zeros((B, 1, M, P + M), dtype=torch.bool)
         causal = torch.ones((M, M), dtype=torch.bool).tril()
@@ -187,6 +196,7 @@ class DecoderStack:
             positions[:, b, : len(new)] = torch.arange(start, start + len(new)) + kv.rope_delta
             mask[b, 0, :, :start] = True
             mask[b, 0, :, P:] = causal  # padded query rows see only positions of this row: finite, unused
+        ids, positions, mask = ids.to(self.device), positions.to(self.device), mask.to(self.device)
         caches = [kv for kv, _, _ in items]
         batch_cache = _BatchCache(caches, [start for start, _, _ in plans], [len(new) for _, new, _ in plans], P)
         with torch.inference_mode():
@@ -218,22 +228,25 @@ class DecoderStack:
             yield LayerOutput(i + 1, h[0])
 
     def logits(self, hidden: torch.Tensor, shortlist: Shortlist | None = None) -> torch.Tensor:
-        """LM head over the final norm: (m, d) → (m, V) float32; with a ``shortlist``, only its ids are
-        scored (the LM head's rows for them) and every other id gets −inf."""
+        """LM head over the final norm: (m, d) → (m, V) float32 on the CPU, where verification and sampling
+        (``spec``) read them, whatever the model's device (on a GPU: (γ+1) x V x 4 bytes a head, 3 MB at
+        Qwen2-VL's V and γ = 4); with a ``shortlist``, only its ids are scored (the LM head's rows for
+        them) and every other id gets −inf."""
         with torch.inference_mode():
             if shortlist is None:
-                return self.model.lm_head(self.text.norm(hidden)).float()
+                return self.model.lm_head(self.text.norm(hidden)).float().cpu()
             scored = torch.nn.functional.linear(self.text.norm(hidden), shortlist.weight, shortlist.bias)  # (m, k)
             out = torch.full((hidden.shape[0], self.vocab_size), -math.inf, dtype=torch.float32)  # (m, V)
-            out[:, shortlist.ids] = scored.float()
+            out[:, shortlist.ids] = scored.float().cpu()
             return out
 
     def shortlist(self, ids: torch.Tensor) -> Shortlist:
         """The LM head restricted to ``ids`` (k,), for ``logits``."""
         ids = ids.to(torch.long)
         head = self.model.lm_head
+        on = ids.to(head.weight.device)
         with torch.inference_mode():
-            return Shortlist(ids, head.weight[ids], None if head.bias is None else head.bias[ids])
+            return Shortlist(ids, head.weight[on], None if head.bias is None else head.bias[on])
 
     def known(self, tokens: list[int]) -> list[int]:
         """``tokens`` with each id past this model's rows, one only a larger vocabulary has (a drafter's

@@ -71,7 +71,7 @@ class EarlyExitVerifier:
         bad = [l for l in adapters.layers if not 1 <= l < L]
         if bad:
             raise ValueError(f"exit layers {bad} outside 1..{L - 1} (layer {L} is the final exit)")
-        self.adapters = adapters.to(self.stack.dtype).eval().requires_grad_(False)
+        self.adapters = adapters.to(self.stack.device, self.stack.dtype).eval().requires_grad_(False)
         self.exit_layers = tuple(l for l in self.adapters.layers if not exit_layers or l in exit_layers)
         # which early exits earn their compute, learned over every session (spec.exits.ExitPlanner);
         # None: every exit in every round (as the FSD paper's verifier does)
