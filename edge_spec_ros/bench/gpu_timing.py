@@ -35,7 +35,8 @@ The top-level ``tp_s`` and ``tq_s`` are the first drafter variant's T_p and T_q 
 4, Table 8's γ): ``edge-spec-ros bench --profile <the JSON file>`` emulates them over ``go2-paper``'s
 link (``bench.profiles.profile_named``). On the CPU the same command runs with the shipped pair or a
 reduced depth (``qwen2-vl-7b-shape:layers=2``); the tests do. On CUDA the models are built and run
-under ``torch.device(device)``, so the tensors the model code creates without a device land on it.
+under ``torch.device(device)``, so the tensors the model code creates without a device land on it
+(``DecoderStack`` itself moves its inputs to the weights' device and returns logits on the CPU).
 
 Legend: γ — draft length; T_p — one draft forward; T_q — one verification; L — final exit layer;
 B — sessions verified in one batched forward.

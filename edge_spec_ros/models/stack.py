@@ -236,7 +236,7 @@ class DecoderStack:
             if shortlist is None:
                 return self.model.lm_head(self.text.norm(hidden)).float().cpu()
             scored = torch.nn.functional.linear(self.text.norm(hidden), shortlist.weight, shortlist.bias)  # (m, k)
-            out = torch.full((hidden.shape[0], self.vocab_size), -math.inf, dtype=torch.float32)  # (m, V)
+            out = torch.full((hidden.shape[0], self.vocab_size), -math.inf, dtype=torch.float32, device="cpu")  # (m, V)
             out[:, shortlist.ids] = scored.float().cpu()
             return out
 
