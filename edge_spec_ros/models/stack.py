@@ -150,9 +150,10 @@ class DecoderStack:
         start = min(common_prefix(kv.tokens, sequence), first)
         kv.truncate(start)
         new = sequence[start:]
-        ids = torch.tensor([self.known(new)], dtype=torch.long, device=self.device)  # (1, m')
-        positions = (torch.arange(start, len(sequence), device=self.device) + kv.rope_delta)[None, None, :].expand(
-            3, 1, len(new))
+        device = self.device
+        ids = torch.tensor([self.known(new)], dtype=torch.long, device=device)  # (1, m')
+        positions = torch.arange(start, len(sequence), device=device) + kv.rope_delta
+        positions = positions[None, None, :].expand(3, 1, len(new))  # (3, 1, m'): M-RoPE's three axes alike
         with torch.inference_mode():
             embeds = self.text.embed_tokens(ids)
             kv.tokens.extend(new)
