@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from edge_spec_ros import warm_start
+
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
 
@@ -65,7 +67,7 @@ def verifier_server(*args: str, idle_exit_s: float = 120.0) -> Iterator[ServerPr
     cmd = [sys.executable, "-m", "edge_spec_ros.cli", "serve", "--bind", "tcp://127.0.0.1:*",
            "--idle-exit", str(idle_exit_s), *args]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = warm_start.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: list[str] = []
     endpoint = None
     deadline = time.monotonic() + START_TIMEOUT_S

@@ -44,6 +44,7 @@ from nav_msgs.msg import Odometry
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
+from edge_spec_ros import warm_start
 from edge_spec_ros.cpu import busy_loops
 from edge_spec_ros.server_process import stop
 from edge_spec_ros.msg import Decision, NavAction as NavActionMsg
@@ -216,7 +217,7 @@ def node_command(executable: str, *params: str, params_file: str = "") -> list[s
 def start(stack: ExitStack, name: str, args: list[str], log_dir: Path) -> tuple[str, subprocess.Popen, Path]:
     log = log_dir / f"{name.replace(' ', '_')}.log"
     out = stack.enter_context(open(log, "w"))
-    proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc = warm_start.popen(args, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     stack.callback(stop, proc)
     return name, proc, log
 

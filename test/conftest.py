@@ -12,6 +12,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in the suite may reach a
 os.environ["FASTDDS_BUILTIN_TRANSPORTS"] = "SHM"
 os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE",
                       str(Path(__file__).resolve().parents[1] / "config" / "fastdds_local.xml"))
+# Verifiers, nodes and bring-ups the tests start are forked from a process that has imported torch,
+# transformers and rclpy once (edge_spec_ros/warm_start.py; EDGE_SPEC_ROS_WARM_START=0 turns it off).
+os.environ.setdefault("EDGE_SPEC_ROS_WARM_START", "1")
 
 
 # ROS domains 1-230: 0 is a robot's default, and above 232 Fast DDS's port numbers overflow.

@@ -27,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+from edge_spec_ros import warm_start
 from edge_spec_ros.bench.profiles import Profile
 from edge_spec_ros.nodes.matched import matched_publishers
 
@@ -100,7 +101,7 @@ class RosPath:
             self._thread = threading.Thread(target=self._executor.spin, name="bench-ros-executor", daemon=True)
             self._thread.start()
             self._log = tempfile.NamedTemporaryFile("w+", prefix="bench_bridge_", suffix=".log", delete=False)
-            self._bridge = subprocess.Popen(
+            self._bridge = warm_start.popen(
                 bridge_args(self.endpoint, self.profile, self.namespace, self.open_timeout_s, self.reply_timeout_s),
                 stdout=self._log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
             self._wait_matched()

@@ -14,6 +14,7 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.executors import SingleThreadedExecutor
 
+from edge_spec_ros import warm_start
 from edge_spec_ros.nodes.matched import matched_publishers, matched_subscriptions
 from edge_spec_ros.server_process import stop
 
@@ -87,7 +88,7 @@ def process(args: list[str], log_path) -> Iterator[subprocess.Popen]:
     """Run ``args`` with its output in ``log_path``; terminate it on exit."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = warm_start.popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             yield proc
         finally:

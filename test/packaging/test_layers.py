@@ -23,8 +23,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # config dataclasses' field metadata as command-line options (imports nothing of the package)
     ("extras", "config_cli"),
     # leaves: pure maths on tensors, pure navigation, the synthetic camera, rosbag2 files without ROS,
-    # the CPU thread budget (bags and cpu are top-level modules, but libraries: sim and nodes use them)
-    ("spec", "nav", "camera", "bags", "cpu"),
+    # the CPU thread budget, child processes forked warm (bags, cpu and warm_start are top-level modules,
+    # but libraries: sim, nodes and the application use them)
+    ("spec", "nav", "camera", "bags", "cpu", "warm_start"),
     ("wire", "models"),  # messages, codec, transport and the verifier-link protocol; the models
     ("decoding",),  # reference decoders over the models
     ("sim",),  # the simulated room, its expert, closed-loop evaluation
