@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
 import os
 import select
 import signal
@@ -55,6 +56,16 @@ MAX_REQUEST_BYTES = 1 << 20
 
 def enabled() -> bool:
     return os.environ.get(ENV_FLAG, "") == "1"
+
+
+def process_context() -> multiprocessing.context.BaseContext:
+    """``multiprocessing``'s context for a benchmark's worker processes: "spawn" (no fork after torch's
+    threads exist), or, with the warm start on, "forkserver" with ``PRELOAD`` imported there once."""
+    if not enabled():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))
+    return context
 
 
 class WarmProcess:
@@ -115,10 +126,10 @@ class _Client:
             self._proc.kill()
             raise RuntimeError(f"the fork server did not start within {START_TIMEOUT_S:.0f} s")
 
-    def start(self, request: dict, out_fd: int | None) -> tuple[int, socket.socket]:
+    def start(self, request: dict, fds: list[int]) -> tuple[int, socket.socket]:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         conn.connect(self.path)
-        socket.send_fds(conn, [json.dumps(request).encode()], [] if out_fd is None else [out_fd])
+        socket.send_fds(conn, [json.dumps(request).encode()], fds)
         reply = conn.recv(4096)
         if not reply:
             raise RuntimeError("the fork server closed the connection without starting the process")
@@ -135,28 +146,69 @@ _client_lock = threading.Lock()
 def popen(args: Sequence[str], stdout=None, stderr=None, env: dict[str, str] | None = None, cwd=None,
           text: bool = False, **rest) -> subprocess.Popen | WarmProcess:
     """``subprocess.Popen(args, stdout=..., stderr=..., env=..., cwd=..., text=...)``, from the fork
-    server when it is on and ``args`` is this interpreter running Python code (see the module)."""
+    server when it is on and ``args`` is this interpreter running Python code (see the module).
+    ``stdout``: None, ``subprocess.PIPE``, a file or a descriptor; ``stderr``: None, a file or a
+    descriptor, or ``subprocess.STDOUT``."""
     global _client
     entry = _entry(args)
-    if not enabled() or entry is None or rest or stderr not in (None, subprocess.STDOUT) \
+    if not enabled() or entry is None or rest or stderr == subprocess.PIPE \
             or (stderr == subprocess.STDOUT and stdout is None):
         return subprocess.Popen(args, stdout=stdout, stderr=stderr, env=env, cwd=cwd, text=text, **rest)
     with _client_lock:
         if _client is None:
             _client = _Client()
-    read = out_fd = None
+    read = None
+    fds = {}  # 1 and 2: what the child's stdout and stderr become
     if stdout == subprocess.PIPE:
-        read, out_fd = os.pipe()
+        read, fds[1] = os.pipe()
     elif stdout is not None:
-        out_fd = stdout if isinstance(stdout, int) else stdout.fileno()
-    request = {"entry": entry, "stderr_too": stderr == subprocess.STDOUT,
-               "env": dict(os.environ if env is None else env), "cwd": None if cwd is None else os.fspath(cwd)}
+        fds[1] = _fileno(stdout)
+    if stderr == subprocess.STDOUT:
+        fds[2] = fds[1]
+    elif stderr is not None:
+        fds[2] = _fileno(stderr)
+    request = {"entry": entry, "targets": list(fds), "env": dict(os.environ if env is None else env),
+               "cwd": None if cwd is None else os.fspath(cwd)}
     try:
-        pid, status = _client.start(request, out_fd)
+        pid, status = _client.start(request, list(fds.values()))
     finally:
-        if stdout == subprocess.PIPE:
-            os.close(out_fd)
+        if read is not None:
+            os.close(fds[1])
     return WarmProcess(args, pid, status, None if read is None else os.fdopen(read, "r" if text else "rb"))
+
+
+def run(args: Sequence[str], capture_output: bool = False, text: bool = False, timeout: float | None = None,
+        check: bool = False, env: dict[str, str] | None = None, cwd=None) -> subprocess.CompletedProcess:
+    """``subprocess.run`` with these arguments, its process started by ``popen`` (the output captured
+    in temporary files: nothing to drain while it runs)."""
+    if not enabled() or _entry(args) is None:
+        return subprocess.run(args, capture_output=capture_output, text=text, timeout=timeout, check=check,
+                              env=env, cwd=cwd)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = popen(args, stdout=out if capture_output else None, stderr=err if capture_output else None,
+                     env=env, cwd=cwd)
+
+        def captured(f) -> str | bytes | None:
+            if not capture_output:
+                return None
+            f.seek(0)
+            data = f.read()
+            return data.decode(errors="replace") if text else data
+
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise subprocess.TimeoutExpired(args, timeout, captured(out), captured(err)) from None
+        done = subprocess.CompletedProcess(args, proc.returncode, captured(out), captured(err))
+    if check:
+        done.check_returncode()
+    return done
+
+
+def _fileno(target) -> int:
+    return target if isinstance(target, int) else target.fileno()
 
 
 def _entry(args: Sequence[str]) -> list | None:
@@ -227,7 +279,7 @@ def _reap(children: dict[int, socket.socket]) -> None:
 def _fork(conn: socket.socket, listener: socket.socket, children: dict[int, socket.socket],
           wake: tuple[int, int]) -> int | None:
     try:
-        data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST_BYTES, 1)
+        data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST_BYTES, 2)
         request = json.loads(data)
     except (OSError, ValueError) as exc:
         conn.send(json.dumps({"error": f"bad request: {exc}"}).encode())
@@ -244,14 +296,14 @@ def _fork(conn: socket.socket, listener: socket.socket, children: dict[int, sock
         for fd in wake:
             os.close(fd)
         conn.close()
-        _child(request, fds[0] if fds else None)
+        _child(request, fds)
     for fd in fds:
         os.close(fd)
     conn.send(json.dumps({"pid": pid}).encode())
     return pid
 
 
-def _child(request: dict, out_fd: int | None) -> None:
+def _child(request: dict, fds: list[int]) -> None:
     """In the forked child: the caller's output, environment, directory and argv; run the entry as
     ``__main__``; exit with its status (``atexit`` functions run, as at an interpreter's end)."""
     import atexit
@@ -261,11 +313,11 @@ def _child(request: dict, out_fd: int | None) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    if out_fd is not None:
-        os.dup2(out_fd, 1)
-        if request["stderr_too"]:
-            os.dup2(out_fd, 2)
-        os.close(out_fd)
+    for target, fd in zip(request["targets"], fds):
+        os.dup2(fd, target)
+    for fd in set(fds):
+        if fd > 2:
+            os.close(fd)
     os.environ.clear()
     os.environ.update(request["env"])
     if request["cwd"] is not None:

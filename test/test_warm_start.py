@@ -92,3 +92,15 @@ def test_a_warm_start_skips_the_imports(warm):
     assert status == 0
     cpu_s = float(out.split()[-1])
     assert cpu_s < 1.0, f"the child spent {cpu_s:.2f} s of CPU: its imports were not done warm"
+
+
+def test_run_captures_stdout_and_stderr_apart_and_keeps_subprocess_run_s_contract(warm):
+    code = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(2)"
+    done = warm_start.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "out\n", "err\n")
+    with pytest.raises(subprocess.CalledProcessError):
+        warm_start.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=True)
+    with pytest.raises(subprocess.TimeoutExpired) as timed_out:
+        warm_start.run([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"],
+                       capture_output=True, text=True, timeout=2)
+    assert timed_out.value.output == "started\n"

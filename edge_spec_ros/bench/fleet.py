@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import re
 import threading
 import time
@@ -42,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_spec_ros import warm_start
 from edge_spec_ros.config_cli import add_config, config_from, doc
 from edge_spec_ros.extras import require
 
@@ -208,7 +208,7 @@ class _Pool:
     """``procs`` worker processes that stay up across server settings and N."""
 
     def __init__(self, config: FleetConfig, procs: int) -> None:
-        ctx = mp.get_context("spawn")  # no fork after torch's threads exist
+        ctx = warm_start.process_context()  # no copy of this process's threads and torch state
         self.conns, self.procs = [], []
         for _ in range(procs):
             parent, child = ctx.Pipe()

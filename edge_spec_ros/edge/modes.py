@@ -347,7 +347,7 @@ class EdgeDecoder:
             state.kv, draft = block.kv, block.draft
             state.sources.begin_round(state.number, state.seq, state.kv, gamma)
             round_ = state.new_round(state.number)
-            final = round_.verdict(state.seq, state.kv, draft, gamma)
+            final = round_.verdict(state.seq, state.kv, draft, gamma, last=state.remaining <= draft.gamma + 1)
             # the first block's round trip waited for the prefill, and its drafting overlapped the Open: neither
             # its round trip nor its wall time is what a round costs
             tokens, now = self._observe(state, block, final, sent, block is not opening.first, link, rng, policy)

@@ -92,8 +92,9 @@ class SerialRound:
         self.link = link
         self.on_exit = on_exit
 
-    def verdict(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int) -> ExitResult:
-        """The final exit of this round; early exits go to ``on_exit``."""
+    def verdict(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int, last: bool = False) -> ExitResult:
+        """The final exit of this round; early exits go to ``on_exit``. ``last``: a verdict that accepts
+        all of ``draft`` ends the decision (its budget), so nothing drafted ahead could be used."""
         return self.link.await_final(self.number, self.on_exit)
 
     def settle(self, draft: Draft, final: ExitResult, tokens: tuple[int, ...]) -> Settled:
@@ -248,7 +249,7 @@ class PipelinedRound(SerialRound):
         self.split = split
         self.ahead: AheadBlock | None = None
 
-    def verdict(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int) -> ExitResult:
+    def verdict(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int, last: bool = False) -> ExitResult:
         arrived: list[ExitResult] = []
 
         def verdict_in() -> bool:  # polled after each token: truncate once the verdict is here
@@ -258,6 +259,8 @@ class PipelinedRound(SerialRound):
 
         started = time.perf_counter()
         branches = self._start_branches(seq, kv, draft, gamma)
+        if last and not branches:  # S_{i+1} would follow a full hit, which ends the decision: not drafted
+            return super().verdict(seq, kv, draft, gamma)
         try:
             fork = kv.fork()
             t = time.perf_counter()

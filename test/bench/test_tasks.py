@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from edge_spec_ros import warm_start
 from edge_spec_ros.bench import report as bench_report
 from edge_spec_ros.bench.runner import Bench, BenchConfig
 from edge_spec_ros.bench.tasks import (
@@ -97,12 +98,11 @@ def test_bench_config_checks_the_task_set():
 def test_bench_with_smollm2(tmp_path):
     """The real pair through the whole network stack: SmolLM2 served, its first 6 layers drafting."""
     import json
-    import subprocess
     import sys
 
     cmd = [sys.executable, "-m", "edge_spec_ros.cli", "bench", "--verifier", "smollm2", "--draft-layers", "6",
            "--task-set", "text", "--prompts", "1", "--max-new-tokens", "6", "--threads", "2", "--out", str(tmp_path)]
-    result = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600)
+    result = warm_start.run(cmd, check=False, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "identical outputs across ar, sd, fsd" in result.stdout and "per task kind" in result.stdout
     report = json.loads((tmp_path / "bench_loopback.json").read_text())

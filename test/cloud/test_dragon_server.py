@@ -10,6 +10,7 @@ import contextlib
 
 import pytest
 
+from edge_spec_ros import warm_start
 from edge_spec_ros.cloud.server import ServerConfig, VerifierServer
 from edge_spec_ros.dragon.aggregation import drdg_tw
 from edge_spec_ros.dragon.document_lm import build_side, chat_prompt_ids
@@ -218,7 +219,6 @@ def test_serve_documents_option(start_server, tmp_path):
     """``edge-spec-ros serve --documents DIR`` (the shipped pair's verifier in its own process) serves a
     DRAGON decision of the shipped drafter over the robot's memory: DRDG/TW's greedy tokens; a
     missing folder stops serve at once with an error."""
-    import subprocess
     import sys
 
     from edge_spec_ros.models.pairs import load_pair
@@ -239,7 +239,7 @@ def test_serve_documents_option(start_server, tmp_path):
         out = robot_dragon(s, DragonConfig(max_new_tokens=n, aggregator="cloud")).decode(QUERY,
                                                                                          ZmqDragonLink(endpoint))
     assert out.tokens == reference(s, n, 0.0, 0).tokens
-    done = subprocess.run([sys.executable, "-m", "edge_spec_ros.cli", "serve", "--documents", str(tmp_path / "none"),
+    done = warm_start.run([sys.executable, "-m", "edge_spec_ros.cli", "serve", "--documents", str(tmp_path / "none"),
                            "--bind", "tcp://127.0.0.1:*", "--idle-exit", "5"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2 and "is not a folder" in done.stderr + done.stdout

@@ -4,7 +4,6 @@ served first although the standing robot's round reached the server first."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import threading
 import time
@@ -12,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from edge_spec_ros import warm_start
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
 from edge_spec_ros.server_process import verifier_server
 from edge_spec_ros.wire.messages import DraftBlock, ExitResult, Generate, Open, Tokens
@@ -67,7 +67,7 @@ def test_a_robot_in_motion_is_served_before_a_standing_one(server, text_prompt):
 def test_serve_passes_its_priority_lead_to_the_server():
     """``serve --priority-lead-s`` is ServerConfig.priority_lead_s: a negative lead is refused by the field's
     range before anything loads."""
-    done = subprocess.run([sys.executable, "-m", "edge_spec_ros.cli", "serve", "--bind", "tcp://127.0.0.1:*",
+    done = warm_start.run([sys.executable, "-m", "edge_spec_ros.cli", "serve", "--bind", "tcp://127.0.0.1:*",
                            "--device", "cpu", "--priority-lead-s", "-1"], capture_output=True, text=True,
                           timeout=REFUSAL_S)
     assert done.returncode == 2 and "--priority-lead-s: -1.0 is outside (>= 0)" in done.stderr

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
 
+from edge_spec_ros import warm_start
 from edge_spec_ros.models.adapters import ExitAdapters
 from edge_spec_ros.models.pairs import (
     EMBEDDED,
@@ -123,7 +123,7 @@ def test_a_hub_id_that_is_not_here_is_one_error_naming_it():
 
 def test_the_command_line_reports_a_source_it_cannot_load_in_one_line():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run([sys.executable, "-m", "edge_spec_ros.cli", "demo", "--verifier", HUB_ID],
+    run = warm_start.run([sys.executable, "-m", "edge_spec_ros.cli", "demo", "--verifier", HUB_ID],
                          capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 1
     assert "Traceback" not in run.stderr

@@ -21,6 +21,7 @@ from rosgraph_msgs.msg import Clock
 from std_msgs.msg import String
 
 import rclpy
+from edge_spec_ros import warm_start
 from edge_spec_ros.bags import bag_info
 from edge_spec_ros.msg import Decision
 from edge_spec_ros.nodes.bag_replay_node import BagReplayConfig, remap_rules
@@ -155,9 +156,7 @@ def test_topic_filter_and_what_is_not_there(ros, tmp_path):
 
 
 def test_a_bag_that_cannot_be_read_is_one_error_and_status_1(tmp_path):
-    import subprocess
-
-    result = subprocess.run(node_command("bag_replay_node", "-p", f"bag:={tmp_path / 'missing'}"),
+    result = warm_start.run(node_command("bag_replay_node", "-p", f"bag:={tmp_path / 'missing'}"),
                             capture_output=True, text=True, timeout=60)
     out = result.stdout + result.stderr
     assert result.returncode == 1, out

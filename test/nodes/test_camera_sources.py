@@ -3,12 +3,12 @@ integer device index, and a camera that cannot open (one error, exit status 1)."
 
 from __future__ import annotations
 
-import subprocess
 
 import cv2
 import numpy as np
 import pytest
 
+from edge_spec_ros import warm_start
 from edge_spec_ros.nodes.camera_node import CameraConfig, FrameSource
 from rosharness import node_command
 
@@ -68,7 +68,7 @@ def test_integer_device_index_and_a_camera_that_cannot_open(tmp_path, how):
         args, index = ["--params-file", str(params)], 7
     else:
         args, index = ["-p", "source:=0"], 0
-    result = subprocess.run(node_command("camera_node", *args), capture_output=True, text=True, timeout=60)
+    result = warm_start.run(node_command("camera_node", *args), capture_output=True, text=True, timeout=60)
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     assert f"]: cannot open camera source '{index}'" in out and out.count("cannot open camera source") == 1

@@ -4,11 +4,11 @@ run is the same run, and the command writes the Fig. 7-style report."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import torch
 
+from edge_spec_ros import warm_start
 from edge_spec_ros.models.adapters import ExitAdapters
 from edge_spec_ros.models.corpus import corpus
 from edge_spec_ros.training.exits import ExitTrainingConfig, evaluate, exit_losses, token_batches, train_exits
@@ -52,7 +52,7 @@ def test_train_exits_command(tmp_path):
     out = tmp_path / "exits"
     cmd = [sys.executable, "-m", "edge_spec_ros.cli", "train-exits", "--out", str(out), "--steps", "20",
            "--batch-size", "2", "--seq-len", "16"]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    result = warm_start.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "token match %" in result.stdout and "final" in result.stdout
     report = json.loads((out / "exit_report.json").read_text())

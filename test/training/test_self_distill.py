@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from edge_spec_ros import warm_start
 from edge_spec_ros.bench.tasks import task_prompts, text_encoder
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
 from edge_spec_ros.models.verifier import EarlyExitVerifier
@@ -49,5 +49,5 @@ def test_answers_stream_is_the_distillation_sequences_in_order(tmp_path):
 def test_train_exits_refuses_answers_without_task_text(tmp_path):
     cmd = [sys.executable, "-m", "edge_spec_ros.cli", "train-exits", "--out", str(tmp_path / "exits"),
            "--answers", str(tmp_path / "distill_data.json")]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2])
+    result = warm_start.run(cmd, capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2])
     assert result.returncode != 0 and "--answers needs --text tasks" in result.stderr

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+from edge_spec_ros import warm_start
 from edge_spec_ros.bench.tasks import BENCH, TASK_KINDS, text_encoder
 from edge_spec_ros.training.drafter_distill import generate_samples
 from edge_spec_ros.training.synthetic_prompts import (
@@ -107,7 +107,7 @@ def test_distill_drafter_command_answers_its_own_prompts_after_the_task_sets(tmp
     cmd = [sys.executable, "-m", "edge_spec_ros.cli", "distill-drafter", "--verifier", "embedded", "--splits", "distill",
            "--out", str(out), "--answer-tokens", "4", "--synthetic-prompts", "6", "--gen-batch", "16", "--steps", "2",
            "--layers", "1", "--head-rows", "2048"]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
+    result = warm_start.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads((out / "distill_report.json").read_text())
     written = PromptBatch.load(out / "synthetic_prompts.json")

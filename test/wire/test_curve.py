@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import sys
 
 import pytest
 
+from edge_spec_ros import warm_start
 from edge_spec_ros.wire.curve import KeyFileError, client_keys, make_keys, server_keys
 
 SERVE_REFUSAL_TIMEOUT_S = 120  # serve refuses before it loads a model; bounded all the same
@@ -21,7 +21,7 @@ def mode(path) -> int:
 
 def test_keys_command_writes_secret_keys_owner_only(tmp_path):
     out = tmp_path / "keys"
-    subprocess.run([sys.executable, "-m", "edge_spec_ros.cli", "keys", "--out", str(out), "--robot", "go2"],
+    warm_start.run([sys.executable, "-m", "edge_spec_ros.cli", "keys", "--out", str(out), "--robot", "go2"],
                    check=True, capture_output=True, timeout=SERVE_REFUSAL_TIMEOUT_S)
     for name in ("server", "go2"):
         assert mode(out / f"{name}.key_secret") == 0o600
@@ -61,7 +61,7 @@ def test_missing_or_broken_key_files_are_clear_errors(tmp_path):
 def test_serve_refuses_a_world_readable_server_key(tmp_path):
     make_keys(tmp_path, ["robot"])
     os.chmod(tmp_path / "server.key_secret", 0o644)
-    done = subprocess.run([sys.executable, "-m", "edge_spec_ros.cli", "serve", "--bind", "tcp://127.0.0.1:*",
+    done = warm_start.run([sys.executable, "-m", "edge_spec_ros.cli", "serve", "--bind", "tcp://127.0.0.1:*",
                            "--curve-keys", str(tmp_path)], capture_output=True, text=True,
                           timeout=SERVE_REFUSAL_TIMEOUT_S)
     assert done.returncode == 2 and "too open" in done.stderr + done.stdout
