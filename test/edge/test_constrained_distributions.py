@@ -1,9 +1,14 @@
 """Grammar-constrained sampling follows the constrained verifier norm(p · m) in every exact mode
-(vocabulary of 8, two tokens, chi-square; TK-SLT, the low-payload mode, PicoSpec's and the runs without
-the first block are marked slow), through the robot's real decoders against an in-process
-verifier session that compiles the same grammar. Negative controls that must fail: the mask on one side
-only (the drafter masks q, the verifier leaves p as it is), and the mask applied after sampling (an
-unconstrained decision whose forbidden tokens are then replaced by the likeliest allowed one)."""
+(vocabulary of 8, two tokens), through the robot's real decoders against an in-process verifier
+session that compiles the same grammar. SD passes the chi-square test (1,000 decisions); FSD and DSSD
+draw what SD draws, and AR what the constrained verifier alone draws (whose own draws pass the
+chi-square test), seed by seed on 300 seeds: equal draws are equal distributions, and a mode off by δ
+in total variation differs on a seed with probability at least δ (see test_protocol_distributions.py).
+TK-SLT and the low-payload mode (another q), PicoSpec's modes (blocks cut by timing) and the runs without
+the first block keep the chi-square test and are marked slow. Negative controls that must fail: the
+mask on one side only (the drafter masks q, the verifier leaves p as it is), and the mask applied after
+sampling (an unconstrained decision whose forbidden tokens are then replaced by the likeliest allowed
+one)."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from edge_spec_ros.models.tiny import truncated_copy
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.spec.constraint import ForbiddenToken, masked_probs
 
+from constrained_reference import constrained_autoregressive
 from first_block_link import OpenOnlyLink
 from small_vocab import SAMPLING, VOCAB, chi_square_pvalue, exact_two_token_distribution, small_target
 
@@ -72,6 +78,10 @@ def pvalue(samples: list[tuple[int, int]], expected: np.ndarray) -> float:
     return chi_square_pvalue(samples, expected)
 
 
+def config(seed: int) -> DecodeConfig:
+    return DecodeConfig(max_new_tokens=2, gamma=2, sampling=SAMPLING, seed=seed)
+
+
 def run_mode(target, prompt, encoder, mode: str, n: int, book, grammar: str = GRAMMAR, link=LocalVerifierLink,
              **edge) -> list[tuple[int, int]]:
     verifier = EarlyExitVerifier(target)
@@ -79,8 +89,7 @@ def run_mode(target, prompt, encoder, mode: str, n: int, book, grammar: str = GR
                           grammars=book)
     out = []
     for seed in range(n):
-        decoder.config = EdgeConfig(decode=DecodeConfig(max_new_tokens=2, gamma=2, sampling=SAMPLING, seed=seed),
-                                    threads=1, grammar=grammar, **edge)
+        decoder.config = EdgeConfig(decode=config(seed), threads=1, grammar=grammar, **edge)
         tokens = decoder.decode(mode, prompt, b"").tokens
         out.append((tokens[0], tokens[1]))
     return out
@@ -96,13 +105,42 @@ def expected(small_pair, book):
 
 
 SLOW = pytest.mark.slow  # 35-80 s each here (PicoSpec's threads, TK-SLT's top K): `make test-slow`
-EXACT = [("sd", {}), ("fsd", {}), ("dssd", {}), ("ar", {}), pytest.param("tkslt", {"tkslt_k": 3}, marks=SLOW),
-         pytest.param("lowpay", {"lowpay_k": 2}, marks=SLOW), pytest.param("pico", {}, marks=SLOW),
-         pytest.param("pico-fsd", {}, marks=SLOW)]
+CHI_SQUARE = [pytest.param("tkslt", {"tkslt_k": 3}, marks=SLOW), pytest.param("lowpay", {"lowpay_k": 2}, marks=SLOW),
+              pytest.param("pico", {}, marks=SLOW), pytest.param("pico-fsd", {}, marks=SLOW)]
+N_SEEDS = 300  # decisions compared draw for draw (see the module)
 N_CONTROL = 500  # the controls are far off: TV > 0.3, or tokens the grammar forbids
 
 
-@pytest.mark.parametrize("mode,edge", EXACT)
+@pytest.fixture(scope="module")
+def sd_decisions(small_pair, encoder, book):
+    """SD's N_RUNS decisions under the grammar, with the first block riding with the Open (the default link)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(session_module, "book_for", lambda tokenizer, vocab: book)
+        return run_mode(*small_pair, encoder, "sd", N_RUNS, book)
+
+
+def test_sd_under_a_grammar_follows_the_constrained_verifier(sd_decisions, expected):
+    assert pvalue(sd_decisions, expected) > 1e-3
+
+
+@pytest.mark.parametrize("mode", ["fsd", "dssd"])
+def test_fsd_and_dssd_under_a_grammar_draw_what_sd_draws(small_pair, encoder, book, served, sd_decisions, mode):
+    """The same q and blocks, the verification split otherwise: the same draw for every seed."""
+    assert run_mode(*small_pair, encoder, mode, N_SEEDS, book) == sd_decisions[:N_SEEDS]
+
+
+def test_ar_under_a_grammar_draws_what_the_constrained_verifier_draws(small_pair, encoder, book, served, expected):
+    """The cloud's own constrained sampling equals the constrained verifier alone draw for draw, whose two
+    tokens pass the chi-square test (in-process: cheap, N_RUNS of them)."""
+    target, prompt = small_pair
+    verifier = EarlyExitVerifier(target)
+    alone = [tuple(constrained_autoregressive(verifier, prompt, book.get(GRAMMAR), config(seed))[:2])
+             for seed in range(N_RUNS)]
+    assert pvalue(alone, expected) > 1e-3
+    assert run_mode(target, prompt, encoder, "ar", N_SEEDS, book) == alone[:N_SEEDS]
+
+
+@pytest.mark.parametrize("mode,edge", CHI_SQUARE)
 def test_exact_modes_under_a_grammar_follow_the_constrained_verifier(small_pair, encoder, book, served, expected,
                                                                      mode, edge):
     """With the first block riding with the Open (the default link)."""
