@@ -1,33 +1,37 @@
 """Start this package's Python child processes from a fork server that has already imported what
-they all import (torch, transformers' Qwen2-VL, rclpy and the package's own modules).
+they all import (torch, transformers' Qwen2-VL, zmq, rclpy and the package's own modules).
 
 Every verifier, node or bring-up process imports torch and transformers before it does anything:
 about 10 s of one core on a 2-core AVX2 machine, more than most of what the process then does in a
-test or a short benchmark. ``popen`` starts the same command line (``python -m MODULE ...``,
-``python SCRIPT.py ...`` or ``python -c CODE ...``) as a fork of a server process whose imports are
-done once (``PRELOAD``): the child is a process like any other (its own pid, environment, working
-directory, output, signals and exit status, reported by the fork server, which is its parent), it
-only skips the imports. Anything else (another program, options ``popen`` does not take) runs
-through ``subprocess.Popen`` unchanged, as does everything while the fork server is off.
+test or a short benchmark. ``popen`` (and ``run``, as ``subprocess.run``) starts the same command line
+(``python -m MODULE ...``, ``python SCRIPT.py ...`` or ``python -c CODE ...``) as a fork of a server
+process whose imports are done once (``PRELOAD``): the child is a process like any other (its own pid,
+environment, working directory, output, signals and exit status, reported by the fork server, which is
+its parent), it only skips the imports. Anything else (another program, options ``popen`` does not
+take) runs through ``subprocess`` unchanged, as does everything while the fork server is off;
+``process_context`` is the same for ``multiprocessing`` workers.
 
 It is off unless ``EDGE_SPEC_ROS_WARM_START=1`` is in the environment (the test suite sets it:
 ``test/conftest.py``). What differs from a fresh interpreter, none of which the package relies on:
 the modules in ``PRELOAD`` were imported under the environment the fork server started with (that
-of the first process that used it), and the entry module runs through ``runpy``.
+of the first process that used it), the entry module runs through ``runpy``, the parent process is
+the fork server, and ``ps`` shows the fork server's command line.
 
 The fork server (``python -m edge_spec_ros.warm_start SOCKET``) listens on a Unix socket in a
-private directory; per child one connection carries the request (JSON and the output's file
-descriptor), then the child's pid, then its exit status. It exits when its parent closes its stdin
-(or dies); children it started keep running, as ``subprocess`` children would.
+private directory; per child one connection carries the request (JSON, and the descriptors that
+become the child's stdout and stderr), then the child's pid, then its exit status. It exits when its
+parent closes its stdin (or dies); children it started keep running, as ``subprocess`` children would.
 """
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import multiprocessing
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -51,6 +55,7 @@ PRELOAD = (
     "edge_spec_ros.models.pairs",
 )
 START_TIMEOUT_S = 180.0  # the fork server's imports, on a loaded machine
+STOP_TIMEOUT_S = 10.0
 MAX_REQUEST_BYTES = 1 << 20
 
 
@@ -124,7 +129,18 @@ class _Client:
         ready = select.select([self._proc.stdout], [], [], START_TIMEOUT_S)[0]
         if not ready or self._proc.stdout.readline().strip() != "ready":
             self._proc.kill()
+            shutil.rmtree(self._dir, ignore_errors=True)
             raise RuntimeError(f"the fork server did not start within {START_TIMEOUT_S:.0f} s")
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """End the fork server (its children keep running) and remove its socket."""
+        self._proc.stdin.close()
+        try:
+            self._proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     def start(self, request: dict, fds: list[int]) -> tuple[int, socket.socket]:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -306,7 +322,6 @@ def _fork(conn: socket.socket, listener: socket.socket, children: dict[int, sock
 def _child(request: dict, fds: list[int]) -> None:
     """In the forked child: the caller's output, environment, directory and argv; run the entry as
     ``__main__``; exit with its status (``atexit`` functions run, as at an interpreter's end)."""
-    import atexit
     import runpy
     import warnings
 
