@@ -26,7 +26,7 @@ class ServerProcess:
     """A running ``edge-spec-ros serve``: its endpoint, its process and its output so far."""
 
     endpoint: str
-    proc: subprocess.Popen
+    proc: warm_start.Process
     lines: list[str] = field(default_factory=list)
 
     @property
@@ -94,7 +94,7 @@ def verifier_server(*args: str, idle_exit_s: float = 120.0) -> Iterator[ServerPr
         proc.stdout.close()
 
 
-def stop(proc: subprocess.Popen, timeout_s: float = STOP_TIMEOUT_S) -> None:
+def stop(proc: warm_start.Process, timeout_s: float = STOP_TIMEOUT_S) -> None:
     """SIGTERM, then SIGKILL if the process has not exited within ``timeout_s``."""
     proc.terminate()
     try:

@@ -185,7 +185,7 @@ class DecisionBench(Node):
         return -math.inf if self.odom is None else stamp_s(self.odom.header.stamp)
 
     def wait(self, predicate: Callable[[], bool], timeout_s: float, what: str,
-             procs: Sequence[tuple[str, subprocess.Popen, Path]] = ()) -> None:
+             procs: Sequence[tuple[str, warm_start.Process, Path]] = ()) -> None:
         """Wait (wall time) until ``predicate()``; raise if it times out or one of ``procs`` exits."""
         deadline = time.monotonic() + timeout_s
         with self._cv:
@@ -214,7 +214,7 @@ def node_command(executable: str, *params: str, params_file: str = "") -> list[s
     return args + [a for p in params for a in ("-p", p)]
 
 
-def start(stack: ExitStack, name: str, args: list[str], log_dir: Path) -> tuple[str, subprocess.Popen, Path]:
+def start(stack: ExitStack, name: str, args: list[str], log_dir: Path) -> tuple[str, warm_start.Process, Path]:
     log = log_dir / f"{name.replace(' ', '_')}.log"
     out = stack.enter_context(open(log, "w"))
     proc = warm_start.popen(args, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -230,7 +230,7 @@ def motions(metres: float, degrees: float) -> list[tuple[str, str, float]]:
 
 
 def drive(bench: DecisionBench, decision: int, kind: str, text: str, commanded: float, mode: str, load: str,
-          procs: Sequence[tuple[str, subprocess.Popen, Path]]) -> Sample:
+          procs: Sequence[tuple[str, warm_start.Process, Path]]) -> Sample:
     """Send one decision, wait for its motion to end and the robot to settle; what did it travel?"""
     with bench._cv:
         before = bench.odom
@@ -276,7 +276,7 @@ def measure_stack(bench: DecisionBench, params_file: str, cpu_s: float, log_dir:
         return {f"idle, {name}": value for name, value in cores.items()}
 
 
-_Proc = tuple[str, subprocess.Popen, Path]  # a node process: its name, the process, its log
+_Proc = tuple[str, warm_start.Process, Path]  # a node process: its name, the process, its log
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,9 @@ class WarmProcess:
         self.send_signal(signal.SIGKILL)
 
 
+Process = subprocess.Popen | WarmProcess  # what ``popen`` returns
+
+
 class _Client:
     """This process's fork server, started at first use."""
 
@@ -160,7 +163,7 @@ _client_lock = threading.Lock()
 
 
 def popen(args: Sequence[str], stdout=None, stderr=None, env: dict[str, str] | None = None, cwd=None,
-          text: bool = False, **rest) -> subprocess.Popen | WarmProcess:
+          text: bool = False, **rest) -> Process:
     """``subprocess.Popen(args, stdout=..., stderr=..., env=..., cwd=..., text=...)``, from the fork
     server when it is on and ``args`` is this interpreter running Python code (see the module).
     ``stdout``: None, ``subprocess.PIPE``, a file or a descriptor; ``stderr``: None, a file or a

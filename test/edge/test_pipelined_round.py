@@ -4,6 +4,7 @@ a branch block is drafted."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from edge_spec_ros.edge.pipeline import AheadBlock, BranchGate, Pipeline, PipelinedRound, SerialRound, branch_points
 from edge_spec_ros.models.drafter import Alternative, Draft
@@ -121,3 +122,22 @@ def test_the_branch_gate_opens_only_when_both_blocks_can_leave_before_the_verdic
     for _ in range(20):  # the verifier moved far away: the moving averages follow
         loopback.observe(wait_s=0.3, step_s=0.001)
     assert loopback.open(4)
+
+
+class FinalOnly:
+    """A link that has S_i's verdict and nothing else."""
+
+    def await_final(self, number: int, on_exit) -> ExitResult:
+        return verdict(3, (5, 6, 7, 8))
+
+
+def test_the_last_block_of_a_decision_has_nothing_drafted_ahead():
+    """A full hit of S_i would end the decision (``last``): S_{i+1} is not drafted (the round has no
+    drafter to ask), the round waits for its verdict, and nothing is held for a next round. Not last,
+    the same round goes to draft S_{i+1} (from a fork of the cache: this one has none)."""
+    round_ = PipelinedRound(4, FinalOnly(), None, None, None, None, 0.0, Pipeline(5))
+    final = round_.verdict([1, 2], KV, DRAFT, 3, last=True)
+    assert final.accepted == 3 and round_.ahead is None
+    assert round_.settle(DRAFT, final, (5, 6, 7, 8)).ahead is None
+    with pytest.raises(AttributeError, match="fork"):
+        round_.verdict([1, 2], KV, DRAFT, 3)

@@ -84,7 +84,7 @@ def service_answers(client, request, timeout_s: float, what: str, attempt_s: flo
 
 
 @contextmanager
-def process(args: list[str], log_path) -> Iterator[subprocess.Popen]:
+def process(args: list[str], log_path) -> Iterator[warm_start.Process]:
     """Run ``args`` with its output in ``log_path``; terminate it on exit."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with open(log_path, "w") as log:
