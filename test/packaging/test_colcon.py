@@ -34,9 +34,10 @@ SITE = Path(sysconfig.get_paths()["purelib"])
 PACKAGE = "edge_spec_ros"
 EXECUTABLES = ("action_node", "bag_replay_node", "bridge_node", "camera_node", "drafter_node", "sim_node",
                "memory_node", "navigate_node", "edge-spec-ros")
-# what `git archive` would ship, minus the checkout's local state
+# what `git archive` would ship, minus the checkout's local state (pytest-cache-files-*: pytest's cache
+# directory while another worker creates it)
 NOT_SOURCES = shutil.ignore_patterns(".git", ".venv*", "build", "install", "log", "artifacts", "__pycache__",
-                                     ".pytest_cache", "*.egg-info", "*.pyc", ".train")
+                                     ".pytest_cache", "pytest-cache-files-*", "*.egg-info", "*.pyc", ".train")
 BUILD_TIMEOUT_S = 900
 DROPPED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "AMENT_PREFIX_PATH", "CMAKE_PREFIX_PATH", "LD_LIBRARY_PATH",
            "COLCON_PREFIX_PATH", "COLCON_CURRENT_PREFIX", "_ROS_WHEELS_BOOTSTRAP_COMPLETE", "PYTEST_CURRENT_TEST",

@@ -48,7 +48,7 @@ RUN_TIMEOUT_S = 300  # a command in an installed environment (a model load, one 
 START_TIMEOUT_S = 180  # `serve` loading the embedded verifier until it listens
 REPLY_TIMEOUT_S = 30
 NOT_SOURCES = shutil.ignore_patterns(".git", ".venv*", "build", "install", "log", "artifacts", "__pycache__",
-                                     ".pytest_cache", "*.egg-info", "*.pyc", ".train")
+                                     ".pytest_cache", "pytest-cache-files-*", "*.egg-info", "*.pyc", ".train")
 # what a process here must not inherit: the development environment and its ROS 2 set-up
 DROPPED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "AMENT_PREFIX_PATH", "CMAKE_PREFIX_PATH", "LD_LIBRARY_PATH",
            "COLCON_PREFIX_PATH", "_ROS_WHEELS_BOOTSTRAP_COMPLETE", "PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS",
