@@ -6,6 +6,7 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
+from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.models.prompt import EncodedPrompt
 from edge_spec_ros.models.tiny import TinyModelSpec, build_tiny_qwen2vl
 from edge_spec_ros.spec.sampling import SamplingConfig
@@ -18,6 +19,11 @@ SMALL = TinyModelSpec(hidden_size=32, num_layers=3, num_heads=2, num_kv_heads=1,
 # wrong q gives p = 1e-25 (1e-64 with 1500 samples), the same with top-3 drafting 2e-177.
 N_RUNS = 600
 SAMPLING = SamplingConfig(temperature=1.0)
+
+
+def two_tokens(seed: int) -> DecodeConfig:
+    """A decision of the sampled-exactness tests: two tokens, γ = 2, temperature 1, seed ``seed``."""
+    return DecodeConfig(max_new_tokens=2, gamma=2, sampling=SAMPLING, seed=seed)
 
 
 def small_target(tokenizer):

@@ -18,7 +18,7 @@ from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.tiny import DRAFTER_SPEC, build_tiny_qwen2vl, truncated_copy
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.spec.sparse import DraftDistribution
-from small_vocab import N_RUNS, SAMPLING, chi_square_pvalue, exact_two_token_distribution, small_target
+from small_vocab import N_RUNS, chi_square_pvalue, exact_two_token_distribution, small_target, two_tokens
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def small_pair(tokenizer):
 def sample_pairs(decode, n: int) -> list[tuple[int, int]]:
     out = []
     for seed in range(n):
-        tokens = decode(DecodeConfig(max_new_tokens=2, gamma=2, sampling=SAMPLING, seed=seed)).tokens
+        tokens = decode(two_tokens(seed)).tokens
         out.append((tokens[0], tokens[1]))
     return out
 

@@ -18,7 +18,6 @@ import torch
 
 from edge_spec_ros.cloud import session as session_module
 from edge_spec_ros.cloud.local_link import LocalVerifierLink
-from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge import constrained
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.drafter import Drafter
@@ -29,7 +28,7 @@ from edge_spec_ros.spec.constraint import ForbiddenToken, masked_probs
 
 from constrained_reference import constrained_autoregressive
 from first_block_link import OpenOnlyLink
-from small_vocab import SAMPLING, VOCAB, chi_square_pvalue, exact_two_token_distribution, small_target
+from small_vocab import VOCAB, chi_square_pvalue, exact_two_token_distribution, small_target, two_tokens
 
 N_RUNS = 1000
 TOKENS = [b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"<eos>"]  # ids 0..7 of the small pair
@@ -78,10 +77,6 @@ def pvalue(samples: list[tuple[int, int]], expected: np.ndarray) -> float:
     return chi_square_pvalue(samples, expected)
 
 
-def config(seed: int) -> DecodeConfig:
-    return DecodeConfig(max_new_tokens=2, gamma=2, sampling=SAMPLING, seed=seed)
-
-
 def run_mode(target, prompt, encoder, mode: str, n: int, book, grammar: str = GRAMMAR, link=LocalVerifierLink,
              **edge) -> list[tuple[int, int]]:
     verifier = EarlyExitVerifier(target)
@@ -89,7 +84,7 @@ def run_mode(target, prompt, encoder, mode: str, n: int, book, grammar: str = GR
                           grammars=book)
     out = []
     for seed in range(n):
-        decoder.config = EdgeConfig(decode=config(seed), threads=1, grammar=grammar, **edge)
+        decoder.config = EdgeConfig(decode=two_tokens(seed), threads=1, grammar=grammar, **edge)
         tokens = decoder.decode(mode, prompt, b"").tokens
         out.append((tokens[0], tokens[1]))
     return out
@@ -134,7 +129,7 @@ def test_ar_under_a_grammar_draws_what_the_constrained_verifier_draws(small_pair
     tokens pass the chi-square test (in-process: cheap, N_RUNS of them)."""
     target, prompt = small_pair
     verifier = EarlyExitVerifier(target)
-    alone = [tuple(constrained_autoregressive(verifier, prompt, book.get(GRAMMAR), config(seed))[:2])
+    alone = [tuple(constrained_autoregressive(verifier, prompt, book.get(GRAMMAR), two_tokens(seed))[:2])
              for seed in range(N_RUNS)]
     assert pvalue(alone, expected) > 1e-3
     assert run_mode(target, prompt, encoder, "ar", N_SEEDS, book) == alone[:N_SEEDS]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive, speculative
+from edge_spec_ros.decoding.reference import autoregressive, speculative
 from edge_spec_ros.cloud.local_link import LocalVerifierLink
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.drafter import Drafter
@@ -27,7 +27,7 @@ from edge_spec_ros.models.tiny import truncated_copy
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 
 from first_block_link import OpenOnlyLink
-from small_vocab import SAMPLING, chi_square_pvalue, exact_two_token_distribution, small_target
+from small_vocab import chi_square_pvalue, exact_two_token_distribution, small_target, two_tokens
 
 N_SEEDS = 300  # decisions compared draw for draw with the reference, per mode (see the module)
 N_RUNS = 1000  # decisions of the chi-square test (adaptive γ): its lossy control needs them to fall below 1e-6
@@ -36,17 +36,13 @@ EXACT = [("sd", {}), ("fsd", {}), ("dssd", {}), ("tkslt", {"tkslt_k": 3}), ("low
 LOSSY = ("dssd-topk-lossy", {"lossy_p_k": 1})
 
 
-def config(seed: int) -> DecodeConfig:
-    return DecodeConfig(max_new_tokens=2, gamma=2, sampling=SAMPLING, seed=seed)
-
-
 def run_mode(target, prompt, encoder, mode: str, seeds: range, link=LocalVerifierLink, **edge):
     """Each seed's decision in ``mode``: ``link`` LocalVerifierLink carries the first block with the Open;
     OpenOnlyLink (no ``open_with``) takes the fallback, the Open, ``Opened``, then the first draft."""
     decoder = EdgeDecoder(link(EarlyExitVerifier(target), encoder), Drafter(truncated_copy(target, 1)),
                           EdgeConfig(threads=1, **edge))
     for seed in seeds:
-        decoder.config = EdgeConfig(decode=config(seed), threads=1, **edge)
+        decoder.config = EdgeConfig(decode=two_tokens(seed), threads=1, **edge)
         yield seed, decoder.decode(mode, prompt, b"")
 
 
@@ -63,8 +59,9 @@ class Reference:
         distribution = EdgeConfig(**edge).draft_distribution("sd" if mode == LOSSY[0] else mode)
         key = (mode == "ar", distribution, seed, tuple(blocks))
         if key not in self._kept:
-            self._kept[key] = autoregressive(self.verifier, self.prompt, config(seed)).tokens if mode == "ar" else \
-                speculative(self.drafter, self.verifier, self.prompt, config(seed), distribution, gammas=blocks).tokens
+            config = two_tokens(seed)
+            self._kept[key] = autoregressive(self.verifier, self.prompt, config).tokens if mode == "ar" else \
+                speculative(self.drafter, self.verifier, self.prompt, config, distribution, gammas=blocks).tokens
         return self._kept[key]
 
 
@@ -110,7 +107,7 @@ def test_the_lossy_top_k_downlink_draws_otherwise(small_pair, encoder, reference
 ADAPTIVE = {"adaptive_gamma": True, "alpha_prior": 0.9, "b_prior": 0.01, "c_prior": 0.01}
 
 
-def two_tokens(small_pair, encoder, mode: str, **edge) -> list[tuple[int, int]]:
+def first_two(small_pair, encoder, mode: str, **edge) -> list[tuple[int, int]]:
     target, prompt = small_pair
     return [tuple(result.tokens[:2]) for _, result in run_mode(target, prompt, encoder, mode, range(N_RUNS),
                                                                OpenOnlyLink, **edge)]
@@ -119,12 +116,12 @@ def two_tokens(small_pair, encoder, mode: str, **edge) -> list[tuple[int, int]]:
 def test_adaptive_gamma_follows_the_target(small_pair, encoder):
     """Adaptive γ (AS²: a decision's tokens may come from the cloud's own sampling): chi-square."""
     target, prompt = small_pair
-    assert chi_square_pvalue(two_tokens(small_pair, encoder, "sd", **ADAPTIVE),
+    assert chi_square_pvalue(first_two(small_pair, encoder, "sd", **ADAPTIVE),
                              exact_two_token_distribution(target, prompt)) > 1e-3
 
 
 def test_lossy_top_k_downlink_fails_the_chi_square_test(small_pair, encoder):
     """The chi-square test's negative control: resampling from a top-1 pruned p_δ must fail it."""
     target, prompt = small_pair
-    assert chi_square_pvalue(two_tokens(small_pair, encoder, LOSSY[0], **LOSSY[1]),
+    assert chi_square_pvalue(first_two(small_pair, encoder, LOSSY[0], **LOSSY[1]),
                              exact_two_token_distribution(target, prompt)) < 1e-6
