@@ -83,6 +83,29 @@ def service_answers(client, request, timeout_s: float, what: str, attempt_s: flo
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
+def set_parameters(ros: RosHarness, node: str, timeout_s: float, atomically: bool = False, **values) -> list:
+    """Set ``values`` on ``node`` (its fully qualified name) through its parameter service, as
+    ``ros2 param set`` does; the results (one per parameter, or the atomic call's one). A request
+    without parameters, which changes nothing, is the handshake (``service_answers``), so the real
+    request's reply cannot be lost."""
+    from rcl_interfaces.srv import SetParameters, SetParametersAtomically
+    from rclpy.parameter import Parameter
+
+    kind, service = (SetParametersAtomically, "set_parameters_atomically") if atomically else \
+        (SetParameters, "set_parameters")
+    client = ros.node.create_client(kind, f"{node}/{service}")
+    try:
+        assert client.wait_for_service(timeout_sec=timeout_s), f"{node}/{service}"
+        service_answers(client, kind.Request(), timeout_s, f"{node}/{service}'s replies")
+        request = kind.Request()
+        request.parameters = [Parameter(n, value=v).to_parameter_msg() for n, v in values.items()]
+        future = client.call_async(request)
+        wait_for(future.done, timeout_s, f"{node}/{service}")
+    finally:
+        ros.node.destroy_client(client)
+    return [future.result().result] if atomically else list(future.result().results)
+
+
 @contextmanager
 def process(args: list[str], log_path) -> Iterator[warm_start.Process]:
     """Run ``args`` with its output in ``log_path``; terminate it on exit."""

@@ -8,7 +8,7 @@ import pytest
 from geometry_msgs.msg import Twist
 from std_msgs.msg import String
 
-from rosharness import node_command, process, wait_for
+from rosharness import node_command, process, set_parameters, wait_for
 from edge_spec_ros.msg import BridgeStatus, Decision, NavAction as NavActionMsg
 from edge_spec_ros.nodes.ros_link import RELIABLE
 
@@ -117,37 +117,23 @@ def test_after_a_motion_zero_is_held_then_nothing(action_node):
     assert time.monotonic() - after[-1][0] > 0.6
 
 
-def set_parameters(ros, **values):
-    from rcl_interfaces.srv import SetParameters
-    from rclpy.parameter import Parameter
-
-    client = ros.node.create_client(SetParameters, "/action/set_parameters")
-    assert client.wait_for_service(timeout_sec=DISCOVERY_S)
-    request = SetParameters.Request()
-    request.parameters = [Parameter(name, value=value).to_parameter_msg() for name, value in values.items()]
-    future = client.call_async(request)
-    wait_for(future.done, 10, "set_parameters")
-    ros.node.destroy_client(client)
-    return future.result().results
-
-
 @pytest.mark.parametrize("name,value", [("max_linear_speed", float("nan")), ("rate_hz", -5.0),
                                         ("max_linear_speed", 7.0), ("max_angular_speed", -1.0),
                                         ("watchdog_timeout_s", 0.0), ("odom_topic", "other_odom")])
 def test_invalid_parameters_are_refused_with_a_reason(ros, action_node, name, value):
-    (result,) = set_parameters(ros, **{name: value})
+    (result,) = set_parameters(ros, "/action", DISCOVERY_S, **{name: value})
     assert not result.successful and result.reason, (name, value, result)
 
 
 def test_an_accepted_limit_takes_effect_on_the_next_command(ros, action_node):
     decisions, _, actions, _, _ = action_node
-    (result,) = set_parameters(ros, max_linear_speed=0.1)
+    (result,) = set_parameters(ros, "/action", DISCOVERY_S, max_linear_speed=0.1)
     assert result.successful, result.reason
     send(decisions, 7, "Action: move forward 10 cm")
     wait_for(lambda: any(a.decision == 7 and a.status == NavActionMsg.STARTED for a in actions), 10, "the NavAction")
     action = next(a for a in actions if a.decision == 7)
     assert action.linear_x == pytest.approx(0.1) and action.clamped
-    (result,) = set_parameters(ros, max_linear_speed=0.5)
+    (result,) = set_parameters(ros, "/action", DISCOVERY_S, max_linear_speed=0.5)
     assert result.successful
 
 
@@ -173,17 +159,7 @@ def test_sigterm_mid_motion_leaves_a_final_zero(ros, tmp_path):
 def test_a_start_up_parameter_is_refused_at_run_time(ros, tmp_path):
     """A node whose parameters are read once refuses a runtime change with that reason, rather than
     answering successful and changing nothing."""
-    from rcl_interfaces.srv import SetParameters
-    from rclpy.parameter import Parameter
-
     cmd = node_command("sim_node", "-r", "__ns:=/fixed")
     with process(cmd, tmp_path / "sim.log"):
-        client = ros.node.create_client(SetParameters, "/fixed/sim/set_parameters")
-        assert client.wait_for_service(timeout_sec=DISCOVERY_S)
-        request = SetParameters.Request()
-        request.parameters = [Parameter("camera_rate_hz", value=2.0).to_parameter_msg()]
-        future = client.call_async(request)
-        wait_for(future.done, 10, "set_parameters")
-        (result,) = future.result().results
-        ros.node.destroy_client(client)
+        (result,) = set_parameters(ros, "/fixed/sim", DISCOVERY_S, camera_rate_hz=2.0)
     assert not result.successful and "restart" in result.reason

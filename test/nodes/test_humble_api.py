@@ -14,7 +14,7 @@ import pytest
 from std_msgs.msg import String
 
 from humble_api import HIDDEN_LINE
-from rosharness import drafter_matched_instruction, navigate_matched_instruction, process, wait_for
+from rosharness import drafter_matched_instruction, navigate_matched_instruction, process, set_parameters, wait_for
 from edge_spec_ros.msg import Decision, DraftBlock as DraftBlockMsg, NavAction as NavActionMsg
 from edge_spec_ros.nodes.matched import matched_publishers
 from edge_spec_ros.nodes.ros_link import RELIABLE
@@ -114,22 +114,6 @@ def action_node(ros, tmp_path_factory):
     no_traceback(log)
 
 
-def set_parameters(ros, atomically: bool = False, **values):
-    from rcl_interfaces.srv import SetParameters, SetParametersAtomically
-    from rclpy.parameter import Parameter
-
-    kind, name = (SetParametersAtomically, "set_parameters_atomically") if atomically else \
-        (SetParameters, "set_parameters")
-    client = ros.node.create_client(kind, f"/humble/action/{name}")
-    assert client.wait_for_service(timeout_sec=UP_S)
-    request = kind.Request()
-    request.parameters = [Parameter(n, value=v).to_parameter_msg() for n, v in values.items()]
-    future = client.call_async(request)
-    wait_for(future.done, ANSWER_S, name)
-    ros.node.destroy_client(client)
-    return future.result().result if atomically else future.result().results
-
-
 def decide(decisions, actions, decision: int, text: str) -> NavActionMsg:
     msg = Decision()
     msg.decision, msg.text, msg.mode = decision, text, "fsd"
@@ -139,17 +123,17 @@ def decide(decisions, actions, decision: int, text: str) -> NavActionMsg:
 
 
 def test_an_invalid_parameter_is_refused_with_the_reason(ros, action_node):
-    (result,) = set_parameters(ros, max_linear_speed=float("nan"))
+    (result,) = set_parameters(ros, "/humble/action", ANSWER_S, max_linear_speed=float("nan"))
     assert not result.successful and "max_linear_speed" in result.reason, result
 
 
 def test_an_accepted_limit_applies_from_the_next_command(ros, action_node):
     decisions, actions, log = action_node
-    (result,) = set_parameters(ros, max_linear_speed=0.1)
+    (result,) = set_parameters(ros, "/humble/action", ANSWER_S, max_linear_speed=0.1)
     assert result.successful, result.reason
     action = decide(decisions, actions, 1, "Action: move forward 10 cm")  # sent as soon as the reply is here
     assert action.linear_x == pytest.approx(0.1) and action.clamped
-    (result,) = set_parameters(ros, max_linear_speed=0.5)
+    (result,) = set_parameters(ros, "/humble/action", ANSWER_S, max_linear_speed=0.5)
     assert result.successful
     wait_for(lambda: "parameters changed: max_linear_speed=0.5" in log.read_text(), ANSWER_S, "the log line")
 
@@ -160,7 +144,8 @@ def test_a_refused_request_applies_nothing(ros, action_node, decision, refused, 
     running before the limit's (odom_topic, read at start-up) or after it (rate_hz 0: within its range,
     refused by ActionNodeConfig, whose on-set callback was added before NavConfig's)."""
     decisions, actions, _ = action_node
-    result = set_parameters(ros, atomically=True, max_linear_speed=0.1, **{refused: value})
+    (result,) = set_parameters(ros, "/humble/action", ANSWER_S, atomically=True, max_linear_speed=0.1,
+                               **{refused: value})
     assert not result.successful and refused in result.reason
     action = decide(decisions, actions, decision, "Action: move forward 10 cm")
     assert action.linear_x == pytest.approx(0.3) and not action.clamped
