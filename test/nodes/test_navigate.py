@@ -17,7 +17,8 @@ from geometry_msgs.msg import Twist
 from rclpy.action import ActionClient
 from std_msgs.msg import String
 
-from rosharness import drafter_matched_instruction, navigate_matched_instruction, node_command, process, wait_for
+from rosharness import (drafter_matched_instruction, navigate_matched_instruction, node_command, process, service_answers,
+                        wait_for)
 from stack import room_frame, stack_command, stack_params
 from edge_spec_ros.action import Navigate
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
@@ -104,6 +105,8 @@ def stack(ros, server_endpoint, tmp_path_factory):
         wait_for(lambda: drafter_matched_instruction((logs / "stack.log").read_text()) >= 1
                  and navigate_matched_instruction((logs / "navigate.log").read_text()) >= 4, UP_S,
                  f"the drafter and navigate_node matching each other on instruction\n{s.logs()}")
+        # a refused request (an empty prompt) is the handshake that describe's replies reach this node
+        service_answers(s.describe, Describe.Request(prompt=" "), UP_S, "describe's replies")
         yield s
         assert robot.poll() is None and nav.poll() is None, s.logs()
 
