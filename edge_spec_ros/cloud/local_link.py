@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from edge_spec_ros.cloud.limits import RequestError
 from edge_spec_ros.cloud.session import VerifySession
+from edge_spec_ros.models.grammar import GrammarBook
 from edge_spec_ros.models.prompt import PromptEncoder
 from edge_spec_ros.models.verifier import EarlyExitVerifier
 from edge_spec_ros.wire.codec import encoded_size
@@ -29,9 +30,12 @@ REPLY_TIMEOUT_S = 60.0
 
 class LocalVerifierLink:
     def __init__(self, verifier: EarlyExitVerifier, encoder: PromptEncoder,
-                 reply_timeout_s: float = REPLY_TIMEOUT_S) -> None:
+                 reply_timeout_s: float = REPLY_TIMEOUT_S, grammars: GrammarBook | None = None) -> None:
+        """``grammars``: the book the sessions compile an Open's grammar from (None: the encoder's
+        tokenizer's, as the server's sessions do)."""
         self.verifier = verifier
         self.encoder = encoder
+        self.grammars = grammars
         self.reply_timeout_s = reply_timeout_s
         self.traffic: dict[bytes, Traffic] = {}
         self._sessions: dict[bytes, tuple[queue.Queue, queue.Queue]] = {}
@@ -45,7 +49,7 @@ class LocalVerifierLink:
         over the ZeroMQ client and the ROS link."""
         sid = uuid.uuid4().bytes
         self.traffic[sid] = Traffic()
-        session = VerifySession(self.verifier, self.encoder, request)
+        session = VerifySession(self.verifier, self.encoder, request, grammars=self.grammars)
         jobs: queue.Queue = queue.Queue()
         replies: queue.Queue = queue.Queue()
         self._sessions[sid] = (jobs, replies)

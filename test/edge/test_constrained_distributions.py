@@ -46,13 +46,6 @@ def book():
     return GrammarBook.for_vocabulary(TOKENS, [7])
 
 
-@pytest.fixture
-def served(monkeypatch, book):
-    """The in-process verifier compiles the small vocabulary's grammar (its encoder's tokenizer is the
-    project's, whose ids 0..7 are special tokens)."""
-    monkeypatch.setattr(session_module, "book_for", lambda tokenizer, vocab: book)
-
-
 def constrained_two_token_distribution(target, prompt, constraint) -> np.ndarray:
     """P̃(x1, x2) = p̃(x1 | prompt) p̃(x2 | prompt, x1), p̃ = norm(p · m(s)), by enumeration: (V·V,)."""
     state = constraint.start()
@@ -80,8 +73,10 @@ def pvalue(samples: list[tuple[int, int]], expected: np.ndarray) -> float:
 def run_mode(target, prompt, encoder, mode: str, n: int, book, grammar: str = GRAMMAR, link=LocalVerifierLink,
              **edge) -> list[tuple[int, int]]:
     verifier = EarlyExitVerifier(target)
-    decoder = EdgeDecoder(link(verifier, encoder), Drafter(truncated_copy(target, 1)), EdgeConfig(threads=1),
-                          grammars=book)
+    # the in-process verifier compiles the small vocabulary's grammar too (its encoder's tokenizer is the
+    # project's, whose ids 0..7 are special tokens)
+    decoder = EdgeDecoder(link(verifier, encoder, grammars=book), Drafter(truncated_copy(target, 1)),
+                          EdgeConfig(threads=1), grammars=book)
     out = []
     for seed in range(n):
         decoder.config = EdgeConfig(decode=two_tokens(seed), threads=1, grammar=grammar, **edge)
@@ -109,9 +104,7 @@ N_CONTROL = 500  # the controls are far off: TV > 0.3, or tokens the grammar for
 @pytest.fixture(scope="module")
 def sd_decisions(small_pair, encoder, book):
     """SD's N_RUNS decisions under the grammar, with the first block riding with the Open (the default link)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(session_module, "book_for", lambda tokenizer, vocab: book)
-        return run_mode(*small_pair, encoder, "sd", N_RUNS, book)
+    return run_mode(*small_pair, encoder, "sd", N_RUNS, book)
 
 
 def test_sd_under_a_grammar_follows_the_constrained_verifier(sd_decisions, expected):
@@ -119,12 +112,12 @@ def test_sd_under_a_grammar_follows_the_constrained_verifier(sd_decisions, expec
 
 
 @pytest.mark.parametrize("mode", ["fsd", "dssd"])
-def test_fsd_and_dssd_under_a_grammar_draw_what_sd_draws(small_pair, encoder, book, served, sd_decisions, mode):
+def test_fsd_and_dssd_under_a_grammar_draw_what_sd_draws(small_pair, encoder, book, sd_decisions, mode):
     """The same q and blocks, the verification split otherwise: the same draw for every seed."""
     assert run_mode(*small_pair, encoder, mode, N_SEEDS, book) == sd_decisions[:N_SEEDS]
 
 
-def test_ar_under_a_grammar_draws_what_the_constrained_verifier_draws(small_pair, encoder, book, served, expected):
+def test_ar_under_a_grammar_draws_what_the_constrained_verifier_draws(small_pair, encoder, book, expected):
     """The cloud's own constrained sampling equals the constrained verifier alone draw for draw, whose two
     tokens pass the chi-square test (in-process: cheap, N_RUNS of them)."""
     target, prompt = small_pair
@@ -136,7 +129,7 @@ def test_ar_under_a_grammar_draws_what_the_constrained_verifier_draws(small_pair
 
 
 @pytest.mark.parametrize("mode,edge", CHI_SQUARE)
-def test_exact_modes_under_a_grammar_follow_the_constrained_verifier(small_pair, encoder, book, served, expected,
+def test_exact_modes_under_a_grammar_follow_the_constrained_verifier(small_pair, encoder, book, expected,
                                                                      mode, edge):
     """With the first block riding with the Open (the default link)."""
     target, prompt = small_pair
@@ -145,13 +138,13 @@ def test_exact_modes_under_a_grammar_follow_the_constrained_verifier(small_pair,
 
 @SLOW
 @pytest.mark.parametrize("mode,edge", [("sd", {}), ("dssd", {}), ("pico", {})])
-def test_without_the_first_block_too(small_pair, encoder, book, served, expected, mode, edge):
+def test_without_the_first_block_too(small_pair, encoder, book, expected, mode, edge):
     target, prompt = small_pair
     samples = run_mode(target, prompt, encoder, mode, N_RUNS, book, link=OpenOnlyLink, **edge)
     assert pvalue(samples, expected) > 1e-3
 
 
-def test_negative_control_the_mask_on_one_side_only(small_pair, encoder, book, served, expected, monkeypatch):
+def test_negative_control_the_mask_on_one_side_only(small_pair, encoder, book, expected, monkeypatch):
     """The drafter masks q, the verifier does not mask p: the output follows p, which must be detected
     (after a token the grammar forbids, the drafter's q is left unmasked: its automaton cannot follow)."""
     monkeypatch.setattr(session_module.VerifySession, "_start_grammar", lambda self: None)
