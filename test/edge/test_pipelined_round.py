@@ -4,7 +4,6 @@ a branch block is drafted."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from edge_spec_ros.edge.pipeline import AheadBlock, BranchGate, Pipeline, PipelinedRound, SerialRound, branch_points
 from edge_spec_ros.models.drafter import Alternative, Draft
@@ -124,20 +123,54 @@ def test_the_branch_gate_opens_only_when_both_blocks_can_leave_before_the_verdic
     assert loopback.open(4)
 
 
+class StandInKV:
+    """A drafter cache that only forks (the stand-in drafter keeps nothing in it)."""
+
+    def fork(self) -> StandInKV:
+        return StandInKV()
+
+
+class StandInDrafter:
+    """Drafts the token 100 + its position at once; records each call's prefix length and γ."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    def draft(self, kv, prefix, gamma, sampling, rng, tp_s, distribution=None, truncate=None, cancelled=None):
+        self.calls.append((len(prefix), gamma))
+        return Draft(tuple(100 + len(prefix) + j for j in range(gamma)), None, len(prefix))
+
+
 class FinalOnly:
-    """A link that has S_i's verdict and nothing else."""
+    """A link whose verdict of S_i comes only when awaited; records what was sent ahead."""
+
+    distribution = None
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, Draft]] = []
+
+    def poll_final(self, number: int, on_exit) -> None:
+        return None
 
     def await_final(self, number: int, on_exit) -> ExitResult:
-        return verdict(3, (5, 6, 7, 8))
+        return verdict(3, (5, 6, 7, 113))
+
+    def send(self, number: int, draft: Draft, resampled: int, chained: bool = False) -> float:
+        self.sent.append((number, draft))
+        return 1.5
 
 
 def test_the_last_block_of_a_decision_has_nothing_drafted_ahead():
-    """A full hit of S_i would end the decision (``last``): S_{i+1} is not drafted (the round has no
-    drafter to ask), the round waits for its verdict, and nothing is held for a next round. Not last,
-    the same round goes to draft S_{i+1} (from a fork of the cache: this one has none)."""
-    round_ = PipelinedRound(4, FinalOnly(), None, None, None, None, 0.0, Pipeline(5))
-    final = round_.verdict([1, 2], KV, DRAFT, 3, last=True)
-    assert final.accepted == 3 and round_.ahead is None
-    assert round_.settle(DRAFT, final, (5, 6, 7, 8)).ahead is None
-    with pytest.raises(AttributeError, match="fork"):
-        round_.verdict([1, 2], KV, DRAFT, 3)
+    """A full hit of S_i would end the decision (``last``): S_{i+1} is not drafted, the round waits
+    for its verdict, and nothing is held for a next round. Not last, the same round drafts S_{i+1}
+    (its guess and γ) after S_i and sends it chained."""
+    seq = list(range(10))  # S_i (DRAFT, at 10) follows these
+    drafter, link = StandInDrafter(), FinalOnly()
+    round_ = PipelinedRound(4, link, None, drafter, None, None, 0.0, Pipeline(5))
+    final = round_.verdict(seq, StandInKV(), DRAFT, 3, last=True)
+    assert final.accepted == 3 and round_.ahead is None and drafter.calls == [] and link.sent == []
+    assert round_.settle(DRAFT, final, (5, 6, 7, 113)).ahead is None
+    round_ = PipelinedRound(4, link, None, drafter, None, None, 0.0, Pipeline(5))
+    round_.verdict(seq, StandInKV(), DRAFT, 3)
+    assert drafter.calls == [(13, 4)] and link.sent == [(5, Draft((113, 114, 115, 116), None, 13))]
+    assert round_.settle(DRAFT, final, (5, 6, 7, 113)).ahead.draft.tokens == (114, 115, 116)
