@@ -142,50 +142,87 @@ def test_a_robot_slower_than_commanded_reaches_its_goal_after_the_watchdogs_time
     assert end.travelled_m == pytest.approx(1.5, abs=0.05)
 
 
+class SimClock:
+    """Simulated time published on ``pub`` every 10 ms of wall time from 1000 s on, 5 ms a tick (half the
+    wall clock's pace: a motion timed on the wall clock would end early in its stamps) up to ``target``,
+    where it stands (None: on and on). Where it stands the node's callbacks see that time however late
+    they run, so a loaded machine cannot stretch what the stamps show."""
+
+    STEP_NS = NS // 200
+
+    def __init__(self, ros, pub) -> None:
+        self.ns, self.target, self.pub = 1000 * NS, None, pub
+        self.lock = threading.Lock()
+        self.timer = ros.node.create_timer(0.01, self.tick)
+
+    def tick(self) -> None:
+        with self.lock:
+            step = self.STEP_NS if self.target is None else max(0, min(self.STEP_NS, self.target - self.ns))
+            self.ns += step
+            msg = Clock()
+            msg.clock.sec, msg.clock.nanosec = divmod(self.ns, NS)
+        self.pub.publish(msg)
+
+    def stand(self, at_ns: int | None = None) -> int:
+        """Go on to ``at_ns`` and stand there (None: stand where it is now); returns where."""
+        with self.lock:
+            self.target = self.ns if at_ns is None else at_ns
+            return self.target
+
+    def at(self, ns: int) -> bool:
+        with self.lock:
+            return self.ns >= ns
+
+
+def stamp_ns(stamp) -> int:
+    return stamp.sec * NS + stamp.nanosec
+
+
 def test_twist_stamped_carries_frame_id_and_the_node_clocks_stamp(ros, tmp_path):
     """cmd_vel_type TwistStamped under simulated time: header.frame_id is the parameter's, the stamps are
     the node's clock (the simulated time the test publishes, about 1000 s, not the wall clock), rising;
-    after the motion zero is held for hold_zero_s of that clock, then nothing."""
+    the motion ends at its planned 0.5 s of that clock, then zero is held for hold_zero_s of it, then
+    nothing. Simulated time stands still at each instant the test checks (the motion's start, its
+    planned end, the hold's end), so the stamps are exact whatever the load."""
     stamped: list[TwistStamped] = []
     ros.node.create_subscription(TwistStamped, "stamped/cmd_vel", stamped.append, 10)
     clock_pub = ros.node.create_publisher(Clock, "stamped/clock", 10)
     decisions = ros.node.create_publisher(Decision, "stamped/edge_spec/decision", RELIABLE)
     actions = ros.collect(NavActionMsg, "stamped/edge_spec/action", RELIABLE)
-    sim = {"ns": 1000 * NS}
-    lock = threading.Lock()
-
-    def tick() -> None:  # simulated time from 1000 s on, 10 ms per 10 ms of wall time
-        with lock:
-            sim["ns"] += NS // 100
-            msg = Clock()
-            msg.clock.sec, msg.clock.nanosec = divmod(sim["ns"], NS)
-        clock_pub.publish(msg)
-
-    timer = ros.node.create_timer(0.01, tick)
-    cmd = node_command("action_node", "-r", "__ns:=/stamped", "-r", "/clock:=/stamped/clock", "-p", "use_sim_time:=true",
-                       "-p", "cmd_vel_type:=TwistStamped", "-p", "frame_id:=go2/base_link", "-p", "hold_zero_s:=0.5")
+    diagnostics = ros.collect(DiagnosticArray, "/diagnostics")
+    clock = SimClock(ros, clock_pub)
+    period = NS // round(GO2_RATE_HZ)
+    cmd = node_command("action_node", "-r", "__ns:=/stamped", "-r", "/clock:=/stamped/clock",
+                       "-p", "use_sim_time:=true", "-p", "cmd_vel_type:=TwistStamped", "-p", "frame_id:=go2/base_link",
+                       "-p", "hold_zero_s:=0.5")
     try:
         with process(cmd, tmp_path / "action.log") as proc:
             wait_for(lambda: decisions.get_subscription_count() > 0 and clock_pub.get_subscription_count() > 0
                      and ros.node.count_publishers("stamped/cmd_vel") > 0, DISCOVERY_S, "the action node")
+            start = clock.stand()  # the node's /diagnostics (every second of wall time) say when it is there
+            wait_for(lambda: any(stamp_ns(d.header.stamp) == start for d in diagnostics), DISCOVERY_S,
+                     "the action node's clock at the motion's start")
             send_first(decisions, actions, 1, "Action: move forward 15 cm")  # 0.5 s of simulated time
+            planned_end = clock.stand(start + NS // 2)
             wait_for(lambda: any(a.decision == 1 and a.status == NavActionMsg.DONE for a in actions), 15, "DONE")
             done = next(a for a in actions if a.decision == 1 and a.status == NavActionMsg.DONE)
-            with lock:
-                wait_until = sim["ns"] / NS + 1.5  # past the 0.5 s hold, in simulated time
-            wait_for(lambda: sim["ns"] / NS > wait_until, 15, "1.5 s more of simulated time")
+            hold_end = clock.stand(planned_end + NS // 2)
+            wait_for(lambda: any(m.twist.linear.x == 0.0 and stamp_ns(m.header.stamp) > hold_end - period
+                                 for m in stamped), 15, "zero held to the hold's end")  # its last control tick
+            after = clock.stand(hold_end + NS)
+            wait_for(lambda: clock.at(after), 15, "1 s more of simulated time")
             assert proc.poll() is None
     finally:
-        ros.node.destroy_timer(timer)
+        ros.node.destroy_timer(clock.timer)
     assert stamped and all(m.header.frame_id == "go2/base_link" for m in stamped)
-    stamps = [stamp_s(m.header.stamp) for m in stamped]
-    assert all(1000.0 < s < 1000.0 + 3600 for s in stamps), stamps[:3]  # simulated time, not the wall clock
+    stamps = [stamp_ns(m.header.stamp) for m in stamped]
+    assert all(1000 * NS < s < 4600 * NS for s in stamps), stamps[:3]  # simulated time, not the wall clock
     assert stamps == sorted(stamps)
     moving = [s for m, s in zip(stamped, stamps) if m.twist.linear.x > 0]
-    assert moving[-1] - moving[0] == pytest.approx(0.5, abs=0.1)  # held for its planned 0.5 s of the node's clock
+    assert moving[0] == start and stamp_ns(done.header.stamp) == planned_end  # 0.5 s of the node's clock
+    assert moving[-1] <= planned_end
     zeros = [s for m, s in zip(stamped, stamps) if m.twist.linear.x == 0.0 and s >= moving[-1]]
-    end = stamp_s(done.header.stamp)
-    assert zeros and zeros[-1] - end == pytest.approx(0.5, abs=0.1)  # zero held for hold_zero_s, then nothing
+    assert hold_end - period < zeros[-1] <= hold_end  # zero held for hold_zero_s, then nothing
     assert stamped[-1].twist.linear.x == 0.0
 
 
