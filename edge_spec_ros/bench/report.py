@@ -27,6 +27,7 @@ ROWS = (
     ("r cache miss", "miss_rate", "{:.1%}"),
     ("avg hit exit", "avg_hit_exit", "{:.1f}"),
     ("branch blocks held", "branches_held", "{:.0f}"),
+    ("blocks held two rounds ahead", "after_next_held", "{:.0f}"),
     ("TTFT ms", "ttft_s", "ms"),
     ("per token ms", "per_token_s", "ms"),
     ("  after the first verdict ms", "steady_per_token_s", "ms"),

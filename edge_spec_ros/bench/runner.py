@@ -30,7 +30,7 @@ from edge_spec_ros.decoding.metrics import DecodeStats
 from edge_spec_ros.decoding.reference import DecodeConfig
 from edge_spec_ros.edge.client import ClientConfig, VerifierClient
 from edge_spec_ros.edge.modes import EXIT_MODES, LOSSY_MODES, MODES, PIPELINED_MODES, EdgeConfig, EdgeDecoder
-from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES
+from edge_spec_ros.edge.pipeline import BRANCHES, DEPTH, MAX_BRANCHES, MAX_DEPTH
 from edge_spec_ros.edge.registry import get_mode
 from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.grammar import book_for
@@ -85,6 +85,9 @@ class BenchConfig:
     branch_blocks: int = field(default=BRANCHES, metadata=doc(
         "pico, pico-fsd: branch blocks per round for the K likeliest other verdicts of the block being verified "
         "(edge/pipeline.py; 0: none)", 0, MAX_BRANCHES))
+    pipeline_depth: int = field(default=DEPTH, metadata=doc(
+        "pico, pico-fsd: blocks drafted ahead of the one being verified (edge/pipeline.py): 1, the next (PicoSpec); "
+        "2, the one after it too", 1, MAX_DEPTH))
     task_set: str = field(default="camera", metadata={**doc(
         "camera: image + instruction prompts; text: conversation, code, maths, instructions, summarisation, QA "
         "(--prompts per kind, bench/tasks.py), reported per kind (FSD Table 6)"), "choices": TASK_SETS})
@@ -234,7 +237,8 @@ class Bench:
         edge = EdgeConfig(decode=decode, threads=c.threads, client_policy=c.client_policy,
                           server_policy=c.server_policy, tp_s=self.profile.tp_s,  # T_q: Profile.serve_args
                           adaptive_gamma=c.adaptive_gamma, branch_blocks=c.branch_blocks,
-                          first_block=c.first_block, pipeline_gamma=c.pipeline_gamma)
+                          first_block=c.first_block, pipeline_gamma=c.pipeline_gamma,
+                          pipeline_depth=c.pipeline_depth)
         edge = dataclasses.replace(edge, **overrides)
         warm = dataclasses.replace(edge, decode=dataclasses.replace(decode, max_new_tokens=4))
         client_config = ClientConfig(endpoint=self.endpoint, uplink=self.profile.uplink,

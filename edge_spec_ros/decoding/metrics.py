@@ -38,6 +38,7 @@ class DecodeStats:
     cache_misses: int = 0
     hit_exit_sum: int = 0  # Σ over hits of the earliest exit layer that matched the final output
     branches_held: int = 0  # PicoSpec: rounds whose block was a branch block that held (edge.pipeline)
+    after_next_held: int = 0  # PicoSpec: rounds whose block was drafted two rounds ahead and held (edge.pipeline)
     server_s: float = 0.0  # Σ server compute reported per round (T_q)
     round_trip_s: float = 0.0  # Σ from sending a draft (or request) to its final result
     bytes_up: int = 0

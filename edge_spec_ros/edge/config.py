@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from edge_spec_ros.decoding.reference import DecodeConfig
-from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES
+from edge_spec_ros.edge.pipeline import BRANCHES, DEPTH, MAX_BRANCHES, MAX_DEPTH
 from edge_spec_ros.edge.registry import Mode, get_mode
 from edge_spec_ros.spec.queues import POLICIES
 from edge_spec_ros.spec.sparse import DraftDistribution
@@ -49,6 +49,9 @@ class EdgeConfig:
     # PicoSpec: branch blocks per round for the likeliest other verdicts of the block being verified
     # (edge.pipeline; 0: none); they change when the verifier works, never the tokens
     branch_blocks: int = BRANCHES
+    # PicoSpec: blocks drafted ahead of the one being verified (edge.pipeline): 1, S_{i+1} as published; 2, the
+    # block after next too, so the cloud need not wait for it after a verdict
+    pipeline_depth: int = DEPTH
     # the first block rides with the Open (edge.first_block): drafted from the prompt while the Open travels,
     # verified right after the prefill; False (or a link without open_with): Open, Opened, then the first draft
     first_block: bool = True
@@ -66,6 +69,8 @@ class EdgeConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.branch_blocks <= MAX_BRANCHES:
             raise ValueError(f"branch_blocks must be 0..{MAX_BRANCHES}, got {self.branch_blocks}")
+        if not 1 <= self.pipeline_depth <= MAX_DEPTH:
+            raise ValueError(f"pipeline_depth must be 1..{MAX_DEPTH}, got {self.pipeline_depth}")
         for policy in (self.client_policy, self.server_policy):
             if policy not in POLICIES:
                 raise ValueError(f"queue policy {policy!r} is not one of {POLICIES}")

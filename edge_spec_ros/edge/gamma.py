@@ -161,11 +161,12 @@ class AdaptiveGamma:
     docstring). Not thread-safe: one decision at a time."""
 
     def __init__(self, controller: DraftLengthController, probe_budget: float = PROBE_BUDGET,
-                 measured: bool = True, pipelined: bool = False) -> None:
+                 measured: bool = True, pipelined: bool = False, depth: int = 1) -> None:
         if not 0.0 < probe_budget < 1.0:
             raise ValueError(f"probe budget must be in (0, 1), got {probe_budget}")
         self.controller = controller
         self.pipelined = pipelined  # PicoSpec's modes: γ by the pipeline's model (``pipeline_gamma``)
+        self.depth = depth  # and the blocks they draft ahead (``edge.pipeline.Pipeline.depth``)
         self.overheads: deque[float] = deque(maxlen=OVERHEAD_ROUNDS)  # round trip less T_LLM of recent rounds
         self.probe_budget = probe_budget
         self.use_walls = measured  # False: the model alone decides (TK-SLT's AS² as published)
@@ -244,7 +245,8 @@ class AdaptiveGamma:
         t_q = c.t_llm_s
         if not self.pipelined or t_q <= 0.0 or not self.overheads:
             return serial
-        return pipelined_gamma(c.alpha, c.c * t_q, t_q, statistics.median(self.overheads), c.max_gamma)
+        return pipelined_gamma(c.alpha, c.c * t_q, t_q, statistics.median(self.overheads), c.max_gamma,
+                               depth=self.depth)
 
     def cloud_chunk(self) -> int | None:
         if self._probing_cloud:

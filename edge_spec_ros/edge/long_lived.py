@@ -80,12 +80,12 @@ class LongLivedParts:
             return FixedGamma()
         pipelined = mode.pipelined and config.pipeline_gamma
         built_from = (config.alpha_prior, config.b_prior, config.c_prior, config.max_gamma, config.measured_fallback,
-                      pipelined)
+                      pipelined, config.pipeline_depth)
         if mode.name not in self.adaptive or self.adaptive[mode.name][0] != built_from:
             controller = DraftLengthController(config.alpha_prior, config.b_prior, config.c_prior,
                                                max_gamma=config.max_gamma)
             self.adaptive[mode.name] = built_from, AdaptiveGamma(controller, measured=config.measured_fallback,
-                                                                 pipelined=pipelined)
+                                                                 pipelined=pipelined, depth=config.pipeline_depth)
         return self.adaptive[mode.name][1]
 
     def _predrafter(self, config: EdgeConfig, drafter: Drafter) -> PreDrafter:

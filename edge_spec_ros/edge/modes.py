@@ -19,8 +19,10 @@ Modes and what crosses the link per round (γ draft tokens, vocabulary V, K kept
            held and answers "stale" otherwise (overlapped communication). Arriving with the verdict,
            it is sent then if the assumption held, dropped otherwise; dropping discards its cache
            fork, and the verifier's cache rolls back by prefix. Rejections use separate rejection
-           sampling (as dssd). Fast verification: a block drafted from scratch leaves in two parts,
-           its first half as soon as it exists, so the cloud starts on it while the rest is drafted;
+           sampling (as dssd). The block after next is drafted meanwhile too, and sent at a full hit's
+           verdict (``pipeline_depth`` 2, a departure: ``edge.pipeline``). Fast verification: a block
+           drafted from scratch leaves in two parts, its first half as soon as it exists, so the cloud
+           starts on it while the rest is drafted;
   pico-fsd — both at once, a combination neither paper makes: the pipeline's block covers the case
            "all accepted, guess right", FSD's pre-drafts from early exits cover the others; with
            early exits the cloud verifies, so q travels whole (as sd);
@@ -347,14 +349,16 @@ class EdgeDecoder:
             state.kv, draft = block.kv, block.draft
             state.sources.begin_round(state.number, state.seq, state.kv, gamma)
             round_ = state.new_round(state.number)
-            final = round_.verdict(state.seq, state.kv, draft, gamma, last=state.remaining <= draft.gamma + 1)
+            final = round_.verdict(state.seq, state.kv, draft, gamma, state.remaining)
             # the first block's round trip waited for the prefill, and its drafting overlapped the Open: neither
             # its round trip nor its wall time is what a round costs
             tokens, now = self._observe(state, block, final, sent, block is not opening.first, link, rng, policy)
             if state.commit(tokens, now, tokens[-1] if final.resample else -1):  # DSSD: the next block tells it
+                round_.close()  # nothing drafted ahead outlives the decision
                 return state.out
             settled = round_.settle(draft, final, tokens)
             stats.branches_held += settled.branch
+            stats.after_next_held += settled.after_next
             state.sources.after_verdict(settled.ahead, tokens)
             state.number = settled.next_number
         raise VerifierError(0, "decode did not finish within its token budget")  # unreachable
@@ -393,7 +397,7 @@ class EdgeDecoder:
         if not spec.pipelined:
             return sources, partial(SerialRound, link=link, on_exit=sources.on_exit)
         pipeline = Pipeline(number + 1, self._parts.branch_gate(spec.name) if c.branch_blocks > 0 else None,
-                            c.branch_blocks)
+                            c.branch_blocks, depth=c.pipeline_depth)
         return sources, partial(PipelinedRound, link=link, on_exit=sources.on_exit, drafter=self.drafter,
                                 sampling=d.sampling, rng=rng, tp_s=c.tp_s, pipeline=pipeline, split=spec.split)
 

@@ -33,6 +33,21 @@ is stale). Not drafted where the cloud could not check them: split verification 
 robot itself resamples the rejected position), or a block without the drafter's alternatives
 (prompt-lookup tokens).
 
+The block after next (a departure from PicoSpec, ``Pipeline.depth`` 2): once S_{i+1} has left, S_{i+2} is
+drafted on a thread of its own, on a fork of S_{i+1}'s cache, as if S_i and S_{i+1} were both fully
+accepted, while the robot waits for S_i's verdict as before (it notices the verdict at once, not after
+a draft step). It stays on the robot (``Pipeline.held``): a full hit of S_i makes S_{i+1} the next
+round's block, and that round takes S_{i+2} as its S_{i+1} — sent at once if finished, else drafted on
+until finished (then sent) or until that round's verdict (then cut short there, as any S_{i+1}); any
+other verdict drops it. With one block ahead the cloud waits, after each full hit, for the block after
+next to be drafted and to travel (rounds of (T_q + T_RTT + (γ + 1)T_p) / 2,
+``spec.pipeline.chained_cycle``); with S_{i+2} drafted during S_i's round it only travels, and reaches
+the cloud before S_{i+1} is verified while 2T_c ≤ T_q, so the rounds are T_q long as long as a block is
+drafted within one. Held back rather than sent before the verdict, it is never checked against a
+verdict other than S_{i+1}'s (a branch block that held could commit the sequence it expects to follow,
+but from another prefix). Like every block drafted ahead it uses the position-indexed draws of a fresh
+draft from the same prefix: it changes when the verifier works, never the tokens.
+
 Blocks sent ahead can outlive their round (a branch behind an S_{i+1} that held is answered stale a
 round later), so a decision's pipelined rounds share a ``Pipeline``: the next free round number and
 the blocks on the link in number order. After each verdict the robot applies the cloud's rule to them
@@ -46,10 +61,11 @@ draft step; x_t — the cloud's own token; j — a position in a block.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -71,6 +87,10 @@ GATE_WEIGHT = 0.25  # weight of the newest round in the gate's moving averages
 # than they saved under real compute
 BRANCHES = 1
 MAX_BRANCHES = 8
+# blocks drafted ahead of the one being verified: 1, S_{i+1} (PicoSpec); 2, S_{i+2} too, held back until S_i's
+# verdict, which makes the rounds cloud-bound where drafting a block takes longer than the round trip
+DEPTH = 2
+MAX_DEPTH = 2
 NO_ALTERNATIVE = Alternative(0.0)  # the guess's row of a branch block (the cloud checks the guess, never drafts it)
 
 
@@ -82,6 +102,7 @@ class Settled:
     next_number: int
     ahead: SourcedDraft | None = None
     branch: bool = False
+    after_next: bool = False  # that block was drafted two rounds ahead (S_{i+2})
 
 
 class SerialRound:
@@ -92,21 +113,27 @@ class SerialRound:
         self.link = link
         self.on_exit = on_exit
 
-    def verdict(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int, last: bool = False) -> ExitResult:
-        """The final exit of this round; early exits go to ``on_exit``. ``last``: a verdict that accepts
-        all of ``draft`` ends the decision (its budget), so nothing drafted ahead could be used."""
+    def verdict(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int, remaining: int | None = None
+                ) -> ExitResult:
+        """The final exit of this round; early exits go to ``on_exit``. ``remaining``: the tokens the
+        decision may still take (its budget; None: no limit); a block drafted ahead behind verdicts whose
+        full hits end the decision could never be used."""
         return self.link.await_final(self.number, self.on_exit)
 
     def settle(self, draft: Draft, final: ExitResult, tokens: tuple[int, ...]) -> Settled:
         """The verdict ``final`` of ``draft`` committed ``tokens``."""
         return Settled(self.number + 1)
 
+    def close(self) -> None:
+        """The decision ends (or goes on without what this round drafted ahead): stop drafting it."""
+
 
 @dataclass(frozen=True)
 class AheadBlock:
     """A block drafted before the verdict it follows: ``draft`` is the guess the cloud checks (its
     first token, at ``draft.position``) and then the block proper, on its own cache fork ``kv``;
-    ``number`` and ``sent_at`` (perf_counter): its round number and when it left, None if kept back."""
+    ``number`` and ``sent_at`` (perf_counter): its round number and when it left, None if kept back;
+    ``after_next``: drafted as S_{i+2}."""
 
     draft: Draft
     kv: KVCache
@@ -114,6 +141,7 @@ class AheadBlock:
     number: int | None = None
     sent_at: float | None = None
     branch: bool = False
+    after_next: bool = False
 
     def holds(self, position: int, tokens: tuple[int, ...], resample: bool) -> bool:
         """The cloud's rule, after a verdict that committed ``tokens`` from ``position`` on: the
@@ -153,12 +181,16 @@ class BranchGate:
 @dataclass
 class Pipeline:
     """One decision's pipelined rounds: the first round number no block has used, the blocks on the
-    link ahead of their verdicts (in number order) and, where branch blocks are drafted, their gate."""
+    link ahead of their verdicts (in number order), where branch blocks are drafted their gate, how many
+    blocks are drafted ahead of the one being verified (``depth``) and the block after next, drafted on
+    the robot until the round it follows takes it (``held``)."""
 
     free: int
     gate: BranchGate | None = None  # None: no branch blocks
     branches: int = BRANCHES  # branch blocks per round, with a gate
     outstanding: list[AheadBlock] = field(default_factory=list)
+    depth: int = DEPTH
+    held: _AfterNext | None = None
 
     def take(self) -> int:
         """The next free round number, now used."""
@@ -233,9 +265,50 @@ class _BranchDraft:
         self._cancelled = True
 
 
+class _AfterNext:
+    """S_{i+2} (see the module docstring) drafted on a thread of its own: ``length`` tokens after
+    ``prefix`` on the cache fork ``kv``, for the round whose block is S_{i+1} (``follows``), which takes
+    it (``take``) or drops it (``cancel``)."""
+
+    def __init__(self, round_: PipelinedRound, kv: KVCache, prefix: list[int], length: int, follows: int) -> None:
+        self.round, self.kv, self.prefix, self.length, self.follows = round_, kv, prefix, length, follows
+        self._cancelled = self._cut = False
+        self._done = threading.Event()
+        self.block: AheadBlock | None = None
+        threading.Thread(target=self._run, name="after-next-draft", daemon=True).start()
+
+    def _run(self) -> None:
+        r = self.round
+        try:
+            t = time.perf_counter()
+            draft = r.drafter.draft(self.kv, self.prefix, self.length, r.sampling, r.rng, r.tp_s,
+                                    cancelled=lambda: self._cancelled, distribution=r.link.distribution,
+                                    truncate=lambda: self._cut)
+            self.block = AheadBlock(draft, self.kv, (time.perf_counter() - t) / draft.gamma, after_next=True)
+        except DraftCancelled:
+            pass
+        except Exception:  # a failed block drafted ahead only costs the time it would have saved
+            log.exception("drafting the block after next failed")
+        finally:
+            self._done.set()
+
+    def take(self, verdict_in: Callable[[], bool]) -> AheadBlock | None:
+        """The block once drafted, or cut short where the verdict ``verdict_in`` waits for arrives first
+        (as far as it got after the draft step under way); None if its drafting failed."""
+        while not self._done.wait(BRANCH_POLL_S):
+            if verdict_in():
+                self._cut = True
+                self._done.wait()
+        return self.block
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+
 class PipelinedRound(SerialRound):
-    """PicoSpec's round: verify S_i while drafting S_{i+1} and S_i's branch blocks (see the module
-    docstring); they take the pipeline's next free numbers, S_{i+1} first."""
+    """PicoSpec's round: verify S_i while drafting S_{i+1} (unless it was drafted a round early), S_{i+2}
+    and S_i's branch blocks (see the module docstring); those that leave take the pipeline's next free
+    numbers, S_{i+1} first."""
 
     def __init__(self, number: int, link: RoundLink, on_exit: OnExit, drafter: Drafter,
                  sampling: SamplingConfig, rng: PositionalRNG, tp_s: float, pipeline: Pipeline,
@@ -249,7 +322,8 @@ class PipelinedRound(SerialRound):
         self.split = split
         self.ahead: AheadBlock | None = None
 
-    def verdict(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int, last: bool = False) -> ExitResult:
+    def verdict(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int, remaining: int | None = None
+                ) -> ExitResult:
         arrived: list[ExitResult] = []
 
         def verdict_in() -> bool:  # polled after each token: truncate once the verdict is here
@@ -259,26 +333,45 @@ class PipelinedRound(SerialRound):
 
         started = time.perf_counter()
         branches = self._start_branches(seq, kv, draft, gamma)
-        if last and not branches:  # S_{i+1} would follow a full hit, which ends the decision: not drafted
+        room = math.inf if remaining is None else remaining  # tokens the decision may still take
+        if room <= draft.gamma + 1 and not branches:  # S_{i+1} would follow a full hit, which ends the decision
             return super().verdict(seq, kv, draft, gamma)
         try:
-            fork = kv.fork()
-            t = time.perf_counter()
-            block = self.drafter.draft(fork, seq + list(draft.tokens), gamma + 1, self.sampling, self.rng,
-                                       self.tp_s, distribution=self.link.distribution, truncate=verdict_in)
-            self.ahead = AheadBlock(block, fork, (time.perf_counter() - t) / block.gamma)
-            if not arrived and block.gamma >= 2:  # overlapped: S_{i+1} leaves before S_i's verdict
-                self.ahead = self._send(self.ahead)
+            prefix = seq + list(draft.tokens)
+            self.ahead = self._next_block(prefix, kv, gamma, verdict_in)
+            if self.ahead.sent_at is not None:  # overlapped: S_{i+1} left before S_i's verdict
+                if self.pipeline.depth > 1 and room > draft.gamma + 1 + self.ahead.draft.gamma:
+                    s1 = self.ahead
+                    self.pipeline.held = _AfterNext(self, s1.kv.fork(), prefix + list(s1.draft.tokens), gamma + 1,
+                                                    s1.number)
                 for branch in branches:  # in order: each leaves once drafted, none after the verdict
                     if (held := branch.wait(verdict_in)) is not None:
                         self._send(held)
+            final = arrived[0] if arrived else self.link.await_final(self.number, self.on_exit)
+        except BaseException:
+            self.close()  # a lost link ends the decision: nothing drafted ahead outlives it
+            raise
         finally:
             for branch in branches:
                 branch.cancel()
-        final = arrived[0] if arrived else self.link.await_final(self.number, self.on_exit)
         if self.pipeline.gate is not None:
             self.pipeline.gate.observe(time.perf_counter() - started, self.ahead.t_token_s)
         return final
+
+    def _next_block(self, prefix: list[int], kv: KVCache, gamma: int, verdict_in: Callable[[], bool]) -> AheadBlock:
+        """S_{i+1} (its guess and γ more), drafted up to the verdict: by the previous round as its S_{i+2},
+        or now on a fork of ``kv``; finished first, it leaves at once."""
+        early, self.pipeline.held = self.pipeline.held, None
+        block = early.take(verdict_in) if early is not None and early.follows == self.number else None
+        if block is None:
+            if early is not None:
+                early.cancel()
+            fork = kv.fork()
+            t = time.perf_counter()
+            draft = self.drafter.draft(fork, prefix, gamma + 1, self.sampling, self.rng, self.tp_s,
+                                       distribution=self.link.distribution, truncate=verdict_in)
+            block = AheadBlock(draft, fork, (time.perf_counter() - t) / draft.gamma)
+        return self._send(block) if not verdict_in() and block.draft.gamma >= 2 else block
 
     def _start_branches(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int) -> list[_BranchDraft]:
         """Start drafting S_i's branch blocks, where the cloud can check them and the gate is open."""
@@ -289,23 +382,31 @@ class PipelinedRound(SerialRound):
             return []
         return [_BranchDraft(self, kv, seq, draft, gamma, rank) for rank in range(self.pipeline.branches)]
 
+    def close(self) -> None:
+        held, self.pipeline.held = self.pipeline.held, None
+        if held is not None:
+            held.cancel()
+
     def _send(self, block: AheadBlock) -> AheadBlock:
         number = self.pipeline.take()
-        sent = AheadBlock(block.draft, block.kv, block.t_token_s, number,
-                          self.link.send(number, block.draft, -1, chained=True), block.branch)
+        sent = replace(block, number=number, sent_at=self.link.send(number, block.draft, -1, chained=True))
         self.pipeline.outstanding.append(sent)
         return sent
 
     def settle(self, draft: Draft, final: ExitResult, tokens: tuple[int, ...]) -> Settled:
         """The verdict of ``draft`` committed ``tokens``: the blocks on the link that do not hold were
         answered stale and spent their numbers; the first that holds is the next round's block (on the
-        link already); else S_{i+1} kept back, if it holds, is the next block (it leaves unchained);
-        else the next round drafts."""
+        link already; those behind it stay there); else S_{i+1} kept back, if it holds, is the next block
+        (it leaves unchained); else the next round drafts. The block held back is kept only for the
+        round it follows."""
         outstanding = self.pipeline.outstanding
         while outstanding:
             block = outstanding.pop(0)
             if block.holds(draft.position, tokens, final.resample):
-                return Settled(block.number, block.next_block(), block.branch)
+                if self.pipeline.held is not None and self.pipeline.held.follows != block.number:
+                    self.close()
+                return Settled(block.number, block.next_block(), block.branch, block.after_next)
+        self.close()
         kept = self.ahead
         if kept is not None and kept.sent_at is None and kept.holds(draft.position, tokens, final.resample):
             return Settled(self.pipeline.take(), kept.next_block())

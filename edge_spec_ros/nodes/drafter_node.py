@@ -39,7 +39,7 @@ from edge_spec_ros.edge.client import VerifierError
 from edge_spec_ros.edge.cycle import CycleConfig, MotionEnd, run_answer, run_cycle
 from edge_spec_ros.edge.draft_sources import fresh_drafter
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
-from edge_spec_ros.edge.pipeline import BRANCHES, MAX_BRANCHES
+from edge_spec_ros.edge.pipeline import BRANCHES, DEPTH, MAX_BRANCHES, MAX_DEPTH
 from edge_spec_ros.edge.registry import ALL_MODES, FRESH_SOURCE_NAMES, check_fresh_source, find_mode
 from edge_spec_ros.models.grammar import GrammarBook, GrammarError, book_for
 from edge_spec_ros.models.pairs import load_pair
@@ -81,6 +81,9 @@ class DrafterNodeConfig:
     branch_blocks: int = field(default=BRANCHES, metadata=doc(
         "pico, pico-fsd: branch blocks per round for the likeliest other verdicts of the block being verified "
         "(edge/pipeline.py; 0: none); they change when the verifier works, never the tokens", 0, MAX_BRANCHES))
+    pipeline_depth: int = field(default=DEPTH, metadata=doc(
+        "pico, pico-fsd: blocks drafted ahead of the one being verified (edge/pipeline.py): 1, the next "
+        "(PicoSpec); 2, the one after it too", 1, MAX_DEPTH))
     draft_source: str = field(default="model", metadata=doc(
         f"what drafts a fresh block: {', '.join(FRESH_SOURCE_NAMES)} (edge/registry.py: the drafter model; prompt "
         "lookup, then the model; retrieval from the datastore, then prompt lookup, then the model); the verdict "
@@ -183,7 +186,7 @@ class DrafterNode(ManagedNode):
         self.decoder = ExclusiveDecoder(EdgeDecoder(self.link, drafter, EdgeConfig(
             decode=decode, threads=predraft, client_policy=c.client_queue_policy,
             server_policy=c.server_queue_policy, tp_s=c.emulate_tp_s, adaptive_gamma=c.adaptive_gamma,
-            branch_blocks=c.branch_blocks, grammar=c.grammar), grammars=grammars))
+            branch_blocks=c.branch_blocks, pipeline_depth=c.pipeline_depth, grammar=c.grammar), grammars=grammars))
         self.describe = DescribeService(self)  # `describe`: image (or latest frame) + prompt -> text; moves nothing
         # mode dragon: an instruction is a question answered from the memory and the cloud's documents
         self.answerer = DragonAnswerer(self, pair, self.encoder, self.dragon_config, max_new_tokens=c.max_new_tokens,

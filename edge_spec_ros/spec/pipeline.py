@@ -119,37 +119,46 @@ def first_block_gamma(alpha: float, times: OpenTimes, gamma_max: int) -> int:
     return max(fits, key=lambda g: (expected_round_tokens(alpha, g) / max(times.first_verdict(g), 1e-9), -g))
 
 
-def chained_cycle(t_draft: float, t_rtt: float, t_verify: float) -> float:
-    """L_async on a full hit as this implementation runs the pipeline, steady state: max(T_verify,
-    (T_verify + T_RTT + T_draft) / 2). A departure from eq. 2 (max(T_draft, T_RTT + T_verify), the next
-    block leaving with the verdict): here a block drafted ahead leaves the moment it is finished, chained
-    behind the block being verified, and the robot drafts one block ahead, the block after next from the
-    current block's verdict on. The cloud starts block k+2 at max(c_k + T_verify + T_RTT + T_draft,
-    c_{k+1} + T_verify), c_k the start of block k, whose steady spacing is the cycle. Measured under
-    ``go2-paper`` at fixed γ = 4, 6, 8 (T_draft = (γ + 1) x 72 ms): 623, 682, 759 ms a round against 620,
-    682, 754 modelled; eq. 2 gives 860 for all three. Valid while the block drafted ahead is finished
-    before the verdict it follows (T_draft ≤ T_RTT + T_verify); later, it is cut there."""
-    return max(t_verify, (t_verify + t_rtt + t_draft) / 2)
+def chained_cycle(t_draft: float, t_rtt: float, t_verify: float, depth: int = 1) -> float:
+    """L_async on a full hit as this implementation runs the pipeline, steady state, with ``depth`` D
+    blocks drafted ahead of the one being verified. A departure from eq. 2 (max(T_draft, T_RTT +
+    T_verify), the next block leaving with the verdict): a block drafted ahead leaves the moment it is
+    finished, chained behind the block being verified. D = 1: the robot drafts block k + 2 from block
+    k's verdict on, and the cloud starts it at max(c_k + T_verify + T_RTT + T_draft, c_{k+1} +
+    T_verify), c_k the start of block k: a cycle of max(T_verify, (T_verify + T_RTT + T_draft) / 2).
+    Measured under ``go2-paper`` at fixed γ = 4, 6, 8 (T_draft = (γ + 1) x 72 ms): 623, 682, 759 ms a
+    round against 620, 682, 754 modelled; eq. 2 gives 860 for all three. D = 2: block k + 2 is drafted
+    from block k − 1's verdict on and leaves at block k's, so the cloud starts it at max(c_{k-1} +
+    T_verify + T_RTT + T_draft, c_k + T_verify + T_RTT, c_{k+1} + T_verify): max(T_verify, (T_verify
+    + T_RTT) / 2, (T_verify + T_RTT + T_draft) / 3). Valid while the block drafted ahead is finished
+    before the verdict it follows (T_draft ≤ T_RTT + T_verify with D = 1, T_draft ≤ T_verify with D =
+    2); later, it is cut there."""
+    if depth not in (1, 2):
+        raise ValueError(f"need depth 1 or 2, got {depth}")
+    if depth == 1:
+        return max(t_verify, (t_verify + t_rtt + t_draft) / 2)
+    return max(t_verify, (t_verify + t_rtt) / 2, (t_verify + t_rtt + t_draft) / 3)
 
 
 def pipelined_gamma(alpha: float, t_p: float, t_q: float, t_rtt: float, gamma_max: int,
-                    t_rtt_token: float = 0.0) -> int:
+                    t_rtt_token: float = 0.0, depth: int = 1) -> int:
     """γ of PicoSpec's pipeline: the γ that maximises τ(α, γ) / E[T_async] (eqs. 8-9: α^γ of the rounds
-    a full hit, whose cycle is ``chained_cycle`` with T_draft = (γ + 1)T_p, the block drafted ahead being
-    the guess of the cloud's token and γ more; the others the synchronous cycle γT_p + T_RTT + T_verify
-    of eq. 6), the smallest on a tie, with T_RTT = ``t_rtt`` + γ·``t_rtt_token`` (the block's
-    transmission grows with γ). Among the γ (1 ≤ γ ≤ ``gamma_max``) whose block drafted ahead is
-    finished within one verification, (γ + 1)T_p ≤ T_verify (γ = 1 when none is): a whole round trip to
-    spare before the verdict, so that a slower draft step or link does not cut it (beyond, measured
-    rounds exceed the model: ``go2-paper`` at γ = 10, 918 ms against 841). The serial optimum (ODLD)
-    prices a round at γT_p + T_RTT + T_q instead. A γ policy of a pipelined mode asks this one."""
+    a full hit, whose cycle is ``chained_cycle`` with D = ``depth`` and T_draft = (γ + 1)T_p, a block
+    drafted ahead being the guess of the cloud's token and γ more; the others the synchronous cycle
+    γT_p + T_RTT + T_verify of eq. 6), the smallest on a tie, with T_RTT = ``t_rtt`` +
+    γ·``t_rtt_token`` (the block's transmission grows with γ). Among the γ (1 ≤ γ ≤ ``gamma_max``)
+    whose block drafted ahead is finished within one verification, (γ + 1)T_p ≤ T_verify (γ = 1 when
+    none is): a whole round trip to spare before the verdict, so that a slower draft step or link does
+    not cut it (beyond, measured rounds exceed the model: ``go2-paper`` at γ = 10, 918 ms against 841).
+    The serial optimum (ODLD) prices a round at γT_p + T_RTT + T_q instead. A γ policy of a pipelined
+    mode asks this one."""
     if gamma_max < 1:
         raise ValueError(f"need gamma_max >= 1, got {gamma_max}")
 
     def rate(gamma: int) -> float:
         rtt = t_rtt + gamma * t_rtt_token
         hit = alpha**gamma
-        cycle = hit * chained_cycle((gamma + 1) * t_p, rtt, t_q) + (1 - hit) * (gamma * t_p + rtt + t_q)
+        cycle = hit * chained_cycle((gamma + 1) * t_p, rtt, t_q, depth) + (1 - hit) * (gamma * t_p + rtt + t_q)
         return expected_round_tokens(alpha, gamma) / max(cycle, 1e-12)
 
     fits = [g for g in range(1, gamma_max + 1) if (g + 1) * t_p <= t_q] or [1]

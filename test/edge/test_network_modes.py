@@ -181,10 +181,10 @@ def test_adaptive_draft_length_and_cloud_fallback_stay_exact(server_endpoint, pa
 
 def test_pico_overlapped_rounds(start_server, pair, images):
     """PicoSpec's chained blocks: with a drafter as good as the target (all its layers) every block is
-    fully accepted and guessed right, so blocks are sent before their predecessor's verdict and
-    verified at once (hits); sampled hot (T = 3, the trained pair is peaked) some guesses miss and the
-    cloud answers stale. Either way the output is exact: greedy equals the target's own, sampled equals
-    speculative sampling's with the same seed."""
+    fully accepted and guessed right, so blocks are sent before their predecessor's verdict (some
+    two rounds before) and verified at once (hits); sampled hot (T = 3, the trained pair is peaked)
+    some guesses miss and the cloud answers stale. Either way the output is exact: greedy equals the
+    target's own, sampled equals speculative sampling's with the same seed."""
     from edge_spec_ros.models.tiny import truncated_copy
 
     jpg, seen = images[0]
@@ -197,6 +197,7 @@ def test_pico_overlapped_rounds(start_server, pair, images):
         result = EdgeDecoder(client, perfect, EdgeConfig(decode=greedy)).decode("pico", prompt, jpg)
         assert result.tokens == target
         assert result.stats.cache_hits >= result.stats.rounds - 2 and result.stats.full_rounds == result.stats.rounds
+        assert result.stats.after_next_held >= 1  # blocks drafted two rounds ahead held (Pipeline.depth 2)
         sampled = DecodeConfig(max_new_tokens=24, gamma=3, sampling=SamplingConfig(3.0), seed=5,
                                stop_tokens=(pair.tokenizer.eos_token_id,))
         result = EdgeDecoder(client, perfect, EdgeConfig(decode=sampled)).decode("pico", prompt, jpg)

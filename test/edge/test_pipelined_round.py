@@ -3,10 +3,12 @@ a branch block is drafted."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from edge_spec_ros.edge.pipeline import AheadBlock, BranchGate, Pipeline, PipelinedRound, SerialRound, branch_points
-from edge_spec_ros.models.drafter import Alternative, Draft
+from edge_spec_ros.models.drafter import Alternative, Draft, DraftCancelled
 from edge_spec_ros.wire.messages import ExitResult
 
 DRAFT = Draft((5, 6, 7), None, 10)  # S_i: γ = 3 at positions 10..12
@@ -123,6 +125,10 @@ def test_the_branch_gate_opens_only_when_both_blocks_can_leave_before_the_verdic
     assert loopback.open(4)
 
 
+SEQ = list(range(10))  # S_i (DRAFT, at 10) follows these
+FULL_HIT = verdict(3, (5, 6, 7, 113))  # S_i accepted, the cloud's own token 113: S_{i+1}'s guess
+
+
 class StandInKV:
     """A drafter cache that only forks (the stand-in drafter keeps nothing in it)."""
 
@@ -131,29 +137,42 @@ class StandInKV:
 
 
 class StandInDrafter:
-    """Drafts the token 100 + its position at once; records each call's prefix length and γ."""
+    """Drafts the token 100 + its position, each step ``step_s`` long, as the real one polls
+    ``cancelled`` before each step and ``truncate`` after each token; records each call's prefix
+    length and γ."""
 
-    def __init__(self) -> None:
+    def __init__(self, step_s: float = 0.0) -> None:
+        self.step_s = step_s
         self.calls: list[tuple[int, int]] = []
 
     def draft(self, kv, prefix, gamma, sampling, rng, tp_s, distribution=None, truncate=None, cancelled=None):
         self.calls.append((len(prefix), gamma))
-        return Draft(tuple(100 + len(prefix) + j for j in range(gamma)), None, len(prefix))
+        tokens: list[int] = []
+        for j in range(gamma):
+            if cancelled is not None and cancelled():
+                raise DraftCancelled()
+            if tokens and truncate is not None and truncate():
+                break
+            time.sleep(self.step_s)
+            tokens.append(100 + len(prefix) + j)
+        return Draft(tuple(tokens), None, len(prefix))
 
 
 class FinalOnly:
-    """A link whose verdict of S_i comes only when awaited; records what was sent ahead."""
+    """A link whose verdict comes only when awaited (``polled``: also when polled); records what was
+    sent ahead."""
 
     distribution = None
 
-    def __init__(self) -> None:
+    def __init__(self, final: ExitResult = verdict(3, (5, 6, 7, 113)), polled: bool = False) -> None:  # noqa: B008
+        self.final, self.polled = final, polled
         self.sent: list[tuple[int, Draft]] = []
 
-    def poll_final(self, number: int, on_exit) -> None:
-        return None
+    def poll_final(self, number: int, on_exit) -> ExitResult | None:
+        return self.final if self.polled else None
 
     def await_final(self, number: int, on_exit) -> ExitResult:
-        return verdict(3, (5, 6, 7, 113))
+        return self.final
 
     def send(self, number: int, draft: Draft, resampled: int, chained: bool = False) -> float:
         self.sent.append((number, draft))
@@ -161,16 +180,72 @@ class FinalOnly:
 
 
 def test_the_last_block_of_a_decision_has_nothing_drafted_ahead():
-    """A full hit of S_i would end the decision (``last``): S_{i+1} is not drafted, the round waits
-    for its verdict, and nothing is held for a next round. Not last, the same round drafts S_{i+1}
-    (its guess and γ) after S_i and sends it chained."""
-    seq = list(range(10))  # S_i (DRAFT, at 10) follows these
+    """A full hit of S_i would end the decision (4 tokens left): S_{i+1} is not drafted, the round
+    waits for its verdict, and nothing is held for a next round. Not last, the same round drafts
+    S_{i+1} (its guess and γ) after S_i and sends it chained."""
+    seq = SEQ
     drafter, link = StandInDrafter(), FinalOnly()
     round_ = PipelinedRound(4, link, None, drafter, None, None, 0.0, Pipeline(5))
-    final = round_.verdict(seq, StandInKV(), DRAFT, 3, last=True)
+    final = round_.verdict(seq, StandInKV(), DRAFT, 3, remaining=4)
     assert final.accepted == 3 and round_.ahead is None and drafter.calls == [] and link.sent == []
     assert round_.settle(DRAFT, final, (5, 6, 7, 113)).ahead is None
-    round_ = PipelinedRound(4, link, None, drafter, None, None, 0.0, Pipeline(5))
+    round_ = PipelinedRound(4, link, None, drafter, None, None, 0.0, Pipeline(5, depth=1))
     round_.verdict(seq, StandInKV(), DRAFT, 3)
     assert drafter.calls == [(13, 4)] and link.sent == [(5, Draft((113, 114, 115, 116), None, 13))]
     assert round_.settle(DRAFT, final, (5, 6, 7, 113)).ahead.draft.tokens == (114, 115, 116)
+
+
+def round_at(number: int, link: FinalOnly, pipeline: Pipeline, drafter: StandInDrafter) -> PipelinedRound:
+    return PipelinedRound(number, link, None, drafter, None, None, 0.0, pipeline)
+
+
+def test_the_block_after_next_is_drafted_meanwhile_and_leaves_first_in_the_round_it_follows():
+    """Depth 2: S_{i+1} (its guess and γ) leaves chained; S_{i+2}, drafted as if both blocks were fully
+    accepted, stays on the robot. After a full hit S_{i+1} is the next round's block, which sends
+    S_{i+2} at once and drafts S_{i+3} meanwhile. A budget that a full hit of both would exhaust drafts
+    no S_{i+2}; neither does depth 1."""
+    drafter, link = StandInDrafter(), FinalOnly()
+    pipeline = Pipeline(5)
+    round_ = round_at(4, link, pipeline, drafter)
+    round_.verdict(SEQ, StandInKV(), DRAFT, 3)
+    assert [(n, d.position, d.tokens) for n, d in link.sent] == [(5, 13, (113, 114, 115, 116))]
+    held = pipeline.held
+    assert held.follows == 5 and held.take(lambda: False).draft == Draft((117, 118, 119, 120), None, 17)
+    settled = round_.settle(DRAFT, FULL_HIT, (5, 6, 7, 113))
+    assert settled.next_number == 5 and settled.ahead.draft.tokens == (114, 115, 116) and not settled.after_next
+    assert pipeline.held is held
+    nxt = round_at(5, link, pipeline, drafter)
+    nxt.verdict(SEQ + [5, 6, 7, 113], StandInKV(), settled.ahead.draft, 3)
+    assert [(n, d.position) for n, d in link.sent[1:]] == [(6, 17)]
+    assert pipeline.held.follows == 6 and pipeline.held.take(lambda: False).draft.position == 21
+    s2 = nxt.settle(settled.ahead.draft, verdict(3, (114, 115, 116, 117)), (114, 115, 116, 117))
+    assert s2.next_number == 6 and s2.after_next and s2.ahead.draft.tokens == (118, 119, 120)
+    for pipeline, remaining in ((Pipeline(5), 8), (Pipeline(5, depth=1), None)):
+        round_at(4, FinalOnly(), pipeline, StandInDrafter()).verdict(SEQ, StandInKV(), DRAFT, 3, remaining)
+        assert pipeline.held is None
+
+
+def test_the_block_after_next_is_cut_short_by_the_verdict_of_the_round_it_follows_or_dropped():
+    """Still being drafted when the round it follows has its own verdict, S_{i+2} stops after the step
+    under way and is kept back as any S_{i+1} cut short; after a miss of S_i, or when the decision
+    ends, its drafting stops."""
+    drafter = StandInDrafter(step_s=0.25)  # S_{i+2} takes 1 s
+    pipeline = Pipeline(5)
+    round_ = round_at(4, FinalOnly(), pipeline, drafter)
+    round_.verdict(SEQ, StandInKV(), DRAFT, 3)  # S_{i+1} drafted first (1 s), then S_{i+2} starts
+    settled = round_.settle(DRAFT, FULL_HIT, (5, 6, 7, 113))
+    in_at_once = FinalOnly(verdict(0, (9,)), polled=True)  # S_{i+1}'s verdict is here before S_{i+2} is done
+    nxt = round_at(5, in_at_once, pipeline, drafter)
+    nxt.verdict(SEQ + [5, 6, 7, 113], StandInKV(), settled.ahead.draft, 3)
+    assert 1 <= nxt.ahead.draft.gamma < 4 and nxt.ahead.sent_at is None and in_at_once.sent == []
+    assert nxt.ahead.draft.position == 17 and pipeline.held is None
+    for end in ("miss", "close"):
+        pipeline = Pipeline(5)
+        round_ = round_at(4, FinalOnly(), pipeline, StandInDrafter(step_s=0.25))
+        round_.verdict(SEQ, StandInKV(), DRAFT, 3)
+        held = pipeline.held
+        if end == "miss":
+            assert round_.settle(DRAFT, verdict(1, (5, 2)), (5, 2)).next_number == 6
+        else:
+            round_.close()
+        assert pipeline.held is None and held.take(lambda: False) is None  # cancelled before its next step

@@ -95,6 +95,19 @@ def test_the_chained_cycle_is_the_verification_or_half_the_loop_never_eq_2s():
     assert chained_cycle(0.5, 0.24, 0.62) < PipelineTimes(0.5, 0.24, 0.62).overlapped_cycle  # eq. 2: 0.86
 
 
+def test_two_blocks_ahead_make_the_cycle_the_verification_wherever_a_block_is_drafted_within_it():
+    """D = 2: go2-paper's rounds are T_q at every γ whose block fits in T_q; a third of the loop when
+    drafting is longer, half the verification and the round trip when the link is."""
+    assert [chained_cycle((g + 1) * 0.072, 0.24, 0.62, depth=2) for g in (4, 6, 7)] == [0.62] * 3
+    assert chained_cycle(1.5, 0.24, 0.62, depth=2) == pytest.approx((0.62 + 0.24 + 1.5) / 3)
+    assert chained_cycle(0.1, 1.0, 0.62, depth=2) == pytest.approx((0.62 + 1.0) / 2)
+    for depth in (0, 3):
+        with pytest.raises(ValueError):
+            chained_cycle(0.5, 0.24, 0.62, depth=depth)
+    for alpha in (0.8, 0.95):  # a cheaper full hit never asks for a shorter block
+        assert pipelined_gamma(alpha, 0.072, 0.62, 0.24, 16, depth=2) >= pipelined_gamma(alpha, 0.072, 0.62, 0.24, 16)
+
+
 def test_pipelined_gamma_maximises_the_pipelines_rate_among_blocks_that_fit_a_verification():
     """Go2's times (T_p 72 ms, T_q 620 ms, 2T_c 240 ms): γ maximises τ/E[T_async] with the chained cycle
     among the γ whose block drafted ahead ((γ+1)T_p) is done within T_q, and its modelled rate is at least
