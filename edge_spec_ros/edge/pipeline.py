@@ -215,44 +215,66 @@ def branch_points(draft: Draft, k: int = BRANCHES) -> list[tuple[int, int]]:
     return [(j, r) for _, j, r in scored[:k]]
 
 
-class _BranchDraft:
-    """A branch block drafted on a thread of its own (see the module docstring): for the ``rank``-th
-    likeliest verdict of the block ``block`` that extends ``seq``, from a fork of ``kv``."""
+class _DraftThread:
+    """A block drafted ahead on a thread of its own, on the cache fork ``kv`` with the round's drafter,
+    draws and link (``_work``): ``block`` once drafted (None before, and if cancelled, failed or not
+    wanted), ``cancel`` stops it before its next draft step. Subclasses set their fields first."""
 
-    def __init__(self, round_: PipelinedRound, kv: KVCache, seq: list[int], block: Draft, gamma: int,
-                 rank: int) -> None:
-        self.round, self.kv, self.seq, self.block_in, self.gamma = round_, kv.fork(), seq, block, gamma
-        self.rank = rank
+    NAME = "draft-ahead"
+
+    def __init__(self, round_: PipelinedRound, kv: KVCache) -> None:
+        self.round, self.kv = round_, kv
         self._cancelled = False
         self._done = threading.Event()
         self.block: AheadBlock | None = None
-        threading.Thread(target=self._run, name="branch-draft", daemon=True).start()
+        threading.Thread(target=self._run, name=self.NAME, daemon=True).start()
 
-    def _draft(self, prefix: list[int], gamma: int) -> Draft:
+    def _work(self) -> AheadBlock | None:
+        raise NotImplementedError
+
+    def _draft(self, prefix: list[int], gamma: int, truncate: Callable[[], bool] | None = None) -> Draft:
         r = self.round
         return r.drafter.draft(self.kv, prefix, gamma, r.sampling, r.rng, r.tp_s, cancelled=lambda: self._cancelled,
-                               distribution=r.link.distribution)
+                               distribution=r.link.distribution, truncate=truncate)
 
     def _run(self) -> None:
         try:
-            t = time.perf_counter()
-            s_i = self.block_in
-            # S_i and the guess of x_t (S_{i+1}'s first token, the same draw as S_{i+1}'s): γ + 1 candidates
-            guess = self._draft(self.seq + list(s_i.tokens), 1)
-            points = branch_points(s_i.join(guess), self.rank + 1)
-            if len(points) <= self.rank:
-                return
-            j, token = points[self.rank]
-            rest = self._draft(self.seq + list((s_i.tokens + guess.tokens)[:j]) + [token], self.gamma)
-            q = None if rest.q is None else torch.cat([rest.q[:1], rest.q])  # (1 + γ, V): the guess's row is unused
-            wire = Draft((token, *rest.tokens), q, rest.position - 1, (NO_ALTERNATIVE, *rest.alternatives))
-            self.block = AheadBlock(wire, self.kv, (time.perf_counter() - t) / (1 + rest.gamma), branch=True)
+            self.block = self._work()
         except DraftCancelled:
             pass
-        except Exception:  # a failed branch only costs the bubble it would have saved
-            log.exception("branch draft failed")
+        except Exception:  # a block drafted ahead that fails only costs the time it would have saved
+            log.exception("%s failed", self.NAME)
         finally:
             self._done.set()
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+
+class _BranchDraft(_DraftThread):
+    """A branch block (see the module docstring): for the ``rank``-th likeliest verdict of the block
+    ``block`` that extends ``seq``, from a fork of ``kv``."""
+
+    NAME = "branch-draft"
+
+    def __init__(self, round_: PipelinedRound, kv: KVCache, seq: list[int], block: Draft, gamma: int,
+                 rank: int) -> None:
+        self.seq, self.block_in, self.gamma, self.rank = seq, block, gamma, rank
+        super().__init__(round_, kv.fork())
+
+    def _work(self) -> AheadBlock | None:
+        t = time.perf_counter()
+        s_i = self.block_in
+        # S_i and the guess of x_t (S_{i+1}'s first token, the same draw as S_{i+1}'s): γ + 1 candidates
+        guess = self._draft(self.seq + list(s_i.tokens), 1)
+        points = branch_points(s_i.join(guess), self.rank + 1)
+        if len(points) <= self.rank:
+            return None
+        j, token = points[self.rank]
+        rest = self._draft(self.seq + list((s_i.tokens + guess.tokens)[:j]) + [token], self.gamma)
+        q = None if rest.q is None else torch.cat([rest.q[:1], rest.q])  # (1 + γ, V): the guess's row is unused
+        wire = Draft((token, *rest.tokens), q, rest.position - 1, (NO_ALTERNATIVE, *rest.alternatives))
+        return AheadBlock(wire, self.kv, (time.perf_counter() - t) / (1 + rest.gamma), branch=True)
 
     def wait(self, verdict_in: Callable[[], bool]) -> AheadBlock | None:
         """The branch block once drafted, or None if the verdict arrives first (it is then of no use)."""
@@ -261,36 +283,22 @@ class _BranchDraft:
                 return None
         return None if verdict_in() else self.block
 
-    def cancel(self) -> None:
-        self._cancelled = True
 
+class _AfterNext(_DraftThread):
+    """S_{i+2} (see the module docstring): ``length`` tokens after ``prefix`` on the cache fork ``kv``,
+    for the round whose block is S_{i+1} (``follows``), which takes it (``take``); ``cancel`` drops it."""
 
-class _AfterNext:
-    """S_{i+2} (see the module docstring) drafted on a thread of its own: ``length`` tokens after
-    ``prefix`` on the cache fork ``kv``, for the round whose block is S_{i+1} (``follows``), which takes
-    it (``take``) or drops it (``cancel``)."""
+    NAME = "after-next-draft"
 
     def __init__(self, round_: PipelinedRound, kv: KVCache, prefix: list[int], length: int, follows: int) -> None:
-        self.round, self.kv, self.prefix, self.length, self.follows = round_, kv, prefix, length, follows
-        self._cancelled = self._cut = False
-        self._done = threading.Event()
-        self.block: AheadBlock | None = None
-        threading.Thread(target=self._run, name="after-next-draft", daemon=True).start()
+        self.prefix, self.length, self.follows = prefix, length, follows
+        self._cut = False
+        super().__init__(round_, kv)
 
-    def _run(self) -> None:
-        r = self.round
-        try:
-            t = time.perf_counter()
-            draft = r.drafter.draft(self.kv, self.prefix, self.length, r.sampling, r.rng, r.tp_s,
-                                    cancelled=lambda: self._cancelled, distribution=r.link.distribution,
-                                    truncate=lambda: self._cut)
-            self.block = AheadBlock(draft, self.kv, (time.perf_counter() - t) / draft.gamma, after_next=True)
-        except DraftCancelled:
-            pass
-        except Exception:  # a failed block drafted ahead only costs the time it would have saved
-            log.exception("drafting the block after next failed")
-        finally:
-            self._done.set()
+    def _work(self) -> AheadBlock:
+        t = time.perf_counter()
+        draft = self._draft(self.prefix, self.length, truncate=lambda: self._cut)
+        return AheadBlock(draft, self.kv, (time.perf_counter() - t) / draft.gamma, after_next=True)
 
     def take(self, verdict_in: Callable[[], bool]) -> AheadBlock | None:
         """The block once drafted, or cut short where the verdict ``verdict_in`` waits for arrives first
@@ -300,9 +308,6 @@ class _AfterNext:
                 self._cut = True
                 self._done.wait()
         return self.block
-
-    def cancel(self) -> None:
-        self._cancelled = True
 
 
 class PipelinedRound(SerialRound):
@@ -361,11 +366,9 @@ class PipelinedRound(SerialRound):
     def _next_block(self, prefix: list[int], kv: KVCache, gamma: int, verdict_in: Callable[[], bool]) -> AheadBlock:
         """S_{i+1} (its guess and γ more), drafted up to the verdict: by the previous round as its S_{i+2},
         or now on a fork of ``kv``; finished first, it leaves at once."""
-        early, self.pipeline.held = self.pipeline.held, None
-        block = early.take(verdict_in) if early is not None and early.follows == self.number else None
+        early, self.pipeline.held = self.pipeline.held, None  # ``settle`` kept it only for this round
+        block = early.take(verdict_in) if early is not None else None
         if block is None:
-            if early is not None:
-                early.cancel()
             fork = kv.fork()
             t = time.perf_counter()
             draft = self.drafter.draft(fork, prefix, gamma + 1, self.sampling, self.rng, self.tp_s,
