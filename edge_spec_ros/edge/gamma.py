@@ -35,7 +35,9 @@ link's round trip, paid once per chunk), and a cost per further token (streamed)
 the cloud then costs (first + (r − 1)·per-token)/r per token, r the tokens the decision has left: on a
 slow link a short chunk is dear and a whole decision cheap. Once both regimes are measured, the
 cheaper one decides; the model still picks γ*. While speculating, a short cloud-only chunk
-(``CLOUD_PROBE_TOKENS``) measures the cloud once after ``FIRST_CLOUD_PROBE_ROUNDS`` rounds, then after
+(``CLOUD_PROBE_TOKENS``) measures the cloud once after ``FIRST_CLOUD_PROBE_ROUNDS`` rounds (unless it is
+measured already: ``CloudCost``, the cloud's wall times, shared by a decoder's modes and measured by its
+cloud-only decisions too), then after
 a spacing of speculative tokens that keeps its excess within ``probe_budget``; probe rounds measure
 speculation in the same way, so a regime measured worse is measured again now and then, both ways.
 Without wall times (a caller that gives none), or with ``measured=False``, the model alone decides, as
@@ -101,6 +103,36 @@ class CloudWall:
     rest_count: int  # the tokens after the first arrival
 
 
+def _ema(old: float, new: float) -> float:
+    return new if old == 0.0 else (1.0 - WALL_SMOOTHING) * old + WALL_SMOOTHING * new
+
+
+@dataclass
+class CloudCost:
+    """The cloud-only regime's wall times at the robot (EMAs of its ``CloudWall`` measurements): a chunk's
+    fixed cost, its first tokens' arrival, and its cost per further token. The cloud's and the link's,
+    not a mode's: the adaptive policies of all modes of one decoder share one (``edge.long_lived``), and
+    cloud-only decisions (AR) measure it too, so a mode finds the cloud measured once any decision has
+    measured it instead of spending a cloud probe of its own."""
+
+    first_s: float = 0.0  # a chunk's fixed cost (EMA; 0: not measured)
+    token_s: float = 0.0  # its cost per further token (EMA; 0: not measured)
+
+    def observe(self, wall: CloudWall) -> None:
+        if wall.first_count > 0 and wall.first_s > 0:
+            self.first_s = _ema(self.first_s, wall.first_s)
+            if wall.rest_count > 0 and wall.rest_s > 0:
+                self.token_s = _ema(self.token_s, wall.rest_s / wall.rest_count)
+
+    def measured(self) -> bool:
+        return self.first_s > 0.0 and self.token_s > 0.0
+
+    def per_token(self, tokens: int) -> float:
+        """Wall time per token of handing ``tokens`` tokens to the cloud (its fixed cost shared)."""
+        tokens = max(1, tokens)
+        return (self.first_s + (tokens - 1) * self.token_s) / tokens
+
+
 class GammaPolicy(Protocol):
     def begin(self, gamma: int) -> None:
         """A decision starts; ``gamma`` is its configured γ."""
@@ -150,10 +182,6 @@ class FixedGamma:
         pass
 
 
-def _ema(old: float, new: float) -> float:
-    return new if old == 0.0 else (1.0 - WALL_SMOOTHING) * old + WALL_SMOOTHING * new
-
-
 class AdaptiveGamma:
     """ODLD picks γ* per round, AS² may hand over to the cloud (TK-SLT Algorithms 1-2, with the link's
     propagation apart), a probe round comes after ``probe_spacing`` cloud-only tokens, and once both
@@ -161,7 +189,8 @@ class AdaptiveGamma:
     docstring). Not thread-safe: one decision at a time."""
 
     def __init__(self, controller: DraftLengthController, probe_budget: float = PROBE_BUDGET,
-                 measured: bool = True, pipelined: bool = False, depth: int = 1) -> None:
+                 measured: bool = True, pipelined: bool = False, depth: int = 1,
+                 cloud: CloudCost | None = None) -> None:
         if not 0.0 < probe_budget < 1.0:
             raise ValueError(f"probe budget must be in (0, 1), got {probe_budget}")
         self.controller = controller
@@ -177,8 +206,7 @@ class AdaptiveGamma:
         self.cloud_probes = 0  # cloud-only chunks run to measure the cloud while speculation was chosen
         self.hand_overs = 0  # times γ() handed the decision to the cloud
         self.spec_s = 0.0  # wall time per emitted token, speculating (EMA; 0: not measured)
-        self.cloud_first_s = 0.0  # a cloud-only chunk's fixed cost: its first tokens' arrival (EMA)
-        self.cloud_token_s = 0.0  # and its cost per further token (EMA; 0: not measured)
+        self.cloud = CloudCost() if cloud is None else cloud  # cloud-only chunks' wall times, maybe shared
         self.resume_s = 0.0  # resuming speculation after cloud-only chunks: the drafter's catch-up (EMA)
         self._probing_cloud = False
         self._handed_at_open = False  # ``opening`` said None: the decision's first ``gamma`` says it again
@@ -188,12 +216,11 @@ class AdaptiveGamma:
 
     def measured(self) -> bool:
         """Both regimes' wall times are known: they decide instead of the model."""
-        return self.use_walls and self.spec_s > 0.0 and self.cloud_first_s > 0.0 and self.cloud_token_s > 0.0
+        return self.use_walls and self.spec_s > 0.0 and self.cloud.measured()
 
     def cloud_s(self, tokens: int = HORIZON_TOKENS) -> float:
-        """Measured wall time per token of handing ``tokens`` tokens to the cloud (its fixed cost shared)."""
-        tokens = max(1, tokens)
-        return (self.cloud_first_s + (tokens - 1) * self.cloud_token_s) / tokens
+        """Measured wall time per token of handing ``tokens`` tokens to the cloud (``CloudCost.per_token``)."""
+        return self.cloud.per_token(tokens)
 
     def speculates(self, remaining: int | None = None, choice: SpeculationChoice | None = None) -> bool:
         """Whether speculation is the cheaper regime for ``remaining`` tokens (None: ``HORIZON_TOKENS``):
@@ -275,10 +302,8 @@ class AdaptiveGamma:
         self.since_cloud = 0
         if tokens > 0 and compute_s > 0:
             self.controller.observe_cloud(tokens, compute_s)
-        if wall is not None and wall.first_count > 0 and wall.first_s > 0:
-            self.cloud_first_s = _ema(self.cloud_first_s, wall.first_s)
-            if wall.rest_count > 0 and wall.rest_s > 0:
-                self.cloud_token_s = _ema(self.cloud_token_s, wall.rest_s / wall.rest_count)
+        if wall is not None:
+            self.cloud.observe(wall)
 
     def observe_resume(self, seconds: float) -> None:
         self.resume_s = _ema(self.resume_s, seconds)
@@ -292,9 +317,9 @@ class AdaptiveGamma:
             return self.controller.probe_spacing(self.probe_budget)
         c = self.controller
         _, tokens = round_cost(c.alpha, c.choice().gamma, 0.0, 0.0)
-        excess = tokens * max(0.0, self.spec_s - self.cloud_token_s) + self.resume_s \
-            + max(0.0, self.cloud_first_s - self.cloud_token_s)
-        return max(1, math.ceil(excess / (self.probe_budget * self.cloud_token_s)))
+        excess = tokens * max(0.0, self.spec_s - self.cloud.token_s) + self.resume_s \
+            + max(0.0, self.cloud.first_s - self.cloud.token_s)
+        return max(1, math.ceil(excess / (self.probe_budget * self.cloud.token_s)))
 
     def _cloud_probe_due(self) -> bool:
         """While speculating: whether a short cloud-only chunk should measure the cloud now. Only with

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from edge_spec_ros.edge.config import EdgeConfig
-from edge_spec_ros.edge.gamma import AdaptiveGamma, FixedGamma, GammaPolicy
+from edge_spec_ros.edge.gamma import AdaptiveGamma, CloudCost, FixedGamma, GammaPolicy
 from edge_spec_ros.edge.pipeline import BranchGate
 from edge_spec_ros.edge.predraft import PreDrafter
 from edge_spec_ros.edge.registry import Mode
@@ -31,12 +31,14 @@ class LongLivedParts:
 
     One γ controller per mode: what it measures differs between modes (b: the uplink payload per
     draft token, γ×V q in SD against γ values in DSSD; α: the q drafted from, TK-SLT's top K), so a
-    mode's estimates never come from another's decisions."""
+    mode's estimates never come from another's decisions. The cloud-only regime's cost is the cloud's and
+    the link's, whatever the mode: one ``CloudCost`` for all, which cloud-only decisions measure too."""
 
     def __init__(self) -> None:
         self._decision = threading.Lock()
         self.predrafter: PreDrafter | None = None
         self.adaptive: dict[str, tuple[tuple, AdaptiveGamma]] = {}  # mode -> (built from, policy)
+        self.cloud = CloudCost()  # what handing tokens to the cloud costs, shared by every mode's policy
         self.branch_gates: dict[str, BranchGate] = {}  # pipelined mode -> its branch blocks' gate
 
     def branch_gate(self, mode: str) -> BranchGate:
@@ -85,7 +87,8 @@ class LongLivedParts:
             controller = DraftLengthController(config.alpha_prior, config.b_prior, config.c_prior,
                                                max_gamma=config.max_gamma)
             self.adaptive[mode.name] = built_from, AdaptiveGamma(controller, measured=config.measured_fallback,
-                                                                 pipelined=pipelined, depth=config.pipeline_depth)
+                                                                 pipelined=pipelined, depth=config.pipeline_depth,
+                                                                 cloud=self.cloud)
         return self.adaptive[mode.name][1]
 
     def _predrafter(self, config: EdgeConfig, drafter: Drafter) -> PreDrafter:

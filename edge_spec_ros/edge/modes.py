@@ -211,7 +211,9 @@ class EdgeDecoder:
             sid, _ = self.client.open(request)
             stats.prefill_s = time.perf_counter() - t0
             try:
-                tokens = self._cloud_ar(sid, stats, t0, c.decode.max_new_tokens).tokens
+                cloud = self._cloud_ar(sid, stats, t0, c.decode.max_new_tokens)
+                self._parts.cloud.observe(cloud.wall(time.perf_counter()))  # what the adaptive modes weigh
+                tokens = cloud.tokens
             finally:
                 self.client.end(sid)
         traffic = self.client.traffic.pop(sid)

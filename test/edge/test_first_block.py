@@ -170,9 +170,9 @@ def test_round_0_takes_the_openings_answer_and_a_counted_cloud_probe_runs(setup,
         ((_, policy),) = decoder._parts.adaptive.values()
         # speculation measured, the cloud not yet: a cloud probe is due from the next question on
         policy.spec_s, policy.spec_rounds, policy.cloud_probes = 0.01, FIRST_CLOUD_PROBE_ROUNDS, 0
-        policy.cloud_first_s = policy.cloud_token_s = 0.0
+        policy.cloud.first_s = policy.cloud.token_s = 0.0
         assert decoder.decode("fsd", prompt, b"").tokens == greedy
     last = decisions(link.log)[-1]
     assert first_block_rode(last)
     generates = sum(1 for entry in last if entry[:2] == ("up", "Generate"))  # cloud-only chunks that ran
-    assert generates >= policy.cloud_probes >= 1 and policy.cloud_first_s > 0.0 and not policy._probing_cloud
+    assert generates >= policy.cloud_probes >= 1 and policy.cloud.first_s > 0.0 and not policy._probing_cloud

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from edge_spec_ros.edge.gamma import (
-    CLOUD_PROBE_TOKENS, FIRST_CLOUD_PROBE_ROUNDS, PROBE_BUDGET, AdaptiveGamma, CloudWall, FixedGamma, RoundTiming,
+    CLOUD_PROBE_TOKENS, FIRST_CLOUD_PROBE_ROUNDS, PROBE_BUDGET, AdaptiveGamma, CloudCost, CloudWall, FixedGamma,
+    RoundTiming,
 )
 from edge_spec_ros.spec.draft_length import DraftLengthController
 
@@ -107,6 +108,24 @@ def test_measured_speculation_that_pays_keeps_speculating_with_rare_cloud_probes
             spec_round(policy, wall_s=0.008)
     # a probe's excess (4 tokens × 4 ms) within 2 % of speculating at 2 ms per token: one per 400 tokens
     assert gammas.count(None) == 0 and policy.cloud_probes == 1
+
+
+def test_a_cloud_measured_by_one_mode_spares_the_others_their_cloud_probe():
+    """The cloud's wall times are the cloud's, not a mode's: a policy sharing a ``CloudCost`` another
+    policy (or a cloud-only decision) measured weighs both regimes from its first rounds and spends no
+    cloud probe of its own; one with a cost of its own probes."""
+    shared = CloudCost()
+    first = AdaptiveGamma(DraftLengthController(0.9, 0.01, 0.01), cloud=shared)
+    first.observe_cloud(CLOUD_PROBE_TOKENS, 0.02, cloud(CLOUD_PROBE_TOKENS, first_s=0.006, per_token_s=0.006))
+    assert shared.measured() and shared.per_token(CLOUD_PROBE_TOKENS) == pytest.approx(0.006)
+    for cost, probes in ((shared, 0), (None, 1)):
+        policy = AdaptiveGamma(DraftLengthController(0.9, 0.01, 0.01), cloud=cost)
+        for _ in range(FIRST_CLOUD_PROBE_ROUNDS + 2):
+            if policy.gamma(24) is None:
+                policy.observe_cloud(CLOUD_PROBE_TOKENS, 0.02, cloud(CLOUD_PROBE_TOKENS, 0.006, 0.006))
+            else:
+                spec_round(policy, wall_s=0.008)  # 2 ms per token: speculation pays
+        assert policy.measured() and policy.cloud_probes == probes
 
 
 def test_without_wall_times_or_with_them_off_the_model_alone_decides():

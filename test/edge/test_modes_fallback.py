@@ -70,8 +70,22 @@ def test_the_decoder_measures_both_regimes_and_stays_exact(setup, mode):
         result = decoder.decode(mode, prompt, b"")
         policy = decoder._parts.adaptive[mode][1]
     assert result.tokens == greedy
-    assert policy.spec_s > 0 and policy.cloud_first_s > 0 and policy.cloud_token_s > 0 and policy.measured()
+    assert policy.spec_s > 0 and policy.cloud.first_s > 0 and policy.cloud.token_s > 0 and policy.measured()
     assert policy.cloud_probes + policy.hand_overs >= 1 and policy.controller.cloud_tokens >= 1
+
+
+def test_a_cloud_only_decision_measures_the_cloud_for_every_adaptive_mode(setup):
+    """The cloud's wall times are shared by a decoder's modes (``edge.gamma.CloudCost``): after an AR
+    decision the adaptive modes find the cloud measured and spend no cloud probe of their own."""
+    link, drafter, prompt, greedy = setup
+    edge = EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True, alpha_prior=0.9, b_prior=0.01, c_prior=0.01)
+    with EdgeDecoder(link, drafter, edge) as decoder:
+        assert decoder.decode("ar", prompt, b"").tokens == greedy
+        assert decoder._parts.cloud.measured()
+        for mode in ("sd", "pico"):
+            assert decoder.decode(mode, prompt, b"").tokens == greedy
+            policy = decoder._parts.adaptive[mode][1]
+            assert policy.cloud is decoder._parts.cloud and policy.spec_rounds >= 1 and policy.cloud_probes == 0
 
 
 def test_a_decision_handed_to_the_cloud_counts_its_first_token_as_it_streams_in(setup, monkeypatch):
