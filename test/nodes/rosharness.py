@@ -19,6 +19,9 @@ from edge_spec_ros.nodes.matched import matched_publishers, matched_subscription
 from edge_spec_ros.server_process import stop
 
 
+EXECUTOR_CALL_S = 10.0  # a call handed to a spinning executor runs within this
+
+
 class RosHarness:
     """A test node spinning in a background thread, with helpers to publish and collect."""
 
@@ -64,6 +67,18 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str | Callab
             return
         time.sleep(0.02)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what() if callable(what) else what}")
+
+
+def in_executor(executor, call: Callable[[], object], timeout_s: float = EXECUTOR_CALL_S):
+    """``call()`` run in the thread that spins ``executor``, and its result. An action client's requests
+    (``send_goal_async``, a goal handle's ``get_result_async`` and ``cancel_goal_async``) go through here:
+    before rclpy's fix of ros2/rclpy#1123 (which Jazzy's 7.1.6 wheels lack) a response the spinning
+    executor took before the request had recorded its sequence number was dropped ("Ignoring unexpected
+    goal response") and the request's future never completed. Sent from the executor's own thread, the
+    request is recorded before the executor can take its response."""
+    task = executor.create_task(call)
+    wait_for(task.done, timeout_s, "the executor to send the request")
+    return task.result()
 
 
 def service_answers(client, request, timeout_s: float, what: str, attempt_s: float = 2.0):

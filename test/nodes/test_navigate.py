@@ -17,8 +17,8 @@ from geometry_msgs.msg import Twist
 from rclpy.action import ActionClient
 from std_msgs.msg import String
 
-from rosharness import (drafter_matched_instruction, navigate_matched_instruction, node_command, process, service_answers,
-                        wait_for)
+from rosharness import (drafter_matched_instruction, in_executor, navigate_matched_instruction, node_command, process,
+                        service_answers, wait_for)
 from stack import room_frame, stack_command, stack_params
 from edge_spec_ros.action import Navigate
 from edge_spec_ros.camera.synthetic import synthetic_camera_image
@@ -71,12 +71,12 @@ class Stack:
             if on_feedback is not None:
                 on_feedback(msg.feedback)
 
-        sent = self.navigate.send_goal_async(Navigate.Goal(instruction=instruction, max_decisions=max_decisions),
-                                             feedback_callback=on_fb)
+        sent = in_executor(self.ros.executor, lambda: self.navigate.send_goal_async(
+            Navigate.Goal(instruction=instruction, max_decisions=max_decisions), feedback_callback=on_fb))
         wait_for(sent.done, 10, "the goal's acceptance")
         handle = sent.result()
         assert handle.accepted, instruction
-        return handle, feedback, handle.get_result_async()
+        return handle, feedback, in_executor(self.ros.executor, handle.get_result_async)
 
     def result(self, future, timeout_s: float = DECIDE_S):
         wait_for(future.done, timeout_s, lambda: f"the goal's result\n{self.logs()}")
@@ -151,7 +151,7 @@ def test_cancel_mid_motion_zeroes_the_velocity_at_once(stack):
     wait_for(lambda: motion() is not None and any(moving(m) for t, m in stack.twists if t >= since), DECIDE_S,
              f"the robot to move\n{stack.logs()}")
     t_cancel = time.monotonic()
-    handle.cancel_goal_async()
+    in_executor(stack.ros.executor, handle.cancel_goal_async)
     response = stack.result(future)
     started = motion()
 

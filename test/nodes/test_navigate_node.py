@@ -14,7 +14,7 @@ from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import String
 
-from rosharness import wait_for
+from rosharness import in_executor, wait_for
 from edge_spec_ros.action import Navigate
 from edge_spec_ros.msg import Decision, DecodeStats as DecodeStatsMsg, NavAction as NavActionMsg
 from edge_spec_ros.nodes.navigate_node import GoalRun, NavigateNode
@@ -74,8 +74,9 @@ class World:
 
     def goal(self, instruction: str, max_decisions: int = 0):
         feedback: list = []
-        sent = self.client.send_goal_async(Navigate.Goal(instruction=instruction, max_decisions=max_decisions),
-                                           feedback_callback=lambda m: feedback.append(m.feedback))
+        sent = in_executor(self.executor, lambda: self.client.send_goal_async(
+            Navigate.Goal(instruction=instruction, max_decisions=max_decisions),
+            feedback_callback=lambda m: feedback.append(m.feedback)))
         wait_for(sent.done, 5, "acceptance")
         handle = sent.result()
         if handle.accepted:
@@ -83,7 +84,7 @@ class World:
         return handle, feedback
 
     def result(self, handle, timeout_s: float = 5.0):
-        future = handle.get_result_async()
+        future = in_executor(self.executor, handle.get_result_async)
         wait_for(future.done, timeout_s, "the result")
         return future.result()
 
@@ -167,7 +168,7 @@ def test_cancel_sends_stop_and_cancels(w):
     handle, feedback = w.goal("find the chair")
     d = w.stack.decide("find the chair", "Action: move forward 50 cm", "forward")
     wait_for(lambda: any(f.event == Feedback.ACTION for f in feedback), 2, "the motion's start")
-    cancel = handle.cancel_goal_async()
+    cancel = in_executor(w.executor, handle.cancel_goal_async)
     wait_for(cancel.done, 5, "the cancel response")
     assert len(cancel.result().goals_canceling) == 1
     wait_for(lambda: w.stack.instructions[-1:] == ["stop"], 2, "stop on instruction")
@@ -188,7 +189,7 @@ def test_no_progress_fails_and_stops(w):
 
 def test_stop_words_are_rejected_and_nobody_listening_fails(w):  # last: the stand-in goes
     for word in ("", "stop", " Cancel "):
-        sent = w.client.send_goal_async(Navigate.Goal(instruction=word))
+        sent = in_executor(w.executor, lambda: w.client.send_goal_async(Navigate.Goal(instruction=word)))
         wait_for(sent.done, 5, "the answer")
         assert not sent.result().accepted, word
     w.executor.remove_node(w.node)  # the stand-in goes away: only navigate's own subscription is left
@@ -198,7 +199,7 @@ def test_stop_words_are_rejected_and_nobody_listening_fails(w):  # last: the sta
     w.executor.add_node(w.node)
     wait_for(lambda: w.client.server_is_ready() and w.navigate.instruction.get_subscription_count() == 1, 10,
              "the stand-in's subscription to go")
-    sent = w.client.send_goal_async(Navigate.Goal(instruction="find the chair"))
+    sent = in_executor(w.executor, lambda: w.client.send_goal_async(Navigate.Goal(instruction="find the chair")))
     wait_for(sent.done, 5, "acceptance")
     response = w.result(sent.result())
     assert response.result.outcome == Result.FAILED and "nobody listens" in response.result.message
