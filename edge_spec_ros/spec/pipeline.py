@@ -149,9 +149,10 @@ def pipelined_gamma(alpha: float, t_p: float, t_q: float, t_rtt: float, gamma_ma
     γ·``t_rtt_token`` (the block's transmission grows with γ). Among the γ (1 ≤ γ ≤ ``gamma_max``)
     whose block drafted ahead is finished within one verification, (γ + 1)T_p ≤ T_verify (γ = 1 when
     none is): a whole round trip to spare before the verdict, so that a slower draft step or link does
-    not cut it (beyond, measured rounds exceed the model: ``go2-paper`` at γ = 10, 918 ms against 841).
-    The serial optimum (ODLD) prices a round at γT_p + T_RTT + T_q instead. A γ policy of a pipelined
-    mode asks this one."""
+    not cut it (beyond, measured rounds exceed the model: ``go2-paper`` at γ = 10, 918 ms against 841;
+    with D = 2 at fixed γ = 9, 11, 12, 755-807, 960 and 998-1,021 ms against T_q = 620, although
+    ``chained_cycle`` allows T_draft up to 2T_q − T_RTT there). The serial optimum (ODLD) prices a round
+    at γT_p + T_RTT + T_q instead. A γ policy of a pipelined mode asks this one."""
     if gamma_max < 1:
         raise ValueError(f"need gamma_max >= 1, got {gamma_max}")
 
