@@ -38,6 +38,9 @@ acceptance rate.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import astuple, dataclass
 
 from edge_spec_ros.decoding.metrics import DecodeStats
@@ -59,7 +62,6 @@ class Opening:
     sid: bytes
     link: RoundLink
     first: SourcedDraft | None = None
-    server_prefill_s: float | None = None  # with a first block: the verifier's prefill (``Opened.prefill_s``)
     round_gamma: int | None = None  # with a first block: round 0's γ as answered at the opening (``FirstBlockPlan``)
 
 
@@ -92,20 +94,54 @@ def first_gamma(config: EdgeConfig, policy: GammaPolicy, times: OpenTimes | None
     return FirstBlockPlan(first_block_gamma(policy.controller.alpha, times, config.max_gamma), answer)
 
 
-def observed_open_times(stats: DecodeStats, before: OpenTimes | None,
-                        server_prefill_s: float | None = None) -> OpenTimes | None:
-    """The decision's start as ``stats`` measured it (the Open's round trip, T_p, T_q, T_c), averaged
-    with ``before`` (weight ``OPEN_TIMES_WEIGHT`` for the newest); ``before`` when the decision ran no
-    speculative round. The Open's round trip: as the robot waited for ``Opened`` (``stats.prefill_s``),
-    or, when a first block was drafted meanwhile (``server_prefill_s`` given: ``Opened`` may have come
-    while the robot drafted, so the wait says how long the drafting took, not the Open), the verifier's
-    prefill plus the rounds' median overhead 2T_c (the Open's upload beyond a block's is not in it)."""
+def observed_open_times(stats: DecodeStats, before: OpenTimes | None) -> OpenTimes | None:
+    """The decision's start as ``stats`` measured it (the Open's round trip ``stats.prefill_s``, T_p,
+    T_q, T_c), averaged with ``before`` (weight ``OPEN_TIMES_WEIGHT`` for the newest); ``before`` when
+    the decision ran no speculative round. The Open's round trip is seen when ``Opened`` arrives, the
+    first block drafted meanwhile on a thread of its own (``FirstBlockThread``). T_c: half the
+    rounds' median overhead (round trip less the server's T_q), which for a block chained behind
+    another also holds its wait at the verifier: an upper bound."""
     if not stats.rounds or not stats.draft_forwards or not stats.prefill_s:
         return before
     t_c = max(0.0, stats.overhead_median_s / 2)  # a round trip less the server's T_q may come out below 0
-    t_open = stats.prefill_s if server_prefill_s is None else max(0.0, server_prefill_s) + 2 * t_c
-    new = OpenTimes(t_open, stats.tp_s, stats.tq_s, t_c, stats.draft_prefill_s)
+    new = OpenTimes(stats.prefill_s, stats.tp_s, stats.tq_s, t_c, stats.draft_prefill_s)
     if before is None:
         return new
     w = OPEN_TIMES_WEIGHT
     return OpenTimes(*(w * a + (1 - w) * b for a, b in zip(astuple(new), astuple(before))))
+
+
+class FirstBlockThread:
+    """The first block drafted and sent on a thread of its own (``draft(sid)``, started by ``start``:
+    the ``first`` of a link's ``open_with``) while the decision's thread waits for ``Opened``, so that
+    the Open's round trip t_open is seen when ``Opened`` comes, not once the drafting (T_pre + γ₀T_p)
+    is over: drafted on the waiting thread, a first block longer than the Open's round trip measured
+    its own drafting as t_open, and γ₀ grew with it. ``join`` returns what ``draft`` returned, or
+    raises what it raised; ``drafted_at`` is when it ended."""
+
+    def __init__(self, draft: Callable[[bytes], tuple[RoundLink, SourcedDraft]]) -> None:
+        self._draft = draft
+        self._thread: threading.Thread | None = None
+        self._result: tuple[RoundLink, SourcedDraft] | None = None
+        self._error: BaseException | None = None
+        self.drafted_at = 0.0
+
+    def start(self, sid: bytes) -> None:
+        self._thread = threading.Thread(target=self._run, args=(sid,), name="first-block", daemon=True)
+        self._thread.start()
+
+    def _run(self, sid: bytes) -> None:
+        try:
+            self._result = self._draft(sid)
+        except BaseException as e:  # raised again on the decision's thread (join)
+            self._error = e
+        self.drafted_at = time.perf_counter()
+
+    def join(self) -> tuple[RoundLink, SourcedDraft]:
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if self._result is None:
+            raise RuntimeError("the first block was never started")
+        return self._result

@@ -58,7 +58,7 @@ import logging
 import time
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from functools import partial
 
@@ -70,7 +70,7 @@ from edge_spec_ros.edge.config import EdgeConfig
 from edge_spec_ros.edge.constrained import DecisionMasks, GrammarDrafter
 from edge_spec_ros.edge.decision import CloudFallback, CloudTokens, DecisionState, NewRound
 from edge_spec_ros.edge.draft_sources import DraftChain, FreshDraft, PreDraftCache, SourcedDraft
-from edge_spec_ros.edge.first_block import Opening, first_gamma, observed_open_times
+from edge_spec_ros.edge.first_block import FirstBlockThread, Opening, first_gamma, observed_open_times
 from edge_spec_ros.edge.gamma import GammaPolicy, RoundTiming
 from edge_spec_ros.edge.long_lived import LongLivedParts
 from edge_spec_ros.edge.pipeline import Pipeline, PipelinedRound, SerialRound
@@ -224,7 +224,7 @@ class EdgeDecoder:
         stats.steady_tokens = max(0, stats.tokens - stats.first_tokens)
         stats.steady_rounds = max(0, stats.rounds - 1)
         if spec.speculative:
-            self._open_times = observed_open_times(stats, self._open_times, opening.server_prefill_s)
+            self._open_times = observed_open_times(stats, self._open_times)
         return DecodeResult(tokens, stats)
 
     def _speculative_decision(self, request: Open, prompt: EncodedPrompt, stats: DecodeStats, t0: float,
@@ -244,9 +244,10 @@ class EdgeDecoder:
                     rng: PositionalRNG, policy: GammaPolicy) -> Opening:
         """Open the decision. The first block (``edge.first_block``): where the link can carry it
         (``open_with``) and the γ policy speculates, the robot drafts γ₀ tokens from the prompt right
-        after the Open has left, while it travels and is prefilled, and sends them as round 0's block
-        right behind it; the verifier verifies them in the forward that follows the prefill. Otherwise
-        today's sequence: the Open, ``Opened``, then the first draft."""
+        after the Open has left, on a thread of its own (``FirstBlockThread``) while this one waits for
+        ``Opened``, and sends them as round 0's block right behind the Open; the verifier verifies them
+        in the forward that follows the prefill. Otherwise today's sequence: the Open, ``Opened``, then
+        the first draft."""
         c, d = self.config, self.config.decode
         distribution = c.draft_distribution(spec)
         open_with = getattr(self.client, "open_with", None)
@@ -255,20 +256,31 @@ class EdgeDecoder:
             sid, _ = self.client.open(request)
             stats.prefill_s = time.perf_counter() - t0
             return Opening(sid, RoundLink(self.client, sid, spec, distribution))
-        box: dict[str, object] = {}
 
-        def first(sid: bytes) -> None:
-            link = box["link"] = RoundLink(self.client, sid, spec, distribution)
+        def first(sid: bytes) -> tuple[RoundLink, SourcedDraft]:
+            link = RoundLink(self.client, sid, spec, distribution)
             fresh = FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, False, stats)
             sourced = fresh.draft(0, self._draft_prefill(prompt, stats), prompt.input_ids.tolist(), plan.gamma0, -1)
             link.send(0, sourced.draft, -1)
-            box["first"] = sourced
+            return link, sourced
 
-        sid, opened = open_with(request, first)
-        opened_at = time.perf_counter()
-        stats.prefill_s = opened_at - t0
-        # round 0's round trip counts from Opened: the verifier starts on the block once it has prefilled
-        return Opening(sid, box["link"], replace(box["first"], sent_at=opened_at), opened.prefill_s, plan.round_gamma)
+        block = FirstBlockThread(first)
+        try:
+            sid, _ = open_with(request, block.start)
+        except BaseException:
+            with suppress(BaseException):  # the Open's error is the decision's; the drafter is free again
+                block.join()
+            raise
+        stats.prefill_s = time.perf_counter() - t0  # the Open's round trip, the block drafted meanwhile
+        try:
+            link, sourced = block.join()
+        except BaseException:
+            self.client.end(sid)
+            raise
+        # round 0's round trip counts from when both Opened and the block were there: the verifier
+        # starts on the block once it has prefilled and the block has come
+        return Opening(sid, link, replace(sourced, sent_at=max(t0 + stats.prefill_s, block.drafted_at)),
+                       plan.round_gamma)
 
     def _resume_drafter(self, state: DecisionState, prompt: EncodedPrompt, stats: DecodeStats,
                         policy: GammaPolicy) -> float:
