@@ -8,18 +8,11 @@ tests fail with the install command rather than skip.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import inspect
-import shutil
-import tempfile
-from importlib.metadata import version
-from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_model
-from transformers import AutoTokenizer, LlamaForCausalLM
+from transformers import AutoTokenizer
 
 from edge_spec_ros.models.drafter import Drafter, self_draft_model
 from edge_spec_ros.models.loading import load_qwen2vl
@@ -41,51 +34,10 @@ TEXTS = (
 )
 
 
-def gguf_llama_key() -> str:
-    """What transformers' de-quantized Llama is a function of: the GGUF file's bytes, the versions of
-    its readers and ``load_gguf_llama`` itself."""
-    digest = hashlib.sha256()
-    with gguf_path().open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    for part in (*(version(name) for name in ("transformers", "gguf", "accelerate", "torch")),
-                 inspect.getsource(load_gguf_llama)):
-        digest.update(b"\0" + part.encode())
-    return digest.hexdigest()[:24]
-
-
-def cached_gguf_llama(cache: Path | None):
-    """``load_gguf_llama()``, its model kept in ``cache`` (pytest's cache directory) under ``gguf_llama_key``.
-
-    Reading the GGUF takes ~35 s, mostly the model (gguf's reader and transformers' tensor-name map);
-    a run after the first reloads the same float32 weights from safetensors (exact), and any change of
-    the key's inputs reads the GGUF again. The tokenizer is read from the GGUF every time (~12 s): the
-    checkpoint test compares the saved tokenizer with it."""
-    if cache is None:
-        return load_gguf_llama()
-    entry = cache / gguf_llama_key()
-    if (entry / "config.json").is_file():
-        path = gguf_path()
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        return LlamaForCausalLM.from_pretrained(str(entry), dtype=torch.float32).eval(), tokenizer
-    model, tokenizer = load_gguf_llama()
-    for stale in cache.glob("[!.]*"):  # entries of older keys (not a concurrent run's temporary one)
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".", dir=cache))
-    model.config.save_pretrained(tmp)  # save_pretrained refuses a model transformers de-quantized
-    save_model(model, str(tmp / "model.safetensors"))
-    try:
-        tmp.rename(entry)  # whole or not at all; a concurrent run may have written it first
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return model, tokenizer
-
-
 @pytest.fixture(scope="module")
-def llama(request):
-    """(LlamaForCausalLM, tokenizer) as transformers loads the GGUF file (``cached_gguf_llama``)."""
-    cache = getattr(request.config, "cache", None)  # None with -p no:cacheprovider
-    return cached_gguf_llama(cache.mkdir("smollm2-gguf-llama") if cache is not None else None)
+def llama():
+    """(LlamaForCausalLM, tokenizer) as transformers loads the GGUF file (``load_gguf_llama``)."""
+    return load_gguf_llama()
 
 
 @pytest.fixture(scope="module")
