@@ -114,7 +114,7 @@ def _gguf_parsed_once() -> Iterator[None]:
 
 
 def load_gguf_llama(dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """(LlamaForCausalLM, tokenizer) as transformers loads the GGUF file (de-quantized; ~12 s here, the
+    """(LlamaForCausalLM, tokenizer) as transformers loads the GGUF file (de-quantized; ~15 s here, the
     file parsed once: ``_gguf_parsed_once``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
