@@ -101,9 +101,10 @@ def _gguf_parsed_once() -> Iterator[None]:
     """Within it, gguf's file reader and tensor-name map are built once per file and per (architecture,
     blocks): transformers parses the GGUF file anew for the tokenizer, the config and the weights, and
     builds the whole tensor-name map again for each of its ~400 tensors (SmolLM2: 33 s of loading,
-    21 s of it these repeats; both are only read). gguf's own functions again afterwards."""
-    import gguf
-
+    21 s of it these repeats; both are only read). gguf's own functions again afterwards. gguf is the
+    development install's reader (``_require_readers``; no robot dependency), imported by name as
+    transformers imports it."""
+    gguf = importlib.import_module("gguf")
     reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
     gguf.GGUFReader = lru_cache(maxsize=1)(reader)
     gguf.get_tensor_name_map = lru_cache(maxsize=4)(name_map)
