@@ -39,7 +39,6 @@ acceptance rate.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import astuple, dataclass
 
@@ -56,8 +55,9 @@ OPEN_TIMES_WEIGHT = 0.5  # weight of the newest decision in the measured OpenTim
 @dataclass(frozen=True)
 class Opening:
     """An opened speculative decision: its session, its link for rounds and (sent with the Open) its
-    first block, round 0's draft, whose ``sent_at`` is when ``Opened`` arrived (the verifier starts on
-    it once it has prefilled, so its round trip counts from there)."""
+    first block, round 0's draft, whose ``sent_at`` is when both ``Opened`` and the block were there (the
+    verifier starts on the block once it has prefilled and the block has come: its round trip counts
+    from there)."""
 
     sid: bytes
     link: RoundLink
@@ -117,14 +117,13 @@ class FirstBlockThread:
     the Open's round trip t_open is seen when ``Opened`` comes, not once the drafting (T_pre + γ₀T_p)
     is over: drafted on the waiting thread, a first block longer than the Open's round trip measured
     its own drafting as t_open, and γ₀ grew with it. ``join`` returns what ``draft`` returned, or
-    raises what it raised; ``drafted_at`` is when it ended."""
+    raises what it raised."""
 
     def __init__(self, draft: Callable[[bytes], tuple[RoundLink, SourcedDraft]]) -> None:
         self._draft = draft
         self._thread: threading.Thread | None = None
         self._result: tuple[RoundLink, SourcedDraft] | None = None
         self._error: BaseException | None = None
-        self.drafted_at = 0.0
 
     def start(self, sid: bytes) -> None:
         self._thread = threading.Thread(target=self._run, args=(sid,), name="first-block", daemon=True)
@@ -135,7 +134,6 @@ class FirstBlockThread:
             self._result = self._draft(sid)
         except BaseException as e:  # raised again on the decision's thread (join)
             self._error = e
-        self.drafted_at = time.perf_counter()
 
     def join(self) -> tuple[RoundLink, SourcedDraft]:
         if self._thread is not None:

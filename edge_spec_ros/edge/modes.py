@@ -261,8 +261,7 @@ class EdgeDecoder:
             link = RoundLink(self.client, sid, spec, distribution)
             fresh = FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, False, stats)
             sourced = fresh.draft(0, self._draft_prefill(prompt, stats), prompt.input_ids.tolist(), plan.gamma0, -1)
-            link.send(0, sourced.draft, -1)
-            return link, sourced
+            return link, replace(sourced, sent_at=link.send(0, sourced.draft, -1))
 
         block = FirstBlockThread(first)
         try:
@@ -277,9 +276,8 @@ class EdgeDecoder:
         except BaseException:
             self.client.end(sid)
             raise
-        # round 0's round trip counts from when both Opened and the block were there: the verifier
-        # starts on the block once it has prefilled and the block has come
-        return Opening(sid, link, replace(sourced, sent_at=max(t0 + stats.prefill_s, block.drafted_at)),
+        # round 0's round trip counts from when both Opened and the block were there (``Opening``)
+        return Opening(sid, link, replace(sourced, sent_at=max(t0 + stats.prefill_s, sourced.sent_at)),
                        plan.round_gamma)
 
     def _resume_drafter(self, state: DecisionState, prompt: EncodedPrompt, stats: DecodeStats,
