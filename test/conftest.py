@@ -79,6 +79,22 @@ LONG_MODULES = (
 )
 
 
+def auto_workers(cores: int) -> int:
+    """Workers of ``-n auto`` (pytest.ini) on ``cores`` CPU cores: one and a half per core. The suite's
+    processes leave a core idle about a sixth of the time with one worker per core (they wait on
+    verifiers, nodes and sockets), and a third worker on two cores fills it (docs/testing.md)."""
+    return max(1, cores + cores // 2)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config) -> int | None:
+    """``-n auto``: ``auto_workers`` of the cores this process may run on; PYTEST_XDIST_AUTO_NUM_WORKERS,
+    where set, decides (None: pytest-xdist reads it)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return auto_workers(len(os.sched_getaffinity(0)))
+
+
 def _module(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
