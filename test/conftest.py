@@ -80,9 +80,9 @@ LONG_MODULES = (
 
 
 def auto_workers(cores: int) -> int:
-    """Workers of ``-n auto`` (pytest.ini) on ``cores`` CPU cores: one and a half per core. The suite's
-    processes leave a core idle about a sixth of the time with one worker per core (they wait on
-    verifiers, nodes and sockets), and a third worker on two cores fills it (docs/testing.md)."""
+    """Workers of ``-n auto`` (pytest.ini) on ``cores`` CPU cores: one and a half per core. With one
+    worker per core the suite's processes kept the cores about 80 % busy (they wait on verifiers, nodes
+    and sockets part of the time); a third worker on two cores fills most of the rest (docs/testing.md)."""
     return max(1, cores + cores // 2)
 
 
@@ -92,7 +92,8 @@ def pytest_xdist_auto_num_workers(config) -> int | None:
     where set, decides (None: pytest-xdist reads it)."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
-    return auto_workers(len(os.sched_getaffinity(0)))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return auto_workers(cores)
 
 
 def _module(nodeid: str) -> str:
