@@ -80,8 +80,9 @@ def test_sampled_fsd_equals_sd_at_the_same_seed(server_endpoint, pair, images, p
 
 def test_emulated_link_delays_rounds_but_not_tokens(server_endpoint, pair, images):
     """A shaped link (delay, jitter, bandwidth, loss) changes timing only: every round whose round trip
-    measures the link (not the first block's, counted from ``Opened``, which it follows by a
-    verification: edge/first_block.py) takes at least two one-way delays beyond the server's T_q."""
+    measures the link (not the first block's, counted from when both ``Opened`` and the block were
+    there, which its verdict follows by about a verification: ``edge.first_block.Opening``) takes at
+    least two one-way delays beyond the server's T_q."""
     jpg, seen = images[1]
     prompt = pair_prompt(pair, "go to the red chair", seen)
     config = DecodeConfig(max_new_tokens=12, gamma=4, stop_tokens=(pair.tokenizer.eos_token_id,))
