@@ -336,14 +336,18 @@ class LinkRegression:
 class DraftLengthController:
     """Online ODLD + AS²: estimates α, b and c from measured rounds and answers ``choice()``.
 
-    b and c are exponential moving averages (weight ``smoothing`` on the newest round) of each round's
-    t_transmit/t_verify and t_draft/t_verify (eq. 5). α is a ratio of two moving averages: accepted
-    draft tokens over acceptance *trials*, where a round's trials are its accepted tokens plus one if
-    it ended in a rejection. Under the paper's i.i.d. model the number accepted is a geometric
+    b and c are exponential moving averages (weight λ = ``smoothing`` on the newest round) of each
+    round's t_transmit/t_verify and t_draft/t_verify (eq. 5). α is a ratio of two moving averages:
+    accepted draft tokens over acceptance *trials*, where a round's trials are its accepted tokens plus
+    one if it ended in a rejection. Under the paper's i.i.d. model the number accepted is a geometric
     variable censored at γ, and this ratio is its maximum-likelihood α; accepted/drafted would
     underestimate α (e.g. α = 0.8, γ = 4 gives E[accepted]/γ ≈ 0.59). The prior (alpha0, b0, c0)
-    stands until the first ``observe``; for α it weighs as one trial, then decays like the EMAs.
-    The α used is clamped into [ALPHA_MIN, ALPHA_MAX].
+    stands until the first ``observe``. Early rounds: an EMA started from a prior keeps the prior's
+    weight (1 − λ)^n after n rounds (0.64 after two, with λ = 0.2: a controller measured by a short
+    decision still drafted from its prior), so the (n+1)-th round weighs max(λ, 1/(n+1)), a running
+    mean until the EMA's window is reached: the measured times replace their prior at the first round
+    (as T_LLM), and α's prior (alpha0 accepted of one trial) weighs as one round among the first ones
+    (max(λ, 1/(n+2))). The α used is clamped into [ALPHA_MIN, ALPHA_MAX].
 
     With the bytes each round sent (``observe(..., bytes_sent)``) the link time is split instead
     (module docstring): ``LinkRegression`` gives the propagation per round, d = T_prop/T_LLM, and the
@@ -446,17 +450,20 @@ class DraftLengthController:
         if bytes_sent is not None and not (math.isfinite(float(bytes_sent)) and float(bytes_sent) >= 0.0):
             raise ValueError(f"bytes_sent must be finite and ≥ 0, got {bytes_sent}")
         trials = accepted + (1 if accepted < drafted else 0)
-        keep, w = 1.0 - self.smoothing, self.smoothing
-        self._t_llm = t_verify_s if self.observations == 0 else keep * self._t_llm + w * t_verify_s
+        n = self.observations
+        w = max(self.smoothing, 1.0 / (n + 1))  # the times: their prior stands until the first round
+        keep = 1.0 - w
+        self._t_llm = keep * self._t_llm + w * t_verify_s
         if bytes_sent is not None:
             per_token = float(bytes_sent) / drafted
             first = self.link.rounds == 0
             self.link.observe(float(bytes_sent), float(t_transmit_token_s) * drafted)
             self._bytes_per_token = per_token if first else keep * self._bytes_per_token + w * per_token
-        self._accepted = keep * self._accepted + w * accepted
-        self._trials = keep * self._trials + w * trials
         self._b = keep * self._b + w * float(t_transmit_token_s) / t_verify_s
         self._c = keep * self._c + w * float(t_draft_token_s) / t_verify_s
+        w_alpha = max(self.smoothing, 1.0 / (n + 2))  # α's prior: one round's evidence among the first rounds
+        self._accepted = (1.0 - w_alpha) * self._accepted + w_alpha * accepted
+        self._trials = (1.0 - w_alpha) * self._trials + w_alpha * trials
         self.observations += 1
 
     def observe_cloud(self, tokens: int, compute_s: float) -> None:

@@ -266,14 +266,31 @@ def test_controller_converges_to_measured_values():
     assert ctrl.choice() == adaptive_selection(ctrl.alpha, ctrl.b, ctrl.c)
 
 
-def test_controller_ema_moves_by_the_smoothing_weight():
-    """One observation moves b and c from the prior by the smoothing weight λ."""
+def test_controller_early_rounds_are_a_running_mean_then_the_ema():
+    """The first round replaces the times' prior; α's prior weighs as one round among the first ones;
+    the (n+1)-th round weighs max(λ, 1/(n+1)) (α: max(λ, 1/(n+2))), so from 1/λ rounds on the EMA's λ."""
     ctrl = DraftLengthController(0.5, 0.1, 0.2, smoothing=0.25)
     ctrl.observe(2, 4, t_draft_token_s=0.01, t_transmit_token_s=0.03, t_verify_s=0.1)
-    assert ctrl.b == pytest.approx(0.75 * 0.1 + 0.25 * 0.3)
-    assert ctrl.c == pytest.approx(0.75 * 0.2 + 0.25 * 0.1)
-    # α as a ratio of EMAs: prior 0.5 of one trial, round 2 of 3 trials.
-    assert ctrl.alpha == pytest.approx((0.75 * 0.5 + 0.25 * 2) / (0.75 * 1 + 0.25 * 3))
+    assert ctrl.b == pytest.approx(0.3) and ctrl.c == pytest.approx(0.1) and ctrl.t_llm_s == pytest.approx(0.1)
+    # α as a ratio of the two means: prior 0.5 of one trial, round 2 of 3 trials, alike
+    assert ctrl.alpha == pytest.approx((0.5 + 2) / (1 + 3))
+    ctrl.observe(4, 4, t_draft_token_s=0.04, t_transmit_token_s=0.01, t_verify_s=0.1)
+    assert ctrl.c == pytest.approx((0.1 + 0.4) / 2) and ctrl.b == pytest.approx((0.3 + 0.1) / 2)
+    assert ctrl.alpha == pytest.approx((0.5 + 2 + 4) / (1 + 3 + 4))
+    for _ in range(2):
+        ctrl.observe(4, 4, t_draft_token_s=0.04, t_transmit_token_s=0.01, t_verify_s=0.1)
+    c = ctrl.c
+    ctrl.observe(4, 4, t_draft_token_s=0.0, t_transmit_token_s=0.01, t_verify_s=0.1)  # the 5th: λ = 0.25 from the 4th
+    assert ctrl.c == pytest.approx(0.75 * c)
+
+
+def test_a_short_first_decision_moves_alpha_and_c_most_of_the_way_from_the_prior():
+    """Two all-accepted rounds of a short decision (γ = 2; T_p/T_q = 0.116, go2-paper's) leave α̂ and c
+    near what they measured, not near the prior (the EMA from the prior alone: α̂ 0.76, c 0.074)."""
+    ctrl = DraftLengthController(0.5, 0.05, 0.05)
+    for _ in range(2):
+        ctrl.observe(2, 2, t_draft_token_s=0.072, t_transmit_token_s=0.12, t_verify_s=0.62)
+    assert ctrl.alpha == pytest.approx((0.5 + 2 + 2) / (1 + 2 + 2)) and ctrl.c == pytest.approx(0.072 / 0.62)
 
 
 def test_controller_estimates_the_per_token_acceptance_probability():
