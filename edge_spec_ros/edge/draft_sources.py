@@ -17,7 +17,7 @@ Legend: γ — draft length; V — vocabulary; T_SLM — one draft-token step; C
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from edge_spec_ros.decoding.metrics import DecodeStats
@@ -57,13 +57,15 @@ class FreshDraft:
     tp_s: float  # emulated T_p per step (0: real compute only)
     split_head: bool
     stats: DecodeStats
+    stop: tuple[int, ...] = ()  # the decision's stop tokens: a drafted one ends the block (``Drafter.draft``)
 
     def draft(self, round_: int, kv: KVCache, seq: list[int], gamma: int, resampled: int) -> SourcedDraft:
         t = time.perf_counter()
         if self.split_head and gamma >= 2:
             head = self._draft(kv, seq, (gamma + 1) // 2)
             self.link.send(round_, head, resampled, partial=True)
-            draft = head.join(self._draft(kv, seq + list(head.tokens), gamma - head.gamma))
+            draft = head if head.tokens[-1] in self.stop else \
+                head.join(self._draft(kv, seq + list(head.tokens), gamma - head.gamma))
         else:
             draft = self._draft(kv, seq, gamma)
         return SourcedDraft(draft, kv, (time.perf_counter() - t) / draft.gamma)
@@ -71,9 +73,9 @@ class FreshDraft:
     def _draft(self, kv: KVCache, seq: list[int], gamma: int) -> Draft:
         t = time.perf_counter()
         draft = self.drafter.draft(kv, seq, gamma, self.sampling, self.rng, self.tp_s,
-                                   distribution=self.link.distribution)
+                                   distribution=self.link.distribution, stop=self.stop)
         self.stats.draft_s += time.perf_counter() - t
-        self.stats.draft_forwards += gamma
+        self.stats.draft_forwards += draft.gamma
         return draft
 
 
@@ -255,18 +257,23 @@ class LookupDrafter(Drafter):
 
     def draft(self, kv: KVCache, prefix: list[int], gamma: int, sampling: SamplingConfig, rng: PositionalRNG,
               min_step_s: float = 0.0, cancelled: Callable[[], bool] | None = None,
-              distribution: DraftDistribution | None = None, truncate: Callable[[], bool] | None = None) -> Draft:
+              distribution: DraftDistribution | None = None, truncate: Callable[[], bool] | None = None,
+              stop: Collection[int] = ()) -> Draft:
         if gamma < 1:
             raise ValueError(f"γ must be >= 1, got {gamma}")
         if not sampling.greedy and self.model is not None:
-            self.model_tokens += gamma
-            return self.model.draft(kv, prefix, gamma, sampling, rng, min_step_s, cancelled, distribution, truncate)
+            draft = self.model.draft(kv, prefix, gamma, sampling, rng, min_step_s, cancelled, distribution, truncate,
+                                     stop)
+            self.model_tokens += draft.gamma
+            return draft
         found = self.lookup.propose(prefix, gamma)
+        ends = next((i + 1 for i, t in enumerate(found) if t in stop), None)  # a stop token ends the block
+        found = found[:ends]
         self.lookup_tokens += len(found)
         draft = Draft(found, None, len(prefix))
-        if len(found) < gamma and self.model is not None:
+        if ends is None and len(found) < gamma and self.model is not None:
             rest = self.model.draft(kv, list(prefix) + list(found), gamma - len(found), sampling, rng, min_step_s,
-                                    cancelled, distribution, truncate)
+                                    cancelled, distribution, truncate, stop)
             self.model_tokens += rest.gamma
             draft = draft.join(rest) if found else rest
         elif not found:

@@ -259,7 +259,7 @@ class EdgeDecoder:
 
         def first(sid: bytes) -> tuple[RoundLink, SourcedDraft]:
             link = RoundLink(self.client, sid, spec, distribution)
-            fresh = FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, False, stats)
+            fresh = FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, False, stats, d.stop_tokens)
             sourced = fresh.draft(0, self._draft_prefill(prompt, stats), prompt.input_ids.tolist(), plan.gamma0, -1)
             return link, replace(sourced, sent_at=link.send(0, sourced.draft, -1))
 
@@ -404,7 +404,8 @@ class EdgeDecoder:
                      stats: DecodeStats, number: int) -> tuple[DraftChain, NewRound]:
         """The draft sources and the round type of a decision in ``spec`` from round ``number`` on."""
         c, d = self.config, self.config.decode
-        sources = DraftChain(FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, spec.pipelined, stats),
+        sources = DraftChain(FreshDraft(self.drafter, link, d.sampling, rng, c.tp_s, spec.pipelined, stats,
+                                        d.stop_tokens),
                              PreDraftCache(predrafter) if predrafter is not None else None, spec.pipelined, stats)
         if not spec.pipelined:
             return sources, partial(SerialRound, link=link, on_exit=sources.on_exit)

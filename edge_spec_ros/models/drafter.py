@@ -7,7 +7,7 @@ from (sent for verification: the draft must sample from exactly the q it sends).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
@@ -154,7 +154,7 @@ class Drafter:
               rng: PositionalRNG, min_step_s: float = 0.0,
               cancelled: Callable[[], bool] | None = None,
               distribution: DraftDistribution | None = None,
-              truncate: Callable[[], bool] | None = None) -> Draft:
+              truncate: Callable[[], bool] | None = None, stop: Collection[int] = ()) -> Draft:
         """Draft x_{t+1..t+γ} after ``prefix`` (length t). ``kv`` is rolled back to what it shares with
         ``prefix`` and extended; token x_j uses the draw u(DRAFT, j), so the same prefix always gives
         the same draft (SD, FSD pre-drafting and pipelined drafting agree).
@@ -163,7 +163,11 @@ class Drafter:
         cancelled: polled between steps, raises DraftCancelled when it returns True;
         distribution: top-K q (TK-SLT); the draft samples from exactly that q;
         truncate: polled after each token; True ends the draft early (PicoSpec's latency-aware
-        truncation), at least one token is always drafted.
+        truncation), at least one token is always drafted;
+        stop: stop tokens: a drafted one ends the draft (nothing after it is ever emitted: accepted, it
+        ends the decision; rejected at or before it, the tokens after it are dropped), so a decision's
+        last block costs no draft steps past its end. The block's length then depends on its own
+        tokens only, as truncation's on the clock: each position's acceptance test is the same.
         """
         if gamma < 1:
             raise ValueError(f"γ must be >= 1, got {gamma}")
@@ -186,6 +190,8 @@ class Drafter:
             qs.append(q)
             alternatives.append(alternative(torch.softmax(logits.float(), -1) if sampling.greedy else q, token))
             seq.append(token)
+            if token in stop:
+                break
         q = None if sampling.greedy else torch.stack(qs)  # (γ, V)
         return Draft(tuple(tokens), q, len(prefix), tuple(alternatives))
 

@@ -86,6 +86,20 @@ def test_greedy_output_with_the_lookup_chain_is_the_verifiers_own(verifier, draf
     assert chain.lookup_tokens > 0 and chain.model_tokens > 0 and accepted_from_lookup > 0
 
 
+def test_a_stop_token_ends_a_lookup_draft_and_the_model_drafts_nothing_after_it(drafter, prompts):
+    """The chain's lookup tokens are cut after a stop token (``Drafter.draft``'s ``stop``), and the model
+    then drafts nothing more; a stop token the model drafts ends the block as well."""
+    prompt = prompts[0]
+    chain = LookupDrafter(drafter, PromptLookup(min_ngram=1))
+    prefix = [5, 6, 7, 8, 9, 1, 6, 7, 2, 5, 6]  # the lookup proposes 7, 8, 9, 1, ...
+    kv = drafter.start(prompt)
+    whole = chain.draft(kv, prefix, 6, SamplingConfig(), PositionalRNG())
+    assert whole.tokens[:4] == (7, 8, 9, 1)
+    before = chain.model_tokens
+    assert chain.draft(kv, prefix, 6, SamplingConfig(), PositionalRNG(), stop=(8,)).tokens == (7, 8)
+    assert chain.model_tokens == before  # nothing drafted by the model after the stop token
+
+
 def test_with_sampling_the_chain_defers_to_the_model(drafter, prompts):
     sampling = SamplingConfig(temperature=0.8)
     prompt = prompts[0]

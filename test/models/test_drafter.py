@@ -47,6 +47,23 @@ def test_greedy_draft_is_argmax_and_carries_no_q(drafter, prompts):
         seq.append(token)
 
 
+def test_a_drafted_stop_token_ends_the_draft(drafter, prompts):
+    """Nothing after a stop token is ever emitted, so the draft ends there: the same tokens up to it,
+    sampled or greedy, and no draft step after it."""
+    prompt = prompts[1]
+    prefix = prompt.input_ids.tolist()
+    for sampling in (SamplingConfig(), T):
+        full = drafter.draft(drafter.start(prompt), prefix, 5, sampling, PositionalRNG(2))
+        stop = full.tokens[2]
+        cut = drafter.draft(drafter.start(prompt), prefix, 5, sampling, PositionalRNG(2), stop=(stop,))
+        ends = full.tokens.index(stop) + 1
+        assert cut.tokens == full.tokens[:ends] and cut.gamma == ends < full.gamma
+        if sampling is T:
+            assert torch.equal(cut.q, full.q[:ends])
+        other = drafter.draft(drafter.start(prompt), prefix, 5, sampling, PositionalRNG(2), stop=(-1,))
+        assert other.tokens == full.tokens  # a stop token never drafted changes nothing
+
+
 def test_a_fork_drafts_bit_identically(drafter, prompts):
     """What FSD relies on: a pre-draft worker on a fork of the cache drafts exactly what the drafter
     itself would draft from the same prefix."""
