@@ -166,8 +166,8 @@ class Drafter:
         truncation), at least one token is always drafted;
         stop: stop tokens: a drafted one ends the draft (nothing after it is ever emitted: accepted, it
         ends the decision; rejected at or before it, the tokens after it are dropped), so a decision's
-        last block costs no draft steps past its end. The block's length then depends on its own
-        tokens only, as truncation's on the clock: each position's acceptance test is the same.
+        last block costs no draft steps past its end. Like truncation, it fixes the block's length
+        before any of its verification draws is used: each position's acceptance test is the same.
         """
         if gamma < 1:
             raise ValueError(f"γ must be >= 1, got {gamma}")

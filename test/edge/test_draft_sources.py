@@ -88,7 +88,7 @@ def test_greedy_output_with_the_lookup_chain_is_the_verifiers_own(verifier, draf
 
 def test_a_stop_token_ends_a_lookup_draft_and_the_model_drafts_nothing_after_it(drafter, prompts):
     """The chain's lookup tokens are cut after a stop token (``Drafter.draft``'s ``stop``), and the model
-    then drafts nothing more; a stop token the model drafts ends the block as well."""
+    then drafts nothing more."""
     prompt = prompts[0]
     chain = LookupDrafter(drafter, PromptLookup(min_ngram=1))
     prefix = [5, 6, 7, 8, 9, 1, 6, 7, 2, 5, 6]  # the lookup proposes 7, 8, 9, 1, ...
