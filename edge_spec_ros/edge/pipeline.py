@@ -27,7 +27,12 @@ changes when the verifier works, never the tokens. On the robot's GPU the drafts
 would run as one batch of a few sequences, about the time of one at these sizes (decoding is bound
 by reading the weights); with an emulated T_p each thread's step lasts T_p, as the FSD pre-draft
 threads' do. Where the verdict comes before the blocks could leave (``BranchGate``: a verifier next
-door) none is drafted. S_{i+1} leaves first so that each chained block can only be checked against
+door) none is drafted. S_i's branch blocks are drafted from when S_i left (as the previous
+round's S_{i+1}), on a fork of its cache, and kept for round i if S_i becomes its block
+(``Pipeline.next_branches``): drafted from the start of round i, a branch that held reached the cloud
+(γ + 1)T_p + T_c after that start, while the cloud had finished S_i T_q − T_c after it: under
+``go2-paper`` (γ = 7) 696 ms against 500, the cloud idle about 200 ms in each round whose block was a
+branch. S_{i+1} leaves first so that each chained block can only be checked against
 the verdict it was drafted for, or against a later one that has already committed past it (then it
 is stale). Not drafted where the cloud could not check them: split verification with sampling (the
 robot itself resamples the rejected position), or a block without the drafter's alternatives
@@ -36,7 +41,9 @@ robot itself resamples the rejected position), or a block without the drafter's 
 The block after next (a departure from PicoSpec, ``Pipeline.depth`` 2): once S_{i+1} has left, S_{i+2} is
 drafted on a thread of its own, on a fork of S_{i+1}'s cache, as if S_i and S_{i+1} were both fully
 accepted, while the robot waits for S_i's verdict as before (it notices the verdict at once, not after
-a draft step). It stays on the robot (``Pipeline.held``): a full hit of S_i makes S_{i+1} the next
+a draft step); so is the block after each branch block that left, as if that branch held and was fully
+accepted (else a round whose block is a branch waited for its S_{i+1} to be drafted: another 200 ms under
+``go2-paper``). It stays on the robot (``Pipeline.held``): a full hit of S_i makes S_{i+1} the next
 round's block, and that round takes S_{i+2} as its S_{i+1} — sent at once if finished, else drafted on
 until finished (then sent) or until that round's verdict (then cut short there, as any S_{i+1}); any
 other verdict drops it. With one block ahead the cloud waits, after each full hit, for the block after
@@ -182,15 +189,18 @@ class BranchGate:
 class Pipeline:
     """One decision's pipelined rounds: the first round number no block has used, the blocks on the
     link ahead of their verdicts (in number order), where branch blocks are drafted their gate, how many
-    blocks are drafted ahead of the one being verified (``depth``) and the block after next, drafted on
-    the robot until the round it follows takes it (``held``)."""
+    blocks are drafted ahead of the one being verified (``depth``), the blocks after next, drafted on
+    the robot until the round they follow takes one (``held``: one behind S_{i+1}, one behind each branch
+    block), and the branch blocks of S_{i+1}, drafted from when it left for the round whose block it
+    becomes (``next_branches``)."""
 
     free: int
     gate: BranchGate | None = None  # None: no branch blocks
     branches: int = BRANCHES  # branch blocks per round, with a gate
     outstanding: list[AheadBlock] = field(default_factory=list)
     depth: int = DEPTH
-    held: _AfterNext | None = None
+    held: list[_AfterNext] = field(default_factory=list)
+    next_branches: list[_BranchDraft] = field(default_factory=list)  # S_{i+1}'s, drafted since it left
 
     def take(self) -> int:
         """The next free round number, now used."""
@@ -258,8 +268,10 @@ class _BranchDraft(_DraftThread):
     NAME = "branch-draft"
 
     def __init__(self, round_: PipelinedRound, kv: KVCache, seq: list[int], block: Draft, gamma: int,
-                 rank: int) -> None:
+                 rank: int, follows: int | None = None) -> None:
         self.seq, self.block_in, self.gamma, self.rank = seq, block, gamma, rank
+        self.follows = follows  # the round number of ``block`` when it is drafted before its round begins
+        self.prefix: list[int] = []
         super().__init__(round_, kv.fork())
 
     def _work(self) -> AheadBlock | None:
@@ -271,7 +283,8 @@ class _BranchDraft(_DraftThread):
         if len(points) <= self.rank:
             return None
         j, token = points[self.rank]
-        rest = self._draft(self.seq + list((s_i.tokens + guess.tokens)[:j]) + [token], self.gamma)
+        self.prefix = self.seq + list((s_i.tokens + guess.tokens)[:j])  # what the branch block follows
+        rest = self._draft(self.prefix + [token], self.gamma)
         q = None if rest.q is None else torch.cat([rest.q[:1], rest.q])  # (1 + γ, V): the guess's row is unused
         wire = Draft((token, *rest.tokens), q, rest.position - 1, (NO_ALTERNATIVE, *rest.alternatives))
         return AheadBlock(wire, self.kv, (time.perf_counter() - t) / (1 + rest.gamma), branch=True)
@@ -337,7 +350,7 @@ class PipelinedRound(SerialRound):
             return bool(arrived)
 
         started = time.perf_counter()
-        branches = self._start_branches(seq, kv, draft, gamma)
+        branches = self._branches(seq, kv, draft, gamma)
         room = math.inf if remaining is None else remaining  # tokens the decision may still take
         if room <= draft.gamma + 1 and not branches:  # S_{i+1} would follow a full hit, which ends the decision
             return super().verdict(seq, kv, draft, gamma)
@@ -345,13 +358,17 @@ class PipelinedRound(SerialRound):
             prefix = seq + list(draft.tokens)
             self.ahead = self._next_block(prefix, kv, gamma, verdict_in)
             if self.ahead.sent_at is not None:  # overlapped: S_{i+1} left before S_i's verdict
-                if self.pipeline.depth > 1 and room > draft.gamma + 1 + self.ahead.draft.gamma:
-                    s1 = self.ahead
-                    self.pipeline.held = _AfterNext(self, s1.kv.fork(), prefix + list(s1.draft.tokens), gamma + 1,
-                                                    s1.number)
+                s1 = self.ahead
+                after_next = self.pipeline.depth > 1 and room > draft.gamma + 1 + s1.draft.gamma
+                if after_next:
+                    self._hold_after(s1, prefix, gamma)
+                self.pipeline.next_branches = self._start_branches(prefix + list(s1.draft.tokens[:1]), s1.kv,
+                                                                   s1.draft.tail(1), gamma, s1.number)
                 for branch in branches:  # in order: each leaves once drafted, none after the verdict
                     if (held := branch.wait(verdict_in)) is not None:
-                        self._send(held)
+                        sent = self._send(held)
+                        if after_next:
+                            self._hold_after(sent, branch.prefix, gamma)
             final = arrived[0] if arrived else self.link.await_final(self.number, self.on_exit)
         except BaseException:
             self.close()  # a lost link ends the decision: nothing drafted ahead outlives it
@@ -366,7 +383,11 @@ class PipelinedRound(SerialRound):
     def _next_block(self, prefix: list[int], kv: KVCache, gamma: int, verdict_in: Callable[[], bool]) -> AheadBlock:
         """S_{i+1} (its guess and γ more), drafted up to the verdict: by the previous round as its S_{i+2},
         or now on a fork of ``kv``; finished first, it leaves at once."""
-        early, self.pipeline.held = self.pipeline.held, None  # ``settle`` kept it only for this round
+        held, self.pipeline.held = self.pipeline.held, []  # ``settle`` kept them only for this round
+        early = next((after for after in held if after.follows == self.number), None)
+        for after in held:
+            if after is not early:
+                after.cancel()
         block = early.take(verdict_in) if early is not None else None
         if block is None:
             fork = kv.fork()
@@ -376,19 +397,47 @@ class PipelinedRound(SerialRound):
             block = AheadBlock(draft, fork, (time.perf_counter() - t) / draft.gamma)
         return self._send(block) if not verdict_in() and block.draft.gamma >= 2 else block
 
-    def _start_branches(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int) -> list[_BranchDraft]:
-        """Start drafting S_i's branch blocks, where the cloud can check them and the gate is open."""
+    def _hold_after(self, sent: AheadBlock, prefix: list[int], gamma: int) -> None:
+        """Draft the block after ``sent`` (which follows ``prefix``) meanwhile, for the round whose block
+        ``sent`` becomes on a full hit of this round's: its guess of the cloud's token and γ more."""
+        self.pipeline.held.append(_AfterNext(self, sent.kv.fork(), prefix + list(sent.draft.tokens), gamma + 1,
+                                             sent.number))
+
+    def _branches(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int) -> list[_BranchDraft]:
+        """S_i's branch blocks: those drafted since S_i left as the previous round's S_{i+1} (they are
+        the next round's block's ``tail``, on a fork of its cache, with its γ), else started now. Drafted
+        from S_i's departure, they leave about a round trip before the verdict rather than (γ + 2)T_p after
+        the round began, so a branch that holds is there when the cloud has verified S_i."""
+        early, self.pipeline.next_branches = self.pipeline.next_branches, []
+        if early and all(branch.follows == self.number for branch in early):
+            return early
+        for branch in early:
+            branch.cancel()
+        return self._start_branches(seq, kv, draft, gamma)
+
+    def _start_branches(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int,
+                        follows: int | None = None) -> list[_BranchDraft]:
+        """Start drafting the branch blocks of ``draft`` (after ``seq``), where the cloud can check them and
+        the gate is open; ``follows``: its round number when that round has not begun."""
         gate = self.pipeline.gate
         if gate is None or not gate.open(gamma) or (self.split and not self.sampling.greedy):
             return []
         if len(draft.alternatives) != draft.gamma:  # e.g. prompt-lookup tokens: nowhere to branch
             return []
-        return [_BranchDraft(self, kv, seq, draft, gamma, rank) for rank in range(self.pipeline.branches)]
+        return [_BranchDraft(self, kv, seq, draft, gamma, rank, follows) for rank in range(self.pipeline.branches)]
 
-    def close(self) -> None:
-        held, self.pipeline.held = self.pipeline.held, None
-        if held is not None:
-            held.cancel()
+    def close(self, keep: int | None = None) -> None:
+        """Stop drafting what was drafted for a later round; ``keep``: except for the round of that
+        number, which the verdict made the next."""
+        pipeline = self.pipeline
+        for after in pipeline.held:
+            if after.follows != keep:
+                after.cancel()
+        pipeline.held = [after for after in pipeline.held if after.follows == keep]
+        if any(branch.follows != keep for branch in pipeline.next_branches):
+            pipeline.next_branches, branches = [], pipeline.next_branches
+            for branch in branches:
+                branch.cancel()
 
     def _send(self, block: AheadBlock) -> AheadBlock:
         number = self.pipeline.take()
@@ -400,14 +449,13 @@ class PipelinedRound(SerialRound):
         """The verdict of ``draft`` committed ``tokens``: the blocks on the link that do not hold were
         answered stale and spent their numbers; the first that holds is the next round's block (on the
         link already; those behind it stay there); else S_{i+1} kept back, if it holds, is the next block
-        (it leaves unchained); else the next round drafts. The block held back is kept only for the
-        round it follows."""
+        (it leaves unchained); else the next round drafts. The block held back and S_{i+1}'s branch
+        blocks are kept only for the round they follow."""
         outstanding = self.pipeline.outstanding
         while outstanding:
             block = outstanding.pop(0)
             if block.holds(draft.position, tokens, final.resample):
-                if self.pipeline.held is not None and self.pipeline.held.follows != block.number:
-                    self.close()
+                self.close(keep=block.number)
                 return Settled(block.number, block.next_block(), block.branch, block.after_next)
         self.close()
         kept = self.ahead

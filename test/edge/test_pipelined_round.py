@@ -139,10 +139,11 @@ class StandInKV:
 class StandInDrafter:
     """Drafts the token 100 + its position, each step ``step_s`` long, as the real one polls
     ``cancelled`` before each step and ``truncate`` after each token; records each call's prefix
-    length and γ."""
+    length and γ; ``alternative``: every token's, as the drafter model reports them."""
 
-    def __init__(self, step_s: float = 0.0) -> None:
+    def __init__(self, step_s: float = 0.0, alternative: Alternative | None = None) -> None:
         self.step_s = step_s
+        self.alternative = alternative  # each token's, where the drafts carry the drafter's alternatives
         self.calls: list[tuple[int, int]] = []
 
     def draft(self, kv, prefix, gamma, sampling, rng, tp_s, distribution=None, truncate=None, cancelled=None):
@@ -155,7 +156,8 @@ class StandInDrafter:
                 break
             time.sleep(self.step_s)
             tokens.append(100 + len(prefix) + j)
-        return Draft(tuple(tokens), None, len(prefix))
+        alternatives = () if self.alternative is None else (self.alternative,) * len(tokens)
+        return Draft(tuple(tokens), None, len(prefix), alternatives)
 
 
 class FinalOnly:
@@ -209,20 +211,21 @@ def test_the_block_after_next_is_drafted_meanwhile_and_leaves_first_in_the_round
     round_ = round_at(4, link, pipeline, drafter)
     round_.verdict(SEQ, StandInKV(), DRAFT, 3)
     assert [(n, d.position, d.tokens) for n, d in link.sent] == [(5, 13, (113, 114, 115, 116))]
-    held = pipeline.held
+    (held,) = pipeline.held
     assert held.follows == 5 and held.take(lambda: False).draft == Draft((117, 118, 119, 120), None, 17)
     settled = round_.settle(DRAFT, FULL_HIT, (5, 6, 7, 113))
     assert settled.next_number == 5 and settled.ahead.draft.tokens == (114, 115, 116) and not settled.after_next
-    assert pipeline.held is held
+    assert pipeline.held == [held]
     nxt = round_at(5, link, pipeline, drafter)
     nxt.verdict(SEQ + [5, 6, 7, 113], StandInKV(), settled.ahead.draft, 3)
     assert [(n, d.position) for n, d in link.sent[1:]] == [(6, 17)]
-    assert pipeline.held.follows == 6 and pipeline.held.take(lambda: False).draft.position == 21
+    (held,) = pipeline.held
+    assert held.follows == 6 and held.take(lambda: False).draft.position == 21
     s2 = nxt.settle(settled.ahead.draft, verdict(3, (114, 115, 116, 117)), (114, 115, 116, 117))
     assert s2.next_number == 6 and s2.after_next and s2.ahead.draft.tokens == (118, 119, 120)
     for pipeline, remaining in ((Pipeline(5), 8), (Pipeline(5, depth=1), None)):
         round_at(4, FinalOnly(), pipeline, StandInDrafter()).verdict(SEQ, StandInKV(), DRAFT, 3, remaining)
-        assert pipeline.held is None
+        assert pipeline.held == []
 
 
 def test_the_block_after_next_is_cut_short_by_the_verdict_of_the_round_it_follows_or_dropped():
@@ -238,14 +241,55 @@ def test_the_block_after_next_is_cut_short_by_the_verdict_of_the_round_it_follow
     nxt = round_at(5, in_at_once, pipeline, drafter)
     nxt.verdict(SEQ + [5, 6, 7, 113], StandInKV(), settled.ahead.draft, 3)
     assert 1 <= nxt.ahead.draft.gamma < 4 and nxt.ahead.sent_at is None and in_at_once.sent == []
-    assert nxt.ahead.draft.position == 17 and pipeline.held is None
+    assert nxt.ahead.draft.position == 17 and pipeline.held == []
     for end in ("miss", "close"):
         pipeline = Pipeline(5)
         round_ = round_at(4, FinalOnly(), pipeline, StandInDrafter(step_s=0.25))
         round_.verdict(SEQ, StandInKV(), DRAFT, 3)
-        held = pipeline.held
+        (held,) = pipeline.held
         if end == "miss":
             assert round_.settle(DRAFT, verdict(1, (5, 2)), (5, 2)).next_number == 6
         else:
             round_.close()
-        assert pipeline.held is None and held.take(lambda: False) is None  # cancelled before its next step
+        assert pipeline.held == [] and held.take(lambda: False) is None  # cancelled before its next step
+
+
+def test_the_branch_blocks_of_the_next_block_are_drafted_from_when_it_leaves():
+    """S_{i+1}'s branch blocks start when S_{i+1} leaves, a round before its verdict is awaited: after a
+    full hit its round sends them right behind its own S_{i+1} (S_{i+2}) and drafts none anew; after
+    a miss of S_i, or when the decision ends, their drafting stops."""
+    open_gate = BranchGate()
+    open_gate.observe(wait_s=10.0, step_s=0.001)
+    rejected_first = Alternative(0.9, ((7, 0.05),))  # rank 0: the block's first token rejected for 7
+    drafter, link = StandInDrafter(alternative=rejected_first), FinalOnly()
+    pipeline = Pipeline(5, gate=open_gate)
+    round_ = round_at(4, link, pipeline, drafter)
+    round_.verdict(SEQ, StandInKV(), DRAFT, 3)  # S_i (DRAFT) carries no alternatives: no branch of its own
+    (early,) = pipeline.next_branches
+    assert [n for n, _ in link.sent] == [5] and early.follows == 5
+    settled = round_.settle(DRAFT, FULL_HIT, (5, 6, 7, 113))
+    assert pipeline.next_branches == [early]
+    block = early.wait(lambda: False)  # drafted before S_{i+1}'s round begins: the guess of x_17, then 7 at 14
+    assert block.draft.tokens == (7, 115, 116, 117) and block.draft.position == 14
+    nxt = round_at(5, link, pipeline, drafter)
+    nxt.verdict(SEQ + [5, 6, 7, 113], StandInKV(), settled.ahead.draft, 3)
+    assert [(n, d.position) for n, d in link.sent[1:]] == [(6, 17), (7, 14)] and link.sent[2][1] is block.draft
+    assert drafter.calls.count((15, 3)) == 1  # S_{i+1}'s branch was drafted once, in round 4
+    # the block after each block sent ahead is drafted meanwhile: S_{i+2}'s (number 6) and the branch's (7)
+    assert sorted(after.follows for after in pipeline.held) == [6, 7]
+    s2 = nxt.settle(settled.ahead.draft, verdict(0, (7,)), (7,))  # S_{i+1}'s first token rejected for 7
+    assert s2.next_number == 7 and s2.branch and s2.ahead.draft.tokens == (115, 116, 117)
+    (after_branch,) = pipeline.held
+    drafted = after_branch.take(lambda: False).draft
+    assert (drafted.tokens, drafted.position) == ((118, 119, 120, 121), 18)
+    nxt.close()
+    for end in ("miss", "close"):
+        pipeline = Pipeline(5, gate=open_gate)
+        round_ = round_at(4, FinalOnly(), pipeline, StandInDrafter(step_s=0.25, alternative=rejected_first))
+        round_.verdict(SEQ, StandInKV(), DRAFT, 3)
+        (early,) = pipeline.next_branches
+        if end == "miss":
+            assert round_.settle(DRAFT, verdict(1, (5, 2)), (5, 2)).next_number == 6
+        else:
+            round_.close()
+        assert pipeline.next_branches == [] and early.wait(lambda: False) is None  # cancelled before its next step
