@@ -31,7 +31,12 @@ drafter's catching up with cloud-only tokens and its prefill are not, they are t
 speculation, ``observe_resume``, which a probe pays once: counted in the wall, they made a probe look
 dearer per token than speculating is, and on loopback AS² stayed with the cloud while fixed γ was
 faster); a cloud-only chunk (``CloudWall``) a fixed cost, its first tokens' arrival (the
-link's round trip, paid once per chunk), and a cost per further token (streamed). Handing r tokens to
+link's round trip, paid once per chunk), and a cost per further token (streamed). Speculation's cost
+per token is the ratio of the rounds' moving-average wall time to their moving-average tokens, not a
+moving average of each round's ratio: a round rejected at its first token emits one token for a whole
+round's time, and averaged as a ratio that one round (34 ms a token against 5) had AS² hand
+``loopback``'s FSD to the cloud for a whole run. A decision's last round, cut by a stop token or the
+budget, is not counted (``edge.modes``). Handing r tokens to
 the cloud then costs (first + (r − 1)·per-token)/r per token, r the tokens the decision has left: on a
 slow link a short chunk is dear and a whole decision cheap. Once both regimes are measured, the
 cheaper one decides; the model still picks γ*. While speculating, a short cloud-only chunk
@@ -66,6 +71,9 @@ MIN_T_VERIFY_S = 1e-6  # a verdict reporting no server time still divides b and 
 CLOUD_PROBE_TOKENS = 4  # a cloud-only chunk that measures the cloud's wall time per token while speculating
 FIRST_CLOUD_PROBE_ROUNDS = 2  # speculative rounds before the first cloud probe (the cloud not measured yet)
 WALL_SMOOTHING = 0.2  # weight of the newest measurement in each regime's wall time per token
+# speculative rounds whose wall times measure speculation's cost; one round's is noise (on loopback a round
+# of γ = 10 that kept 4 cost 11 ms a token where the decision's rounds averaged 5)
+WALL_ROUNDS = 4
 OVERHEAD_ROUNDS = 16  # rounds whose median overhead (round trip less T_LLM: 2T_c) prices a pipelined γ
 HORIZON_TOKENS = 32  # tokens a hand-over to the cloud is priced over when the caller does not say
 
@@ -205,7 +213,9 @@ class AdaptiveGamma:
         self.probes = 0  # speculative rounds AS² alone would not have run
         self.cloud_probes = 0  # cloud-only chunks run to measure the cloud while speculation was chosen
         self.hand_overs = 0  # times γ() handed the decision to the cloud
-        self.spec_s = 0.0  # wall time per emitted token, speculating (EMA; 0: not measured)
+        self.spec_s = 0.0  # wall time per emitted token, speculating (0: not measured): the ratio of
+        self._spec_wall_s = 0.0  # the rounds' wall times (EMA)
+        self._spec_tokens = 0.0  # to their emitted tokens (EMA)
         self.cloud = CloudCost() if cloud is None else cloud  # cloud-only chunks' wall times, maybe shared
         self.resume_s = 0.0  # resuming speculation after cloud-only chunks: the drafter's catch-up (EMA)
         self._probing_cloud = False
@@ -216,7 +226,7 @@ class AdaptiveGamma:
 
     def measured(self) -> bool:
         """Both regimes' wall times are known: they decide instead of the model."""
-        return self.use_walls and self.spec_s > 0.0 and self.cloud.measured()
+        return self.use_walls and self.spec_rounds >= WALL_ROUNDS and self.cloud.measured()
 
     def cloud_s(self, tokens: int = HORIZON_TOKENS) -> float:
         """Measured wall time per token of handing ``tokens`` tokens to the cloud (``CloudCost.per_token``)."""
@@ -225,7 +235,13 @@ class AdaptiveGamma:
     def speculates(self, remaining: int | None = None, choice: SpeculationChoice | None = None) -> bool:
         """Whether speculation is the cheaper regime for ``remaining`` tokens (None: ``HORIZON_TOKENS``):
         by the measured wall times once both are known, else by the model's ``choice`` (AS²; None: the
-        controller's current one)."""
+        controller's current one) — but with the cloud measured and speculation not (``WALL_ROUNDS``
+        rounds), speculation, whose rounds measure it. A hand-over on the model's word lasts the model's
+        probe spacing, and on ``loopback`` the estimates left by a four-token warm-up decision (α 0.88
+        from its two rounds, c 0.84 from its first draft steps) handed whole decisions of every mode to
+        the cloud, 1.1-1.4x slower than the paper's fixed γ."""
+        if self.use_walls and self.spec_rounds < WALL_ROUNDS and self.cloud.measured():
+            return True  # speculation's rounds measure it: the model's hand-over would go unchecked
         if not self.measured():
             return (choice or self.controller.choice()).use_speculation
         return self.spec_s <= self.cloud_s(HORIZON_TOKENS if remaining is None else remaining)
@@ -265,7 +281,8 @@ class AdaptiveGamma:
     def pipeline_gamma(self, serial: int) -> int:
         """γ of the next round: ODLD's ``serial`` γ*, or in a pipelined mode (once a round has measured
         T_q) ``spec.pipeline.pipelined_gamma`` over α, T_p = c·T_q, T_q and T_RTT = the median overhead of
-        the recent rounds (round trip less T_LLM). Not ODLD's link estimates: a pipelined block's round
+        the recent rounds (round trip less T_LLM), which falls back on ``serial`` where no block drafted
+        ahead fits a verification. Not ODLD's link estimates: a pipelined block's round
         trip counts from when it left, which for a chained block is before the previous verdict, and its
         payload is a few bytes, so the per-byte regression there is noise; the median is the link."""
         c = self.controller
@@ -273,7 +290,7 @@ class AdaptiveGamma:
         if not self.pipelined or t_q <= 0.0 or not self.overheads:
             return serial
         return pipelined_gamma(c.alpha, c.c * t_q, t_q, statistics.median(self.overheads), c.max_gamma,
-                               depth=self.depth)
+                               depth=self.depth, serial=serial)
 
     def cloud_chunk(self) -> int | None:
         if self._probing_cloud:
@@ -290,7 +307,10 @@ class AdaptiveGamma:
             self.controller.observe(timing.accepted, timing.drafted, timing.t_token_s, self.controller.b * t_verify,
                                     t_verify)
         if timing.wall_s is not None and timing.emitted > 0:
-            self.spec_s = _ema(self.spec_s, timing.wall_s / timing.emitted)
+            weight = max(WALL_SMOOTHING, 1.0 / (self.spec_rounds + 1))  # a running mean over the first rounds
+            self._spec_wall_s += weight * (timing.wall_s - self._spec_wall_s)
+            self._spec_tokens += weight * (timing.emitted - self._spec_tokens)
+            self.spec_s = self._spec_wall_s / self._spec_tokens
             self.spec_rounds += 1
             self.since_cloud += timing.emitted
 
@@ -327,8 +347,10 @@ class AdaptiveGamma:
         tokens that keeps the probes' excess over speculating within the budget."""
         if not self.use_walls or self.spec_s <= 0.0:
             return False
-        if not self.measured():  # once, early: the cloud has not been measured yet
+        if not self.cloud.measured():  # once, early
             return self.cloud_probes == 0 and self.spec_rounds >= FIRST_CLOUD_PROBE_ROUNDS
+        if not self.measured():  # speculation is still being measured
+            return False
         excess = max(0.0, CLOUD_PROBE_TOKENS * (self.cloud_s(CLOUD_PROBE_TOKENS) - self.spec_s))
         spacing = max(CLOUD_PROBE_TOKENS, math.ceil(excess / (self.probe_budget * self.spec_s)))
         return self.since_cloud >= spacing

@@ -364,8 +364,12 @@ class EdgeDecoder:
             final = round_.verdict(state.seq, state.kv, draft, gamma, state.remaining)
             # the first block's round trip waited for the prefill, and its drafting overlapped the Open: neither
             # its round trip nor its wall time is what a round costs
-            tokens, now = self._observe(state, block, final, sent, block is not opening.first, link, rng, policy)
-            if state.commit(tokens, now, tokens[-1] if final.resample else -1):  # DSSD: the next block tells it
+            tokens, now, timing = self._observe(state, block, final, sent, block is not opening.first, link, rng)
+            done = state.commit(tokens, now, tokens[-1] if final.resample else -1)  # DSSD: the next block tells it
+            # a decision's last round ends at a stop token or the budget: its wall time per token is what the
+            # decision's end costs, not what speculating does
+            policy.observe(replace(timing, wall_s=None) if done else timing)
+            if done:
                 round_.close()  # nothing drafted ahead outlives the decision
                 return state.out
             settled = round_.settle(draft, final, tokens)
@@ -388,17 +392,17 @@ class EdgeDecoder:
         return asked or opening.first.draft.gamma
 
     def _observe(self, state: DecisionState, block: SourcedDraft, final: ExitResult, sent: float, measured: bool,
-                 link: RoundLink, rng: PositionalRNG, policy: GammaPolicy) -> tuple[tuple[int, ...], float]:
-        """A verdict's tokens and when they came, the round recorded (``record_round``) and told to the γ
-        policy; ``measured``: whether its round trip and wall time are what a round costs."""
+                 link: RoundLink, rng: PositionalRNG) -> tuple[tuple[int, ...], float, RoundTiming]:
+        """A verdict's tokens, when they came and the round's timing for the γ policy, the round recorded
+        (``record_round``); ``measured``: whether its round trip and wall time are what a round costs."""
         round_trip = time.perf_counter() - sent
         record_round(state.stats, block.draft, final, round_trip, measured)
         tokens = verdict_tokens(final, block.draft, rng, self.drafter.stack.vocab_size)
         now = time.perf_counter()
-        policy.observe(RoundTiming(final.accepted, block.draft.gamma, block.t_token_s, round_trip, final.compute_s,
-                                   link.sent_bytes(state.number), wall_s=now - state.mark if measured else None,
-                                   emitted=len(tokens), link_measured=measured))
-        return tokens, now
+        return tokens, now, RoundTiming(final.accepted, block.draft.gamma, block.t_token_s, round_trip,
+                                        final.compute_s, link.sent_bytes(state.number),
+                                        wall_s=now - state.mark if measured else None, emitted=len(tokens),
+                                        link_measured=measured)
 
     def _round_parts(self, spec: Mode, link: RoundLink, rng: PositionalRNG, predrafter: PreDrafter | None,
                      stats: DecodeStats, number: int) -> tuple[DraftChain, NewRound]:

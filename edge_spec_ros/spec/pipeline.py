@@ -141,18 +141,22 @@ def chained_cycle(t_draft: float, t_rtt: float, t_verify: float, depth: int = 1)
 
 
 def pipelined_gamma(alpha: float, t_p: float, t_q: float, t_rtt: float, gamma_max: int,
-                    t_rtt_token: float = 0.0, depth: int = 1) -> int:
+                    t_rtt_token: float = 0.0, depth: int = 1, serial: int = 1) -> int:
     """γ of PicoSpec's pipeline: the γ that maximises τ(α, γ) / E[T_async] (eqs. 8-9: α^γ of the rounds
     a full hit, whose cycle is ``chained_cycle`` with D = ``depth`` and T_draft = (γ + 1)T_p, a block
     drafted ahead being the guess of the cloud's token and γ more; the others the synchronous cycle
     γT_p + T_RTT + T_verify of eq. 6), the smallest on a tie, with T_RTT = ``t_rtt`` +
     γ·``t_rtt_token`` (the block's transmission grows with γ). Among the γ (1 ≤ γ ≤ ``gamma_max``)
-    whose block drafted ahead is finished within one verification, (γ + 1)T_p ≤ T_verify (γ = 1 when
-    none is): a whole round trip to spare before the verdict, so that a slower draft step or link does
+    whose block drafted ahead is finished within one verification, (γ + 1)T_p ≤ T_verify: a whole
+    round trip to spare before the verdict, so that a slower draft step or link does
     not cut it (beyond, measured rounds exceed the model: ``go2-paper`` at γ = 10, 918 ms against 841;
     with D = 2 at fixed γ = 9, 11, 12, 755-807, 960 and 998-1,021 ms against T_q = 620, although
     ``chained_cycle`` allows T_draft up to 2T_q − T_RTT there). The serial optimum (ODLD) prices a round
-    at γT_p + T_RTT + T_q instead. A γ policy of a pipelined mode asks this one."""
+    at γT_p + T_RTT + T_q instead; it is ``serial`` γ, taken where no γ ≥ 2 fits (a draft step takes
+    half a verification or more, a verifier next door): the blocks drafted ahead are then cut short
+    by the verdicts, each round pays its own overheads, and γ = 1 was the slowest γ measured (``loopback``,
+    fixed γ = 1, 2, 4, 8, 16: 0.21, 0.17, 0.17, 0.15 and 0.12 s a decision, where the model, blind to
+    the robot's own time per round, rated γ = 1 above 16). A γ policy of a pipelined mode asks this one."""
     if gamma_max < 1:
         raise ValueError(f"need gamma_max >= 1, got {gamma_max}")
 
@@ -162,5 +166,7 @@ def pipelined_gamma(alpha: float, t_p: float, t_q: float, t_rtt: float, gamma_ma
         cycle = hit * chained_cycle((gamma + 1) * t_p, rtt, t_q, depth) + (1 - hit) * (gamma * t_p + rtt + t_q)
         return expected_round_tokens(alpha, gamma) / max(cycle, 1e-12)
 
-    fits = [g for g in range(1, gamma_max + 1) if (g + 1) * t_p <= t_q] or [1]
+    fits = [g for g in range(1, gamma_max + 1) if (g + 1) * t_p <= t_q]
+    if len(fits) < 2:
+        return min(max(serial, 1), gamma_max)
     return max(fits, key=lambda g: (rate(g), -g))

@@ -7,7 +7,7 @@ import pytest
 
 from edge_spec_ros.edge.gamma import (
     CLOUD_PROBE_TOKENS, FIRST_CLOUD_PROBE_ROUNDS, PROBE_BUDGET, AdaptiveGamma, CloudCost, CloudWall, FixedGamma,
-    RoundTiming,
+    WALL_ROUNDS, RoundTiming,
 )
 from edge_spec_ros.spec.draft_length import DraftLengthController
 
@@ -59,7 +59,8 @@ def cloud(tokens: int, first_s: float, per_token_s: float) -> CloudWall:
 
 def test_measured_wall_times_overrule_a_model_that_favours_speculation():
     """The model says speculate (a = 1 prior); after two rounds a cloud probe measures the cloud, which
-    is cheaper per token: the decision goes to the cloud, and a probe round comes back after its spacing."""
+    is cheaper per token; speculation goes on until ``WALL_ROUNDS`` rounds have measured it, then the
+    decision goes to the cloud, and a probe round comes back after its spacing."""
     controller = DraftLengthController(0.9, 0.01, 0.01)
     policy = AdaptiveGamma(controller)
     assert controller.choice().use_speculation
@@ -68,8 +69,11 @@ def test_measured_wall_times_overrule_a_model_that_favours_speculation():
         spec_round(policy, wall_s=0.040)  # 10 ms per emitted token
     assert policy.gamma(16) is None and policy.cloud_chunk() == CLOUD_PROBE_TOKENS  # the cloud probe
     policy.observe_cloud(CLOUD_PROBE_TOKENS, 0.008, cloud(CLOUD_PROBE_TOKENS, first_s=0.004, per_token_s=0.003))
-    assert policy.cloud_probes == 1 and policy.measured() and policy.cloud_s(12) < policy.spec_s
-    assert policy.gamma(12) is None  # measured: the cloud is cheaper, whatever the model says
+    assert policy.cloud_probes == 1 and policy.cloud_s(12) < policy.spec_s and not policy.measured()
+    for _ in range(WALL_ROUNDS - FIRST_CLOUD_PROBE_ROUNDS):
+        assert policy.gamma(12) == controller.choice().gamma  # still measuring speculation
+        spec_round(policy, wall_s=0.040)
+    assert policy.measured() and policy.gamma(12) is None  # measured: the cloud is cheaper, whatever the model says
     spacing = policy.cloud_chunk()
     assert spacing > 1
     policy.observe_cloud(spacing, 0.002 * spacing, cloud(spacing, first_s=0.004, per_token_s=0.003))
@@ -85,6 +89,9 @@ def test_a_slow_links_fixed_cost_is_shared_by_the_tokens_left():
         spec_round(policy, wall_s=0.080)  # 20 ms per token
     assert policy.gamma(200) is None  # the cloud probe
     policy.observe_cloud(CLOUD_PROBE_TOKENS, 0.01, cloud(CLOUD_PROBE_TOKENS, first_s=0.300, per_token_s=0.002))
+    for _ in range(WALL_ROUNDS - FIRST_CLOUD_PROBE_ROUNDS):
+        assert policy.gamma(200) is not None
+        spec_round(policy, wall_s=0.080)
     assert policy.cloud_s(CLOUD_PROBE_TOKENS) > policy.spec_s > policy.cloud_s(200)
     assert policy.gamma(200) is None
     assert policy.gamma(8) is not None
@@ -120,7 +127,7 @@ def test_a_cloud_measured_by_one_mode_spares_the_others_their_cloud_probe():
     assert shared.measured() and shared.per_token(CLOUD_PROBE_TOKENS) == pytest.approx(0.006)
     for cost, probes in ((shared, 0), (None, 1)):
         policy = AdaptiveGamma(DraftLengthController(0.9, 0.01, 0.01), cloud=cost)
-        for _ in range(FIRST_CLOUD_PROBE_ROUNDS + 2):
+        for _ in range(WALL_ROUNDS + 1):
             if policy.gamma(24) is None:
                 policy.observe_cloud(CLOUD_PROBE_TOKENS, 0.02, cloud(CLOUD_PROBE_TOKENS, 0.006, 0.006))
             else:

@@ -112,7 +112,7 @@ def test_pipelined_gamma_maximises_the_pipelines_rate_among_blocks_that_fit_a_ve
     """Go2's times (T_p 72 ms, T_q 620 ms, 2T_c 240 ms): γ maximises τ/E[T_async] with the chained cycle
     among the γ whose block drafted ahead ((γ+1)T_p) is done within T_q, and its modelled rate is at least
     the paper's fixed γ = 4's where 4 fits; drafting for free makes the longest block best, a drafter
-    slower than a verification γ = 1; a costlier link per draft token shortens γ."""
+    slower than half a verification the serial γ* (``serial``); a costlier link per draft token shortens γ."""
     def rate(alpha, gamma, t_p=0.072, t_q=0.62, rtt=0.24):
         hit = alpha**gamma
         cycle = hit * chained_cycle((gamma + 1) * t_p, rtt, t_q) + (1 - hit) * (gamma * t_p + rtt + t_q)
@@ -126,7 +126,10 @@ def test_pipelined_gamma_maximises_the_pipelines_rate_among_blocks_that_fit_a_ve
         assert rate(alpha, gamma) >= rate(alpha, 4)
     assert pipelined_gamma(0.98, 0.072, 0.62, 0.24, 16) == 7  # the model alone would take 16: cut at the verdict
     assert pipelined_gamma(0.95, 0.0, 0.62, 0.24, 16) == 16
-    assert pipelined_gamma(0.8, 1.0, 0.62, 0.24, 16) == 1
+    # a drafter slower than half a verification: no block drafted ahead fits, the serial optimum is taken
+    assert pipelined_gamma(0.8, 1.0, 0.62, 0.24, 16) == 1 and pipelined_gamma(0.8, 1.0, 0.62, 0.24, 16, serial=9) == 9
+    assert pipelined_gamma(0.99, 0.0045, 0.009, 0.003, 16, serial=16) == 16  # loopback's times: γ = 1 alone fits
+    assert pipelined_gamma(0.8, 0.2, 0.62, 0.24, 16, serial=9) == 2  # γ = 1 and 2 fit: the pipeline's
     assert pipelined_gamma(0.8, 0.072, 0.62, 0.24, 16, t_rtt_token=0.05) < pipelined_gamma(0.8, 0.072, 0.62, 0.24, 16)
     with pytest.raises(ValueError):
         pipelined_gamma(0.8, 0.072, 0.62, 0.24, 0)
