@@ -164,6 +164,38 @@ def test_a_pipelined_policy_prices_gamma_by_the_pipeline():
     expected = pipelined_gamma(c.alpha, c.c * c.t_llm_s, c.t_llm_s, 0.24, 16)  # T_RTT: the median overhead
     assert pipelined.gamma() == expected and serial.gamma() == serial.controller.choice().gamma
     assert expected < serial.controller.choice().gamma  # the two models disagree here (7 against 16)
+    next_door = AdaptiveGamma(DraftLengthController(0.9, 0.01, 0.1, max_gamma=16), pipelined=True)
+    for _ in range(6):  # loopback's times: T_p 4.5 ms, T_q 9 ms, 3 ms of link; no block drafted ahead fits
+        next_door.observe(RoundTiming(4, 4, 0.0045, 0.003 + 0.009, 0.009))
+    assert next_door.gamma() == next_door.controller.choice().gamma > 1  # the serial optimum, not γ = 1
+
+
+def test_speculation_is_priced_by_its_rounds_mean_wall_time_over_their_mean_tokens():
+    """A round rejected at its first token (one token for a whole round's time) weighs as its share of the
+    rounds' time and tokens, not as its own ratio; the first rounds weigh as a running mean."""
+    policy = AdaptiveGamma(DraftLengthController(0.9, 0.01, 0.01))
+    for wall_s, emitted in ((0.020, 5), (0.020, 5), (0.020, 5), (0.034, 1)):
+        spec_round(policy, wall_s, emitted)
+    assert policy.spec_s == pytest.approx((0.020 * 3 + 0.034) / (5 * 3 + 1))  # 5.9 ms, not 12.2 (the mean ratio)
+
+
+def test_with_the_cloud_measured_speculation_is_measured_before_the_cloud_can_take_over():
+    """The model says the cloud (a poor α), the cloud is measured (by another mode) and cheaper: the first
+    ``WALL_ROUNDS`` rounds speculate all the same, measuring speculation, and only then the cloud decides.
+    Without the cloud measured the model decides from the start, as in the paper."""
+    shared = CloudCost()
+    shared.observe(cloud(CLOUD_PROBE_TOKENS, first_s=0.004, per_token_s=0.003))
+    for cost in (shared, None):
+        controller = DraftLengthController(0.3, 0.5, 0.5)
+        assert not controller.choice().use_speculation
+        policy = AdaptiveGamma(controller, cloud=cost)
+        if cost is None:
+            assert policy.gamma(24) is None
+            continue
+        for _ in range(WALL_ROUNDS):
+            assert policy.gamma(24) is not None
+            spec_round(policy, wall_s=0.040)  # 10 ms per token
+        assert policy.measured() and policy.gamma(24) is None
 
 
 def test_a_round_whose_round_trip_says_nothing_of_the_link_leaves_the_link_estimates():

@@ -11,6 +11,7 @@ import pytest
 from edge_spec_ros.cloud.local_link import LocalVerifierLink
 from edge_spec_ros.decoding.reference import DecodeConfig, autoregressive
 from edge_spec_ros.edge import long_lived
+from edge_spec_ros.edge.gamma import FixedGamma, RoundTiming
 from edge_spec_ros.edge.modes import EdgeConfig, EdgeDecoder
 from edge_spec_ros.models.drafter import Drafter
 from edge_spec_ros.models.tiny import truncated_copy
@@ -117,3 +118,17 @@ def test_a_decision_handed_to_the_cloud_counts_its_first_token_as_it_streams_in(
     assert result.tokens == greedy and s.cloud_fallback == 1 and s.drafted == 0
     assert len(received) > 2  # Opened, then the tokens as they stream
     assert before + s.ttft_s < received[-1], "the first token was counted at the chunk's end"
+
+
+def test_a_decisions_first_and_last_rounds_report_no_wall_time(setup, monkeypatch):
+    """Speculation's wall time per token (AS²'s measured cost) comes from the rounds between a decision's
+    first block (it waited for the prefill) and its last round (cut by the budget or a stop token): neither
+    is what a round of speculation costs."""
+    link, drafter, prompt, greedy = setup
+    timings: list[RoundTiming] = []
+    monkeypatch.setattr(FixedGamma, "observe", lambda self, timing: timings.append(timing))
+    with EdgeDecoder(link, drafter, EdgeConfig(decode=CONFIG, threads=2)) as decoder:
+        result = decoder.decode("sd", prompt, b"")
+    assert result.tokens == greedy and len(timings) == result.stats.rounds >= 3
+    assert timings[0].wall_s is None and timings[-1].wall_s is None
+    assert all(timing.wall_s is not None and timing.emitted > 0 for timing in timings[1:-1])
