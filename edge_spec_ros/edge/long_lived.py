@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from edge_spec_ros.edge.config import EdgeConfig
-from edge_spec_ros.edge.gamma import AdaptiveGamma, CloudCost, FixedGamma, GammaPolicy
+from edge_spec_ros.edge.gamma import AdaptiveGamma, CloudCost, DecisionLength, FixedGamma, GammaPolicy
 from edge_spec_ros.edge.pipeline import BranchGate
 from edge_spec_ros.edge.predraft import PreDrafter
 from edge_spec_ros.edge.registry import Mode
@@ -39,6 +39,7 @@ class LongLivedParts:
         self.predrafter: PreDrafter | None = None
         self.adaptive: dict[str, tuple[tuple, AdaptiveGamma]] = {}  # mode -> (built from, policy)
         self.cloud = CloudCost()  # what handing tokens to the cloud costs, shared by every mode's policy
+        self.lengths = DecisionLength()  # how many tokens a decision emits, every mode's decisions
         self.branch_gates: dict[str, BranchGate] = {}  # pipelined mode -> its branch blocks' gate
 
     def branch_gate(self, mode: str) -> BranchGate:
@@ -54,7 +55,7 @@ class LongLivedParts:
         d = config.decode
         with self._decision:
             policy = self._gamma_policy(config, mode)
-            policy.begin(d.gamma)
+            policy.begin(d.gamma, d.max_new_tokens)
             predrafter = self._predrafter(config, drafter) if mode.early_exits else None
             if predrafter is not None:
                 predrafter.begin(rng, d.sampling, d.gamma, config.tp_s)
@@ -88,7 +89,7 @@ class LongLivedParts:
                                                max_gamma=config.max_gamma)
             self.adaptive[mode.name] = built_from, AdaptiveGamma(controller, measured=config.measured_fallback,
                                                                  pipelined=pipelined, depth=config.pipeline_depth,
-                                                                 cloud=self.cloud)
+                                                                 cloud=self.cloud, lengths=self.lengths)
         return self.adaptive[mode.name][1]
 
     def _predrafter(self, config: EdgeConfig, drafter: Drafter) -> PreDrafter:

@@ -216,6 +216,7 @@ class EdgeDecoder:
                 tokens = cloud.tokens
             finally:
                 self.client.end(sid)
+        self._parts.lengths.observe(len(tokens))  # what the adaptive modes price a hand-over over
         traffic = self.client.traffic.pop(sid)
         stats.bytes_up, stats.bytes_down = traffic.up_bytes, traffic.down_bytes
         stats.wall_s = time.perf_counter() - t0
@@ -349,12 +350,14 @@ class EdgeDecoder:
                               partial(self._round_parts, spec, link, rng, predrafter, stats))
         gamma = self._opening_gamma(opening, state, policy)
         fallback = CloudFallback(policy, partial(self._cloud_ar, opening.sid, stats, t0))
-        for _ in range(self.config.decode.max_new_tokens + 1):
+        for i in range(self.config.decode.max_new_tokens + 1):
             if not state.sources.in_flight:  # a block on the link already keeps the γ it was drafted with
                 gamma = fallback.gamma(state)
                 if gamma is None:  # the cloud's chunks finished the decision
                     return state.out
                 state.mark += self._resume_drafter(state, prompt, stats, policy)  # a switch's cost, not the round's
+            elif spec.pipelined and i > 0:  # what is drafted ahead meanwhile takes the estimates as they are now
+                gamma = policy.ahead()
             block = state.sources.draft(state.number, state.kv, state.seq, gamma, state.resampled)
             sent = block.sent_at if block.sent_at is not None else \
                 link.send(state.number, block.draft, state.resampled)

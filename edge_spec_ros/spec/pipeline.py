@@ -152,11 +152,14 @@ def pipelined_gamma(alpha: float, t_p: float, t_q: float, t_rtt: float, gamma_ma
     not cut it (beyond, measured rounds exceed the model: ``go2-paper`` at γ = 10, 918 ms against 841;
     with D = 2 at fixed γ = 9, 11, 12, 755-807, 960 and 998-1,021 ms against T_q = 620, although
     ``chained_cycle`` allows T_draft up to 2T_q − T_RTT there). The serial optimum (ODLD) prices a round
-    at γT_p + T_RTT + T_q instead; it is ``serial`` γ, taken where no γ ≥ 2 fits (a draft step takes
-    half a verification or more, a verifier next door): the blocks drafted ahead are then cut short
-    by the verdicts, each round pays its own overheads, and γ = 1 was the slowest γ measured (``loopback``,
-    fixed γ = 1, 2, 4, 8, 16: 0.21, 0.17, 0.17, 0.15 and 0.12 s a decision, where the model, blind to
-    the robot's own time per round, rated γ = 1 above 16). A γ policy of a pipelined mode asks this one."""
+    at γT_p + T_RTT + T_q instead; it is ``serial`` γ, taken where it is the faster by that price (a
+    round trip long against T_q: under ``wifi``, T_RTT 150 ms and T_q 10 ms, γ = 2 fits and yields 3
+    tokens every 80 ms, the serial γ = 16 about 15 every 216 ms) or where no γ ≥ 2 fits (a draft step
+    takes half a verification or more, a verifier next door): the blocks drafted ahead are then cut
+    short by the verdicts, each round pays its own overheads, and γ = 1 was the slowest γ measured
+    (``loopback``, fixed γ = 1, 2, 4, 8, 16: 0.21, 0.17, 0.17, 0.15 and 0.12 s a decision, where the
+    model, blind to the robot's own time per round, rated γ = 1 above 16). A γ policy of a pipelined
+    mode asks this one."""
     if gamma_max < 1:
         raise ValueError(f"need gamma_max >= 1, got {gamma_max}")
 
@@ -166,7 +169,10 @@ def pipelined_gamma(alpha: float, t_p: float, t_q: float, t_rtt: float, gamma_ma
         cycle = hit * chained_cycle((gamma + 1) * t_p, rtt, t_q, depth) + (1 - hit) * (gamma * t_p + rtt + t_q)
         return expected_round_tokens(alpha, gamma) / max(cycle, 1e-12)
 
+    serial = min(max(serial, 1), gamma_max)
     fits = [g for g in range(1, gamma_max + 1) if (g + 1) * t_p <= t_q]
     if len(fits) < 2:
-        return min(max(serial, 1), gamma_max)
-    return max(fits, key=lambda g: (rate(g), -g))
+        return serial
+    best = max(fits, key=lambda g: (rate(g), -g))
+    serial_rate = expected_round_tokens(alpha, serial) / max(serial * t_p + t_rtt + serial * t_rtt_token + t_q, 1e-12)
+    return best if rate(best) >= serial_rate else serial

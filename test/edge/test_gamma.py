@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from edge_spec_ros.edge.gamma import (
-    CLOUD_PROBE_TOKENS, FIRST_CLOUD_PROBE_ROUNDS, PROBE_BUDGET, AdaptiveGamma, CloudCost, CloudWall, FixedGamma,
+    CLOUD_PROBE_TOKENS, FIRST_CLOUD_PROBE_ROUNDS, PROBE_BUDGET, AdaptiveGamma, CloudCost, CloudWall, DecisionLength,
+    FixedGamma,
     WALL_ROUNDS, RoundTiming,
 )
 from edge_spec_ros.spec.draft_length import DraftLengthController
@@ -208,3 +209,38 @@ def test_a_round_whose_round_trip_says_nothing_of_the_link_leaves_the_link_estim
     policy.observe(RoundTiming(4, 4, 0.02, 0.1, 0.1, bytes_sent=400, link_measured=False))
     assert c.b == pytest.approx(b) and c.link.rounds == rounds
     assert c.alpha > alpha and c.c > c_ratio and c.observations == 2
+
+
+def test_a_hand_over_is_priced_over_the_tokens_a_decision_is_expected_to_have_left():
+    """Decisions that stop at their stop token (about 20 tokens of a 48-token budget), 8 tokens in: the
+    cloud's round trip (150 ms, then 8 ms a token) shared by the budget's 40 tokens left would be 11.5 ms
+    a token and beat speculation's 15; over the 12 tokens such a decision is expected to have left it is
+    19.8, and the decision goes on speculating. Before any decision has ended, the budget is all there is."""
+    lengths = DecisionLength()
+    assert lengths.left(48, 40) == 40
+    for tokens in (28, 25, 34, 29):
+        lengths.observe(tokens)
+    assert lengths.mean == pytest.approx(29.0) and lengths.left(48, 48) == 29 and lengths.left(48, 40) == 21
+    assert lengths.left(48, 10) == 1 and lengths.left(48, 0) == 1  # past the mean: one more token at least
+    shared = CloudCost()
+    shared.observe(cloud(CLOUD_PROBE_TOKENS, first_s=0.150, per_token_s=0.008))
+    for known, speculates in ((DecisionLength(), False), (DecisionLength(20.0, 4), True)):
+        policy = AdaptiveGamma(DraftLengthController(0.9, 0.01, 0.01), cloud=shared, lengths=known)
+        policy.begin(4, budget=48)
+        for _ in range(WALL_ROUNDS):
+            spec_round(policy, wall_s=0.060)  # 15 ms per token
+        assert policy.measured() and (policy.gamma(40) is not None) == speculates
+
+
+def test_a_block_drafted_ahead_takes_the_current_gamma_without_a_hand_over():
+    """``ahead``: the γ of a block drafted while the round before it is verified, by the estimates as they
+    are (the pipelined γ in a pipelined mode), with no hand-over nor probe counted; a fixed policy's γ."""
+    fixed = FixedGamma()
+    fixed.begin(5)
+    assert fixed.ahead() == 5
+    controller = DraftLengthController(0.3, 0.5, 0.5)  # the model would hand the decision to the cloud
+    policy = AdaptiveGamma(controller, pipelined=True)
+    assert policy.ahead() == controller.choice().gamma and policy.hand_overs == policy.probes == 0
+    for _ in range(6):  # go2-paper's times: the pipelined γ
+        policy.observe(RoundTiming(4, 4, 0.072, 0.24 + 0.62, 0.62))
+    assert policy.ahead() == policy.pipeline_gamma(controller.choice().gamma) != controller.choice().gamma

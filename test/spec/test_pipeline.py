@@ -130,6 +130,7 @@ def test_pipelined_gamma_maximises_the_pipelines_rate_among_blocks_that_fit_a_ve
     assert pipelined_gamma(0.8, 1.0, 0.62, 0.24, 16) == 1 and pipelined_gamma(0.8, 1.0, 0.62, 0.24, 16, serial=9) == 9
     assert pipelined_gamma(0.99, 0.0045, 0.009, 0.003, 16, serial=16) == 16  # loopback's times: γ = 1 alone fits
     assert pipelined_gamma(0.8, 0.2, 0.62, 0.24, 16, serial=9) == 2  # γ = 1 and 2 fit: the pipeline's
+    assert pipelined_gamma(0.98, 0.0035, 0.010, 0.150, 16, serial=16) == 16  # wifi: a long round trip, serial
     assert pipelined_gamma(0.8, 0.072, 0.62, 0.24, 16, t_rtt_token=0.05) < pipelined_gamma(0.8, 0.072, 0.62, 0.24, 16)
     with pytest.raises(ValueError):
         pipelined_gamma(0.8, 0.072, 0.62, 0.24, 0)
