@@ -36,9 +36,9 @@ per token is the ratio of the rounds' moving-average wall time to their moving-a
 moving average of each round's ratio: a round rejected at its first token emits one token for a whole
 round's time, and averaged as a ratio that one round (34 ms a token against 5) had AS² hand
 ``loopback``'s FSD to the cloud for a whole run. A decision's last round, cut by a stop token or the
-budget, is not counted (``edge.modes``). Handing r tokens to
-the cloud then costs (first + (r − 1)·per-token)/r per token, r the tokens the decision has left: on a
-slow link a short chunk is dear and a whole decision cheap. Once both regimes are measured, the
+budget, is not counted (``edge.modes``). Handing r tokens to the cloud then costs (first + (r −
+1)·per-token)/r per token, r the tokens the decision is expected to have left (``DecisionLength``): on
+a slow link a short chunk is dear and a whole decision cheap. Once both regimes are measured, the
 cheaper one decides; the model still picks γ*. While speculating, a short cloud-only chunk
 (``CLOUD_PROBE_TOKENS``) measures the cloud once after ``FIRST_CLOUD_PROBE_ROUNDS`` rounds (unless it is
 measured already: ``CloudCost``, the cloud's wall times, shared by a decoder's modes and measured by its
@@ -143,16 +143,19 @@ class CloudCost:
 
 @dataclass
 class DecisionLength:
-    """How many tokens a decision emits (running mean over the first decisions, then an EMA): the
-    decoder's decisions of every mode, which stop at their stop token well before the budget as often as
-    not. A hand-over prices the cloud over the tokens a decision is expected to have left, not over its
-    budget: with the budget (48 tokens) ``wifi``'s decisions of 25-34 tokens looked long enough for the
-    cloud's round trip to pay, and PicoSpec handed two of them to the cloud, 0.55 s against 0.49."""
+    """How many tokens a decision emits before its stop token (running mean over the first decisions,
+    then an EMA), over the decoder's decisions of every mode. A hand-over prices the cloud over the
+    tokens a decision is expected to have left, not over its budget: with the budget (48 tokens)
+    ``wifi``'s decisions of 25-34 tokens looked long enough for the cloud's round trip to pay, and
+    PicoSpec handed two of them to the cloud, 0.55 s against 0.49. A decision that ran to its budget
+    says only that decisions run at least that long, and the budget caps ``left`` anyway: not counted."""
 
     mean: float = 0.0  # tokens (0: no decision yet)
     decisions: int = 0
 
-    def observe(self, tokens: int) -> None:
+    def observe(self, tokens: int, budget: int) -> None:
+        if tokens >= budget:
+            return
         self.decisions += 1
         self.mean += max(WALL_SMOOTHING, 1.0 / self.decisions) * (tokens - self.mean)
 

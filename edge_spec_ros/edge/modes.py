@@ -216,7 +216,7 @@ class EdgeDecoder:
                 tokens = cloud.tokens
             finally:
                 self.client.end(sid)
-        self._parts.lengths.observe(len(tokens))  # what the adaptive modes price a hand-over over
+        self._parts.lengths.observe(len(tokens), c.decode.max_new_tokens)  # what a hand-over is priced over
         traffic = self.client.traffic.pop(sid)
         stats.bytes_up, stats.bytes_down = traffic.up_bytes, traffic.down_bytes
         stats.wall_s = time.perf_counter() - t0

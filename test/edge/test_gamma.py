@@ -217,9 +217,10 @@ def test_a_hand_over_is_priced_over_the_tokens_a_decision_is_expected_to_have_le
     a token and beat speculation's 15; over the 12 tokens such a decision is expected to have left it is
     19.8, and the decision goes on speculating. Before any decision has ended, the budget is all there is."""
     lengths = DecisionLength()
+    lengths.observe(16, budget=16)  # ran to its budget: decisions are at least this long, nothing more
     assert lengths.left(48, 40) == 40
     for tokens in (28, 25, 34, 29):
-        lengths.observe(tokens)
+        lengths.observe(tokens, budget=48)
     assert lengths.mean == pytest.approx(29.0) and lengths.left(48, 48) == 29 and lengths.left(48, 40) == 21
     assert lengths.left(48, 10) == 1 and lengths.left(48, 0) == 1  # past the mean: one more token at least
     shared = CloudCost()
