@@ -406,7 +406,7 @@ class PipelinedRound(SerialRound):
     def _branches(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int) -> list[_BranchDraft]:
         """S_i's branch blocks: those drafted since S_i left as the previous round's S_{i+1} (they are
         the next round's block's ``tail``, on a fork of its cache, with its γ), else started now. Drafted
-        from S_i's departure, they leave about a round trip before the verdict rather than (γ + 2)T_p after
+        from S_i's departure, they leave about a round trip before the verdict rather than (γ + 1)T_p after
         the round began, so a branch that holds is there when the cloud has verified S_i."""
         early, self.pipeline.next_branches = self.pipeline.next_branches, []
         if early and all(branch.follows == self.number for branch in early):
