@@ -274,7 +274,7 @@ class AdaptiveGamma:
         rounds), speculation, whose rounds measure it. A hand-over on the model's word lasts the model's
         probe spacing, and on ``loopback`` the estimates left by a four-token warm-up decision (α 0.88
         from its two rounds, c 0.84 from its first draft steps) handed whole decisions of every mode to
-        the cloud, 1.1-1.4x slower than the paper's fixed γ."""
+        the cloud, 1.3-1.5x slower than the paper's fixed γ."""
         if self.use_walls and self.spec_rounds < WALL_ROUNDS and self.cloud.measured():
             return True  # speculation's rounds measure it: the model's hand-over would go unchecked
         if not self.measured():
