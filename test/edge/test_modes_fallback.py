@@ -64,13 +64,15 @@ def test_a_decode_handed_to_the_cloud_comes_back_and_stays_exact(setup, monkeypa
 @pytest.mark.parametrize("mode", ["sd", "pico"])
 def test_the_decoder_measures_both_regimes_and_stays_exact(setup, mode):
     """With measured wall times (the default): rounds and cloud-only chunks report theirs, a cloud
-    probe measures the cloud early in the first decision, and the output is the verifier's own."""
+    probe measures the cloud early in the first decision, and the output is the verifier's own. Two
+    decisions with γ <= 4: speculation is measured over ``WALL_ROUNDS`` rounds, none of them a
+    decision's first or last."""
     link, drafter, prompt, greedy = setup
-    with EdgeDecoder(link, drafter, EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True,
+    with EdgeDecoder(link, drafter, EdgeConfig(decode=CONFIG, threads=2, adaptive_gamma=True, max_gamma=4,
                                                alpha_prior=0.9, b_prior=0.01, c_prior=0.01)) as decoder:
-        result = decoder.decode(mode, prompt, b"")
+        for _ in range(2):
+            assert decoder.decode(mode, prompt, b"").tokens == greedy
         policy = decoder._parts.adaptive[mode][1]
-    assert result.tokens == greedy
     assert policy.spec_s > 0 and policy.cloud.first_s > 0 and policy.cloud.token_s > 0 and policy.measured()
     assert policy.cloud_probes + policy.hand_overs >= 1 and policy.controller.cloud_tokens >= 1
 
