@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from edge_spec_ros.edge.gamma import (
-    CLOUD_PROBE_TOKENS, FIRST_CLOUD_PROBE_ROUNDS, PROBE_BUDGET, AdaptiveGamma, CloudCost, CloudWall, DecisionLength,
-    FixedGamma,
-    WALL_ROUNDS, RoundTiming,
+    CLOUD_PROBE_TOKENS, FIRST_CLOUD_PROBE_ROUNDS, PROBE_BUDGET, WALL_ROUNDS, AdaptiveGamma, CloudCost, CloudWall,
+    DecisionLength, FixedGamma, RoundTiming,
 )
 from edge_spec_ros.spec.draft_length import DraftLengthController
 
