@@ -53,8 +53,10 @@ def one_decision_round(client: VerifierClient, ids: np.ndarray) -> tuple[float, 
 def test_a_flood_of_malformed_frames_neither_hangs_nor_starves_the_server(text_prompt):
     ids = text_prompt.input_ids.numpy().astype(np.int32)
     with verifier_server("--threads", "1") as server:
+        # the robot's heartbeat gives up on the server after the test's own bound, not the default 1.5 s (under
+        # the flood, with the whole suite on the two cores, one ping went unanswered 1.7 s)
         config = ClientConfig(endpoint=server.endpoint, open_timeout_s=CLIENT_TIMEOUT_S,
-                              reply_timeout_s=CLIENT_TIMEOUT_S)
+                              reply_timeout_s=CLIENT_TIMEOUT_S, heartbeat_timeout_s=ANSWER_BOUND_S)
         with VerifierClient(config) as client:
             one_decision_round(client, ids)  # warm
             flooder = subprocess.Popen([sys.executable, str(HOSTILE), server.endpoint, str(FLOOD_COUNT),
