@@ -323,6 +323,15 @@ class _AfterNext(_DraftThread):
         return self.block
 
 
+def _keep_for(drafting: list, number: int | None) -> list:
+    """Of the blocks being drafted ahead (``_AfterNext``, ``_BranchDraft``), those for round ``number``;
+    the others are cancelled."""
+    for thread in drafting:
+        if thread.follows != number:
+            thread.cancel()
+    return [thread for thread in drafting if thread.follows == number]
+
+
 class PipelinedRound(SerialRound):
     """PicoSpec's round: verify S_i while drafting S_{i+1} (unless it was drafted a round early), S_{i+2}
     and S_i's branch blocks (see the module docstring); those that leave take the pipeline's next free
@@ -383,11 +392,8 @@ class PipelinedRound(SerialRound):
     def _next_block(self, prefix: list[int], kv: KVCache, gamma: int, verdict_in: Callable[[], bool]) -> AheadBlock:
         """S_{i+1} (its guess and γ more), drafted up to the verdict: by the previous round as its S_{i+2},
         or now on a fork of ``kv``; finished first, it leaves at once."""
-        held, self.pipeline.held = self.pipeline.held, []  # ``settle`` kept them only for this round
-        early = next((after for after in held if after.follows == self.number), None)
-        for after in held:
-            if after is not early:
-                after.cancel()
+        kept, self.pipeline.held = _keep_for(self.pipeline.held, self.number), []  # ``settle`` kept it for this round
+        early = kept[0] if kept else None
         block = early.take(verdict_in) if early is not None else None
         if block is None:
             fork = kv.fork()
@@ -408,12 +414,8 @@ class PipelinedRound(SerialRound):
         the next round's block's ``tail``, on a fork of its cache, with its γ), else started now. Drafted
         from S_i's departure, they leave about a round trip before the verdict rather than (γ + 1)T_p after
         the round began, so a branch that holds is there when the cloud has verified S_i."""
-        early, self.pipeline.next_branches = self.pipeline.next_branches, []
-        if early and all(branch.follows == self.number for branch in early):
-            return early
-        for branch in early:
-            branch.cancel()
-        return self._start_branches(seq, kv, draft, gamma)
+        early, self.pipeline.next_branches = _keep_for(self.pipeline.next_branches, self.number), []
+        return early or self._start_branches(seq, kv, draft, gamma)
 
     def _start_branches(self, seq: list[int], kv: KVCache, draft: Draft, gamma: int,
                         follows: int | None = None) -> list[_BranchDraft]:
@@ -429,15 +431,8 @@ class PipelinedRound(SerialRound):
     def close(self, keep: int | None = None) -> None:
         """Stop drafting what was drafted for a later round; ``keep``: except for the round of that
         number, which the verdict made the next."""
-        pipeline = self.pipeline
-        for after in pipeline.held:
-            if after.follows != keep:
-                after.cancel()
-        pipeline.held = [after for after in pipeline.held if after.follows == keep]
-        if any(branch.follows != keep for branch in pipeline.next_branches):
-            pipeline.next_branches, branches = [], pipeline.next_branches
-            for branch in branches:
-                branch.cancel()
+        self.pipeline.held = _keep_for(self.pipeline.held, keep)
+        self.pipeline.next_branches = _keep_for(self.pipeline.next_branches, keep)
 
     def _send(self, block: AheadBlock) -> AheadBlock:
         number = self.pipeline.take()

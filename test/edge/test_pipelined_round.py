@@ -201,6 +201,14 @@ def round_at(number: int, link: FinalOnly, pipeline: Pipeline, drafter: StandInD
     return PipelinedRound(number, link, None, drafter, None, None, 0.0, pipeline)
 
 
+def end_round_4(round_: PipelinedRound, end: str) -> None:
+    """Round 4 ends in a miss of S_i (its second token rejected) or with the decision (``close``)."""
+    if end == "miss":
+        assert round_.settle(DRAFT, verdict(1, (5, 2)), (5, 2)).next_number == 6
+    else:
+        round_.close()
+
+
 def test_the_block_after_next_is_drafted_meanwhile_and_leaves_first_in_the_round_it_follows():
     """Depth 2: S_{i+1} (its guess and γ) leaves chained; S_{i+2}, drafted as if both blocks were fully
     accepted, stays on the robot. After a full hit S_{i+1} is the next round's block, which sends
@@ -247,10 +255,7 @@ def test_the_block_after_next_is_cut_short_by_the_verdict_of_the_round_it_follow
         round_ = round_at(4, FinalOnly(), pipeline, StandInDrafter(step_s=0.25))
         round_.verdict(SEQ, StandInKV(), DRAFT, 3)
         (held,) = pipeline.held
-        if end == "miss":
-            assert round_.settle(DRAFT, verdict(1, (5, 2)), (5, 2)).next_number == 6
-        else:
-            round_.close()
+        end_round_4(round_, end)
         assert pipeline.held == [] and held.take(lambda: False) is None  # cancelled before its next step
 
 
@@ -288,8 +293,5 @@ def test_the_branch_blocks_of_the_next_block_are_drafted_from_when_it_leaves():
         round_ = round_at(4, FinalOnly(), pipeline, StandInDrafter(step_s=0.25, alternative=rejected_first))
         round_.verdict(SEQ, StandInKV(), DRAFT, 3)
         (early,) = pipeline.next_branches
-        if end == "miss":
-            assert round_.settle(DRAFT, verdict(1, (5, 2)), (5, 2)).next_number == 6
-        else:
-            round_.close()
+        end_round_4(round_, end)
         assert pipeline.next_branches == [] and early.wait(lambda: False) is None  # cancelled before its next step
